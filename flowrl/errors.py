@@ -1,0 +1,58 @@
+"""The one error hierarchy of flowrl.
+
+Every error a user can see derives from :class:`FlowError`. Messages say what is
+wrong, where (node id, parameter, field) and how to fix it.
+
+>>> try:
+...     raise ConfigError("gather_async(num_async=0): num_async must be >= 1")
+... except ValueError as e:
+...     print(type(e).__name__, e)
+ConfigError gather_async(num_async=0): num_async must be >= 1
+"""
+
+from __future__ import annotations
+
+
+class FlowError(Exception):
+    """Base class of every flowrl error."""
+
+
+class PlanError(FlowError):
+    """A plan that cannot be built: cycles, misuse of stream kinds, dangling splits."""
+
+
+class ConfigError(FlowError, ValueError):
+    """A bad parameter or config field; the message names it and the fix."""
+
+
+class OperatorError(FlowError):
+    """An operator raised while the plan ran.
+
+    ``node_id`` and ``label`` name the failing node. The original exception is
+    chained as ``__cause__``; when it was raised in another process its formatted
+    traceback is kept in ``remote_traceback`` (tracebacks do not cross processes).
+    """
+
+    def __init__(self, message: str, node_id: str = "", label: str = "",
+                 remote_traceback: str = ""):
+        super().__init__(message)
+        self.node_id = node_id
+        self.label = label
+        self.remote_traceback = remote_traceback
+
+    def __reduce__(self):
+        # Picklable with its fields so it crosses process boundaries intact.
+        return (type(self), (str(self), self.node_id, self.label, self.remote_traceback))
+
+    def __str__(self) -> str:
+        text = super().__str__()
+        if self.remote_traceback:
+            text += "\n\nRemote traceback:\n" + self.remote_traceback.rstrip()
+        return text
+
+
+class WorkerError(FlowError):
+    """A shard host (rollout worker, item source) died and could not be recovered."""
+
+
+__all__ = ["FlowError", "PlanError", "ConfigError", "OperatorError", "WorkerError"]

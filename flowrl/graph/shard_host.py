@@ -1,0 +1,73 @@
+"""The ``ShardHost`` mixin: what a class inherits to be a shard source.
+
+A host implements ``shard_items()``; the runtime installs a fused shard-local stage
+over it under a run key and then pulls items in batches. A host can serve several
+runs at once (a training plan and an evaluation plan over the same workers): each
+run installs its stage under its own key, and uninstalling one leaves the others.
+
+The same methods are called in-process (local backend) and as Ray actor methods
+(Ray backend), so nothing here may depend on where the host lives.
+
+>>> class Counter(ShardHost):
+...     def shard_items(self):
+...         return iter(range(5))
+>>> h = Counter()
+>>> h.flowrl_install("run-1", lambda items: (x * 10 for x in items))
+>>> h.flowrl_pull("run-1", 2)
+([0, 10], False)
+>>> h.flowrl_pull("run-1", 10)
+([20, 30, 40], True)
+>>> h.flowrl_uninstall("run-1")
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+from flowrl.errors import FlowError
+
+Stage = Callable[[Iterator[Any]], Iterator[Any]]
+
+
+class ShardHost:
+    """Mixin for shard sources; subclasses implement :meth:`shard_items`."""
+
+    def shard_items(self) -> Iterator[Any]:
+        raise FlowError(
+            f"{type(self).__name__} inherits ShardHost but does not implement "
+            "shard_items(); define it to return the iterator this shard produces")
+
+    def _flowrl_streams(self) -> dict[str, Iterator[Any]]:
+        streams = self.__dict__.get("_flowrl_installed")
+        if streams is None:
+            streams = self.__dict__["_flowrl_installed"] = {}
+        return streams
+
+    def flowrl_install(self, key: str, stage: Stage) -> None:
+        """Start this host's stream for run ``key``: ``stage(iter(shard_items()))``."""
+        self._flowrl_streams()[key] = stage(iter(self.shard_items()))
+
+    def flowrl_pull(self, key: str, max_items: int) -> tuple[list[Any], bool]:
+        """Up to ``max_items`` next items of run ``key`` and whether the stream ended."""
+        stream = self._flowrl_streams()[key]
+        items: list[Any] = []
+        append = items.append
+        for _ in range(max_items):
+            try:
+                append(next(stream))
+            except StopIteration:
+                return items, True
+        return items, False
+
+    def flowrl_uninstall(self, key: str) -> None:
+        """Drop run ``key``'s stream; other runs on this host are untouched."""
+        stream = self._flowrl_streams().pop(key, None)
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
+
+    def flowrl_installed_keys(self) -> list[str]:
+        return sorted(self._flowrl_streams())
+
+    def flowrl_ping(self) -> bool:
+        return True
