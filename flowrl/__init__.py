@@ -1,7 +1,14 @@
-"""flowrl: distributed reinforcement-learning training loops as dataflow plans."""
+"""flowrl: distributed reinforcement-learning training loops as dataflow plans.
+
+>>> import flowrl
+>>> plan = flowrl.Plan(flowrl.from_range(6, num_shards=3).for_each(lambda x: x * x).gather_sync())
+>>> plan.compile().take(6)
+[0, 4, 16, 1, 9, 25]
+"""
 
 from flowrl.errors import ConfigError, FlowError, OperatorError, PlanError, WorkerError
-from flowrl.graph.shard_host import ShardHost
+from flowrl.graph import (Concurrently, LocalStream, ParallelStream, Plan, ShardHost,
+                          from_actors, from_items, from_iterable, from_iterators, from_range)
 from flowrl.metrics import MetricsContext, get_metrics
 
 
@@ -10,3 +17,8 @@ class FlowRLWarning(UserWarning):
 
 
 __version__ = "0.1.0"
+
+__all__ = ["ConfigError", "FlowError", "OperatorError", "PlanError", "WorkerError",
+           "Concurrently", "LocalStream", "ParallelStream", "Plan", "ShardHost",
+           "from_actors", "from_items", "from_iterable", "from_iterators", "from_range",
+           "MetricsContext", "get_metrics", "FlowRLWarning"]

@@ -71,3 +71,24 @@ class ShardHost:
 
     def flowrl_ping(self) -> bool:
         return True
+
+
+class ItemsHost(ShardHost):
+    """The host the runtime creates for ``from_items``/``from_range``/``from_iterators``.
+
+    ``source`` is a list/range, or a zero-argument callable returning an iterable;
+    with ``repeat`` it starts over when it ends (an empty source just ends).
+    """
+
+    def __init__(self, source, repeat: bool = False):
+        self._source = source
+        self._repeat = repeat
+
+    def shard_items(self) -> Iterator[Any]:
+        while True:
+            produced = False
+            for x in (self._source() if callable(self._source) else self._source):
+                produced = True
+                yield x
+            if not (self._repeat and produced):
+                return

@@ -1,0 +1,105 @@
+"""Compiling a Plan: shard slots, fused stages, driver-side fusion, pickling checks.
+
+The result is plain data (:class:`Compiled`) that any backend's runtime executes:
+
+- every consumer of a ParallelStream (a gather, or an aggregator's input) gets its
+  list of :class:`ShardSlot`: which source shard it reads and the maximal chain of
+  shard-local operators fused into one :class:`~flowrl.graph.stages.FusedStage`;
+- every aggregate node gets its round-robin groups of upstream slots;
+- every run of driver-side one-to-one operators is fused into one call;
+- with ``ships=True`` (Ray), everything shipped to an actor must pickle, checked
+  per node so the error names it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import cloudpickle
+
+from flowrl.errors import PlanError
+from flowrl.graph.node import LOCAL, MAP_OPS, SHARD_LOCAL_OPS, SOURCE, Node
+from flowrl.graph.plan import Plan
+from flowrl.graph.stages import FusedStage, Step
+
+GATHER_OPS = frozenset({"gather_sync", "batch_across_shards", "gather_async",
+                        "aggregator_input"})
+
+
+@dataclass(frozen=True)
+class ShardSlot:
+    """Shard ``index`` of ``source`` (a source or aggregate node) with its fused stage."""
+
+    source: Node
+    index: int
+    stage: FusedStage
+
+
+@dataclass
+class Compiled:
+    plan: Plan
+    slots: dict[Node, list[ShardSlot]] = field(default_factory=dict)
+    groups: dict[Node, list[list[ShardSlot]]] = field(default_factory=dict)
+    chains: dict[Node, list[Node]] = field(default_factory=dict)  # tail -> fused map run
+    host_sources: list[Node] = field(default_factory=list)  # parallel sources, topo order
+
+
+def _step(plan: Plan, node: Node) -> Step:
+    return Step(node.op, plan.ids[node], node.label, dict(node.params))
+
+
+def shard_slots(plan: Plan, node: Node) -> list[ShardSlot]:
+    """The shards a consumer of ParallelStream ``node`` reads, in shard order."""
+    if node.kind == SOURCE or node.op == "aggregate":
+        return [ShardSlot(node, i, FusedStage(plan.ids[node], node.label, [], i))
+                for i in range(node.num_shards)]
+    if node.op == "union":
+        return [s for parent, _ in node.inputs for s in shard_slots(plan, parent)]
+    if node.op == "select_shards":
+        upstream = shard_slots(plan, node.inputs[0][0])
+        return [upstream[i] for i in node.params["indices"]]
+    if node.op in SHARD_LOCAL_OPS:
+        return [ShardSlot(s.source, s.index,
+                          FusedStage(s.stage.source_id, s.stage.source_label,
+                                     s.stage.steps + [_step(plan, node)], s.index))
+                for s in shard_slots(plan, node.inputs[0][0])]
+    raise PlanError(f"{plan.ids[node]!r} ({node.op}) cannot feed a gather")
+
+
+def compile_plan(plan: Plan, *, ships: bool = False) -> Compiled:
+    out = Compiled(plan)
+    for node in plan.nodes:
+        if node.op in GATHER_OPS and node not in plan.boundary:
+            out.slots[node] = shard_slots(plan, node.inputs[0][0])
+        if node.op == "aggregate":
+            upstream = out.slots[node.params["entry"]]
+            k = node.num_shards
+            out.groups[node] = [upstream[j::k] for j in range(k)]
+        if node.stream != LOCAL and (node.kind == SOURCE or node.op == "aggregate"):
+            out.host_sources.append(node)
+        if node.stream == LOCAL and node.op in MAP_OPS:
+            # A local stream has one consumer (validated), so a map op extends the
+            # fused run ending at its parent.
+            parent = node.inputs[0][0]
+            run = out.chains.pop(parent, []) if parent.op in MAP_OPS else []
+            out.chains[node] = run + [node]
+    if ships:
+        check_picklable(out)
+    return out
+
+
+def check_picklable(compiled: Compiled) -> None:
+    """Every function shipped to an actor must pickle; name the node if not."""
+    plan = compiled.plan
+    shipped: list[Node] = []
+    for node in plan.nodes:
+        if plan.placement[node] in ("shards", "aggregators") and node.op != "from_actors":
+            shipped.append(node)
+    for node in shipped:
+        try:
+            cloudpickle.dumps(node.params)
+        except Exception as e:  # noqa: BLE001 - any pickling failure is reported the same
+            raise PlanError(
+                f"{plan.ids[node]!r} ({node.label}) runs on an actor but its function or "
+                f"data cannot be pickled: {type(e).__name__}: {e}; make it a module-level "
+                "function or drop references to locks, open files and sockets") from e

@@ -1,0 +1,179 @@
+"""``Plan``: every node reachable from an output, as a validated networkx graph.
+
+Building a Plan collects nodes backwards from the output stream, gives each a
+stable readable id (the user's ``name=``, else parent id + op, de-duplicated with
+``_2``, ``_3`` in topological order), records ``op``, ``label``, ``kind`` and
+``placement`` attributes, and runs every validation rule (see ``validate.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import networkx as nx
+
+from flowrl.errors import PlanError
+from flowrl.graph.node import AGGREGATE, LOCAL, PARALLEL, Node
+from flowrl.graph.stream import LocalStream
+
+
+def collect(output: Node, boundary: frozenset[Node] = frozenset()) -> list[Node]:
+    """Nodes reachable backwards from ``output`` in a deterministic topological order.
+
+    Inputs of nodes in ``boundary`` are not followed (aggregator sub-plans).
+    """
+    order: list[Node] = []
+    state: dict[Node, int] = {}  # 1 = on the DFS stack, 2 = done
+    stack: list[tuple[Node, int]] = [(output, 0)]
+    while stack:
+        node, i = stack.pop()
+        if i == 0:
+            if state.get(node) == 2:
+                continue
+            if state.get(node) == 1:
+                raise PlanError(f"the plan has a cycle through {node.base_id!r}; "
+                                "streams must form a DAG")
+            state[node] = 1
+        inputs = () if node in boundary else node.inputs
+        if i < len(inputs):
+            stack.append((node, i + 1))
+            parent = inputs[i][0]
+            if state.get(parent) == 1:
+                raise PlanError(f"the plan has a cycle through {parent.base_id!r}; "
+                                "streams must form a DAG")
+            if state.get(parent) != 2:
+                stack.append((parent, 0))
+        else:
+            state[node] = 2
+            order.append(node)
+    return order
+
+
+def assign_ids(order: list[Node]) -> dict[Node, str]:
+    ids: dict[Node, str] = {}
+    taken: set[str] = set()
+    for node in order:
+        if node.name:
+            base = node.name
+        elif len(node.inputs) == 1 and node.inputs[0][0] in ids:
+            parent, port = node.inputs[0]
+            suffix = f"[{port}]" if parent.num_outputs > 1 else ""
+            base = f"{ids[parent]}{suffix}.{node.op}"
+        else:
+            base = node.op
+        node_id, k = base, 2
+        while node_id in taken:
+            node_id, k = f"{base}_{k}", k + 1
+        taken.add(node_id)
+        ids[node] = node_id
+    return ids
+
+
+def _placements(order: list[Node]) -> dict[Node, str]:
+    placement: dict[Node, str] = {}
+    in_aggregator: set[Node] = set()
+    for node in order:
+        if node.op == AGGREGATE:
+            entry = node.params["entry"]
+            for sub in collect(node.inputs[0][0], boundary=frozenset({entry})):
+                in_aggregator.add(sub)
+    for node in order:
+        if node in in_aggregator or node.op == AGGREGATE:
+            placement[node] = "aggregators"
+        elif node.stream == LOCAL:
+            placement[node] = "driver"
+        else:
+            parents = [placement[p] for p, _ in node.inputs]
+            placement[node] = ("aggregators" if parents and all(p == "aggregators" for p in parents)
+                               else "shards")
+    return placement
+
+
+def _is_async_edge(consumer: Node) -> bool:
+    return (consumer.op in ("gather_async", "aggregator_input")
+            or (consumer.op == "concurrently" and consumer.params["mode"] == "async"))
+
+
+class Plan:
+    """A validated DAG of operators ending in ``output`` (a LocalStream).
+
+    ``plan.graph`` is a ``networkx.MultiDiGraph`` keyed by readable node ids.
+
+    >>> import flowrl
+    >>> plan = flowrl.Plan(flowrl.from_range(4, name="nums").gather_async(name="gathered"))
+    >>> sorted(plan.graph.nodes)
+    ['gathered', 'nums']
+    >>> plan.graph.nodes["gathered"]["kind"], plan.graph.nodes["nums"]["placement"]
+    ('gather', 'shards')
+    """
+
+    def __init__(self, output: LocalStream, name: str = "plan", *,
+                 _boundary: frozenset[Node] = frozenset(),
+                 _ids: dict[Node, str] | None = None):
+        if not isinstance(output, LocalStream):
+            raise PlanError(f"Plan(output={output!r}): the output must be a LocalStream; "
+                            "gather a ParallelStream first (gather_sync/gather_async)")
+        self.name = name
+        self.output = output
+        self.boundary = _boundary
+        self.nodes: list[Node] = collect(output.node, _boundary)
+        self.ids: dict[Node, str] = ({n: _ids[n] for n in self.nodes} if _ids is not None
+                                     else assign_ids(self.nodes))
+        self.placement = _placements(self.nodes)
+        self.graph = self._build_graph()
+        from flowrl.graph.validate import validate
+        validate(self)
+
+    def _build_graph(self) -> nx.MultiDiGraph:
+        g = nx.MultiDiGraph(name=self.name)
+        for node in self.nodes:
+            g.add_node(self.ids[node], op=node.op, label=node.label, kind=node.kind,
+                       stream=node.stream, placement=self.placement[node],
+                       num_shards=node.num_shards)
+        for node in self.nodes:
+            for parent, port in node.inputs:
+                if parent in self.ids:
+                    g.add_edge(self.ids[parent], self.ids[node], port=port,
+                               asynchronous=_is_async_edge(node))
+        return g
+
+    def node_id(self, node: Node) -> str:
+        return self.ids[node]
+
+    @property
+    def output_id(self) -> str:
+        return self.ids[self.output.node]
+
+    def consumers(self) -> dict[tuple[Node, int], list[Node]]:
+        """For every (node, port) the nodes consuming it, in topological order."""
+        out: dict[tuple[Node, int], list[Node]] = {}
+        for node in self.nodes:
+            for parent, port in node.inputs:
+                out.setdefault((parent, port), []).append(node)
+        return out
+
+    def to_dot(self, stats: dict[str, Any] | None = None) -> str:
+        """Byte-stable DOT text, one cluster per placement; ``stats`` from ``Run.stats()``."""
+        from flowrl.graph.dot import plan_to_dot
+        return plan_to_dot(self, stats)
+
+    def render(self, path: str, stats: dict[str, Any] | None = None) -> str:
+        """Write the plan as SVG/PNG (by ``path``'s suffix) through Graphviz, or ``.dot`` text."""
+        from flowrl.graph.dot import render
+        return render(self, path, stats)
+
+    def compile(self, backend: str = "auto", *, seed: int = 0):
+        """Compile into a :class:`~flowrl.runtime.run.Run` on ``backend``.
+
+        ``"local"`` runs in-process, ``"ray"`` on Ray actors, ``"auto"`` picks Ray when
+        any source is a Ray actor handle. ``seed`` drives the local backend's
+        completion-order scheduler for async gathers.
+        """
+        from flowrl.runtime.run import Run
+        return Run(self, backend=backend, seed=seed)
+
+    def __repr__(self) -> str:
+        return f"Plan({self.name!r}, {len(self.nodes)} nodes, output={self.output_id!r})"
+
+
+__all__ = ["Plan", "collect", "PARALLEL", "LOCAL"]

@@ -1,0 +1,194 @@
+"""Fused shard-local stages: the code that runs where a shard lives.
+
+The compiler turns each maximal chain of shard-local operators into one
+:class:`FusedStage`, shipped once to every shard host (pickled with cloudpickle
+for Ray). Consecutive one-to-one operators (``for_each``/``filter``) are fused into
+a single function call per item. Whatever raises is re-raised as an
+:class:`~flowrl.errors.OperatorError` naming the node, with the cause chained.
+
+>>> stage = FusedStage("src", "source", [
+...     Step("for_each", "src.for_each", "double", {"fn": lambda x: 2 * x}),
+...     Step("batch", "src.batch", "batch(2)", {"n": 2})])
+>>> list(stage(iter([1, 2, 3])))
+[[2, 4], [6]]
+"""
+
+from __future__ import annotations
+
+import random
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+
+from flowrl.errors import OperatorError
+
+
+@dataclass(frozen=True)
+class Step:
+    """One operator of a fused stage: op name, node id, label and parameters."""
+
+    op: str
+    node_id: str
+    label: str
+    params: dict = field(default_factory=dict)
+
+
+def operator_error(node_id: str, label: str, exc: BaseException) -> OperatorError:
+    """The OperatorError for ``exc`` raised in node ``node_id`` (cause chained by caller)."""
+    if isinstance(exc, OperatorError):
+        return exc
+    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    return OperatorError(f"operator {node_id!r} ({label}) raised "
+                         f"{type(exc).__name__}: {exc}", node_id=node_id, label=label,
+                         remote_traceback=tb)
+
+
+_DROP = object()  # internal: a filter rejected the item inside a fused call
+
+
+def compose_map(steps: list[Step], context: Callable[[], Any] | None = None,
+                drops: list[int] | None = None) -> Callable[[Any], Any]:
+    """One function applying a run of for_each/filter/zip steps; returns ``_DROP`` to drop.
+
+    ``context()`` supplies the source actor for ``zip_with_source_actor``; when
+    ``drops`` is given, ``drops[k]`` counts the items step ``k`` filtered out.
+    """
+    plan = []
+    for s in steps:
+        if s.op == "zip_with_source_actor":
+            plan.append((2, context, s))
+        else:
+            plan.append((1 if s.op == "filter" else 0, s.params["fn"], s))
+    if len(plan) == 1 and plan[0][0] == 0:
+        fn, step = plan[0][1], plan[0][2]
+
+        def single(x):
+            try:
+                return fn(x)
+            except Exception as e:
+                raise operator_error(step.node_id, step.label, e) from e
+        return single
+    indexed = [(k, kind, fn, step) for k, (kind, fn, step) in enumerate(plan)]
+
+    def fused(x):
+        for k, kind, fn, step in indexed:
+            try:
+                if kind == 0:
+                    x = fn(x)
+                elif kind == 1:
+                    if not fn(x):
+                        if drops is not None:
+                            drops[k] += 1
+                        return _DROP
+                else:
+                    x = (fn(), x)
+            except Exception as e:
+                raise operator_error(step.node_id, step.label, e) from e
+        return x
+    return fused
+
+
+def _map(items: Iterator[Any], fn: Callable[[Any], Any]) -> Iterator[Any]:
+    for x in items:
+        y = fn(x)
+        if y is not _DROP:
+            yield y
+
+
+def _batch(items: Iterator[Any], n: int) -> Iterator[list]:
+    buf: list = []
+    for x in items:
+        buf.append(x)
+        if len(buf) == n:
+            yield buf
+            buf = []
+    if buf:
+        yield buf
+
+
+def _flatten(items: Iterator[Any], step: Step) -> Iterator[Any]:
+    for x in items:
+        try:
+            inner = iter(x)
+        except TypeError as e:
+            raise operator_error(step.node_id, step.label, e) from e
+        yield from inner
+
+
+def _combine(items: Iterator[Any], step: Step) -> Iterator[Any]:
+    fn = step.params["fn"]
+    for x in items:
+        try:
+            out = fn(x)
+        except Exception as e:
+            raise operator_error(step.node_id, step.label, e) from e
+        yield from out
+
+
+def shuffle_buffer(items: Iterator[Any], buffer_size: int, rng: random.Random) -> Iterator[Any]:
+    """Emit ``items`` shuffled through a buffer of ``buffer_size`` (a permutation)."""
+    buf: list = []
+    for x in items:
+        if len(buf) < buffer_size:
+            buf.append(x)
+            continue
+        i = rng.randrange(buffer_size)
+        yield buf[i]
+        buf[i] = x
+    rng.shuffle(buf)
+    yield from buf
+
+
+def _guard_source(items: Iterator[Any], node_id: str, label: str) -> Iterator[Any]:
+    while True:
+        try:
+            x = next(items)
+        except StopIteration:
+            return
+        except Exception as e:
+            raise operator_error(node_id, label, e) from e
+        yield x
+
+
+class FusedStage:
+    """A picklable ``iterator -> iterator`` applying shard-local steps in order.
+
+    ``shard_index`` offsets seeds so seeded shuffles differ per shard but replay.
+    """
+
+    def __init__(self, source_id: str, source_label: str, steps: list[Step],
+                 shard_index: int = 0):
+        self.source_id = source_id
+        self.source_label = source_label
+        self.steps = list(steps)
+        self.shard_index = shard_index
+
+    def __repr__(self) -> str:
+        return f"FusedStage({self.source_id!r} -> {[s.node_id for s in self.steps]})"
+
+    def __call__(self, items: Iterator[Any]) -> Iterator[Any]:
+        it: Iterator[Any] = _guard_source(iter(items), self.source_id, self.source_label)
+        run: list[Step] = []
+        for step in self.steps + [None]:
+            if step is not None and step.op in ("for_each", "filter"):
+                run.append(step)
+                continue
+            if run:
+                it = _map(it, compose_map(run))
+                run = []
+            if step is None:
+                break
+            if step.op == "batch":
+                it = _batch(it, step.params["n"])
+            elif step.op == "flatten":
+                it = _flatten(it, step)
+            elif step.op == "combine":
+                it = _combine(it, step)
+            elif step.op == "local_shuffle":
+                seed = step.params["seed"]
+                rng = random.Random(None if seed is None else seed + self.shard_index)
+                it = shuffle_buffer(it, step.params["buffer_size"], rng)
+            else:
+                raise OperatorError(f"operator {step.node_id!r}: {step.op} cannot run "
+                                    "shard-local", node_id=step.node_id, label=step.label)
+        return it

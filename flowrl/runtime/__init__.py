@@ -1,0 +1,1 @@
+"""Executing compiled plans: the asyncio driver runtime and its backends."""

@@ -1,0 +1,90 @@
+"""What a backend is: how a shard is hosted and how a request to it is submitted.
+
+The driver runtime (``runtime/driver.py``) is the same for every backend; it only
+calls the methods below. A *request* asks one shard for up to ``n`` items and
+resolves to ``(items, ended)``. Requests to the same shard complete in submission
+order (a host serves one request at a time).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from flowrl.graph.stages import FusedStage
+
+
+@dataclass(eq=False)
+class Shard:
+    """One shard as one run sees it: a host, the run's key on it, and labels."""
+
+    host: Any                 # backend handle: in-process object or Ray actor handle
+    key: str                  # the install key of this run's consumer on the host
+    label: str                # "<source id>[<index>]" for messages and stats
+    stage: FusedStage
+
+    @property
+    def actor(self) -> Any:
+        """What ``zip_with_source_actor`` yields and ``current_actor`` holds."""
+        return self.host
+
+
+class Request:
+    """One pull of up to ``n`` items from ``shard``; ``result()`` is ``(items, ended)``."""
+
+    __slots__ = ("shard", "n", "done", "_value", "_error")
+
+    def __init__(self, shard: Shard, n: int):
+        self.shard = shard
+        self.n = n
+        self.done = False
+        self._value: tuple[list, bool] | None = None
+        self._error: BaseException | None = None
+
+    def set_result(self, value: tuple[list, bool]) -> None:
+        self.done, self._value = True, value
+
+    def set_error(self, error: BaseException) -> None:
+        self.done, self._error = True, error
+
+    def result(self) -> tuple[list, bool]:
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+class Backend:
+    """Base class; see :class:`~flowrl.runtime.local_backend.LocalBackend`."""
+
+    name = "base"
+
+    def make_item_host(self, source: Any, repeat: bool) -> Any:
+        raise TypeError(f"{type(self).__name__} must implement make_item_host")
+
+    def make_aggregator_host(self, spec: Any) -> Any:
+        raise TypeError(f"{type(self).__name__} must implement make_aggregator_host")
+
+    def install(self, shards: list[Shard]) -> None:
+        raise TypeError(f"{type(self).__name__} must implement install")
+
+    def submit(self, shard: Shard, n: int) -> Request:
+        raise TypeError(f"{type(self).__name__} must implement submit")
+
+    async def wait_all(self, requests: list[Request]) -> None:
+        """Return once every request is done (errors are raised by ``result()``)."""
+        raise TypeError(f"{type(self).__name__} must implement wait_all")
+
+    async def wait_any(self, requests: list[Request]) -> None:
+        """Return once at least one request is done."""
+        raise TypeError(f"{type(self).__name__} must implement wait_any")
+
+    def release(self, shards: list[Shard]) -> None:
+        """Uninstall the run's stages from hosts that outlive the run."""
+        raise TypeError(f"{type(self).__name__} must implement release")
+
+    def destroy(self, hosts: list[Any]) -> None:
+        """End hosts the run created (item hosts, aggregators)."""
+        raise TypeError(f"{type(self).__name__} must implement destroy")
+
+    def stop(self) -> None:
+        """Release whatever the backend itself holds."""

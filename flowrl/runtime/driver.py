@@ -1,0 +1,348 @@
+"""The driver runtime: one async iterator per plan node, over any backend.
+
+Policy: pull-based. The run's output iterator pulls from its inputs, gathers
+submit requests to shards through the backend and await them, and the backend
+alone decides how a request executes. Runs of one-to-one operators are fused into
+a single call per item; everything else is one async generator per node.
+
+State: ``hosts`` (per host-source node: the hosts and whether this run created
+them), ``shards`` (per gather: the :class:`Shard` list it reads), ``stats`` (per
+node id: :class:`NodeStats`), and ``chains`` (fused runs with their filter-drop
+counters, resolved into per-node figures by :meth:`Driver.node_stats`).
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import deque
+from typing import Any, AsyncIterator
+
+from flowrl.errors import ConfigError
+from flowrl.graph.compile import Compiled
+from flowrl.graph.node import Node
+from flowrl.graph.stages import _DROP, Step, compose_map, operator_error
+from flowrl.metrics import MetricsContext
+from flowrl.runtime.backend import Backend, Request, Shard
+from flowrl.runtime.concurrency import Splitter, async_union, round_robin
+from flowrl.runtime.context import RunContext
+from flowrl.runtime.stats import NodeStats
+
+perf = time.perf_counter
+
+
+class Driver:
+    """Creates a run's hosts and shards, and builds its node iterators."""
+
+    def __init__(self, compiled: Compiled, backend: Backend, ctx: RunContext,
+                 metrics: MetricsContext, key: str, seed: int = 0,
+                 preset: dict[Node, list[tuple[Any, Any, str]]] | None = None):
+        self.compiled = compiled
+        self.plan = compiled.plan
+        self.ids = self.plan.ids
+        self.backend = backend
+        self.ctx = ctx
+        self.metrics = metrics
+        self.key = key
+        self.seed = seed
+        self.preset = preset or {}
+        self.stats = {self.ids[n]: NodeStats() for n in self.plan.nodes}
+        self.hosts: dict[Node, list[tuple[Any, bool]]] = {}
+        self.shards: dict[Node, list[Shard]] = {}
+        self.splitters: dict[Node, Splitter] = {}
+        self.chains: list[tuple[list[str], "_ChainCounter"]] = []
+        self.agens: list[Any] = []
+
+    # ------------------------------------------------------------------ setup
+    def start(self) -> None:
+        """Create the hosts this run owns and install every fused stage."""
+        for src in self.compiled.host_sources:
+            self.hosts[src] = self._make_hosts(src)
+        for gather, slots in self.compiled.slots.items():
+            if gather.op == "aggregator_input":
+                continue  # consumed inside the aggregators, not by this driver
+            self.shards[gather] = [
+                Shard(self.hosts[s.source][s.index][0], f"{self.key}/{self.ids[gather]}",
+                      f"{self.ids[s.source]}[{s.index}]", s.stage) for s in slots]
+        for entry, triples in self.preset.items():
+            self.shards[entry] = [Shard(host, f"{self.key}/{self.ids[entry]}", label, stage)
+                                  for host, stage, label in triples]
+        self.backend.install([s for shards in self.shards.values() for s in shards])
+
+    def _make_hosts(self, src: Node) -> list[tuple[Any, bool]]:
+        if src.op == "from_actors":
+            return [(h, False) for h in src.params["hosts"]]
+        if src.op == "aggregate":
+            from flowrl.runtime.aggregator import AggregatorSpec
+            hosts = []
+            for j, group in enumerate(self.compiled.groups[src]):
+                members = [(self.hosts[s.source][s.index][0], s.stage,
+                            f"{self.ids[s.source]}[{s.index}]") for s in group]
+                spec = AggregatorSpec(self.plan, src, members, f"{self.key}/agg{j}",
+                                      self.seed + j)
+                hosts.append((self.backend.make_aggregator_host(spec), True))
+            return hosts
+        return [(self.backend.make_item_host(part, src.params["repeat"]), True)
+                for part in src.params["shards"]]
+
+    def stop(self) -> None:
+        """Release this run's stages from surviving hosts and end the hosts it made."""
+        created = {id(h): h for hosts in self.hosts.values() for h, mine in hosts if mine}
+        outliving = [s for shards in self.shards.values() for s in shards
+                     if id(s.host) not in created]
+        try:
+            self.backend.release(outliving)
+        finally:
+            self.backend.destroy(list(created.values()))
+
+    # ------------------------------------------------------------------ stats
+    def node_stats(self) -> dict[str, dict]:
+        for ids, counter in self.chains:
+            n = counter.items_in
+            for k, node_id in enumerate(ids):
+                st = self.stats[node_id]
+                st.items_in = n
+                n -= counter.drops[k]
+                st.items_out = n
+                st.busy_s = counter.busy
+                st.fused_with = tuple(ids) if len(ids) > 1 else ()
+        return {node_id: st.as_dict() for node_id, st in sorted(self.stats.items())}
+
+    # ------------------------------------------------------------------ build
+    def build(self, node: Node, port: int = 0) -> AsyncIterator[Any]:
+        if node.op == "duplicate":
+            splitter = self.splitters.get(node)
+            if splitter is None:
+                splitter = self.splitters[node] = Splitter(
+                    self.ctx, self.build(node.inputs[0][0], node.inputs[0][1]),
+                    node.num_outputs, node.params["max_lag"], self.stats[self.ids[node]])
+            agen = splitter.branch(port)
+        elif node in self.compiled.chains:
+            chain = self.compiled.chains[node]
+            agen = self._map_chain(chain, self.build(*chain[0].inputs[0]))
+        else:
+            builder = getattr(self, "_op_" + node.op, None)
+            if builder is None:
+                raise ConfigError(f"{self.ids[node]!r}: operator {node.op!r} cannot run on "
+                                  "the driver")
+            agen = builder(node, self.stats[self.ids[node]])
+        self.agens.append(agen)
+        return agen
+
+    def _input(self, node: Node, i: int = 0) -> AsyncIterator[Any]:
+        return self.build(*node.inputs[i])
+
+    def _fail(self, node: Node, e: Exception):
+        return operator_error(self.ids[node], node.label, e)
+
+    # sources ----------------------------------------------------------------
+    async def _op_from_iterable(self, node: Node, st: NodeStats):
+        try:
+            source = node.params["factory"]()
+        except Exception as e:
+            raise self._fail(node, e) from e
+        if hasattr(source, "__aiter__"):
+            it = source.__aiter__()
+            while True:
+                try:
+                    x = await it.__anext__()
+                except StopAsyncIteration:
+                    return
+                except Exception as e:
+                    raise self._fail(node, e) from e
+                st.items_out += 1
+                yield x
+        try:
+            it = iter(source)
+        except Exception as e:
+            raise self._fail(node, e) from e
+        while True:
+            t = perf()
+            try:
+                x = next(it)
+            except StopIteration:
+                return
+            except Exception as e:
+                raise self._fail(node, e) from e
+            st.busy_s += perf() - t
+            st.items_out += 1
+            yield x
+
+    # fused one-to-one runs ----------------------------------------------------
+    async def _map_chain(self, chain: list[Node], upstream: AsyncIterator[Any]):
+        counter = _ChainCounter(len(chain))
+        self.chains.append(([self.ids[n] for n in chain], counter))
+        steps = [Step(n.op, self.ids[n], n.label, n.params) for n in chain]
+        metrics = self.metrics
+        fn = compose_map(steps, context=lambda: metrics.current_actor, drops=counter.drops)
+        async for x in upstream:
+            t = perf()
+            y = fn(x)
+            counter.busy += perf() - t
+            counter.items_in += 1
+            if y is not _DROP:
+                yield y
+
+    async def _op_for_each_async(self, node: Node, st: NodeStats):
+        fn = node.params["fn"]
+        async for x in self._input(node):
+            st.items_in += 1
+            try:
+                y = await fn(x)
+            except Exception as e:
+                raise self._fail(node, e) from e
+            st.items_out += 1
+            yield y
+
+    async def _op_batch(self, node: Node, st: NodeStats):
+        n, buf = node.params["n"], []
+        async for x in self._input(node):
+            st.items_in += 1
+            buf.append(x)
+            if len(buf) == n:
+                st.items_out += 1
+                yield buf
+                buf = []
+        if buf:
+            st.items_out += 1
+            yield buf
+
+    async def _op_flatten(self, node: Node, st: NodeStats):
+        async for x in self._input(node):
+            st.items_in += 1
+            try:
+                inner = list(x)
+            except Exception as e:
+                raise self._fail(node, e) from e
+            for y in inner:
+                st.items_out += 1
+                yield y
+
+    async def _op_combine(self, node: Node, st: NodeStats):
+        fn = node.params["fn"]
+        async for x in self._input(node):
+            st.items_in += 1
+            t = perf()
+            try:
+                out = list(fn(x))
+            except Exception as e:
+                raise self._fail(node, e) from e
+            st.busy_s += perf() - t
+            for y in out:
+                st.items_out += 1
+                yield y
+
+    async def _op_shuffle(self, node: Node, st: NodeStats):
+        seed, size = node.params["seed"], node.params["buffer_size"]
+        rng = random.Random(seed)
+        buf: list = []
+        async for x in self._input(node):
+            st.items_in += 1
+            if len(buf) < size:
+                buf.append(x)
+                st.depth(len(buf))
+                continue
+            i = rng.randrange(size)
+            st.items_out += 1
+            yield buf[i]
+            buf[i] = x
+        rng.shuffle(buf)
+        for y in buf:
+            st.items_out += 1
+            yield y
+
+    # gathers ------------------------------------------------------------------
+    async def _op_gather_sync(self, node: Node, st: NodeStats):
+        metrics = self.metrics
+        async for done in self._rounds(node, st):
+            for req in done:
+                actor = req.shard.actor
+                for x in req.result()[0]:
+                    metrics.current_actor = actor
+                    yield x
+
+    async def _op_batch_across_shards(self, node: Node, st: NodeStats):
+        async for done in self._rounds(node, st):
+            st.items_out += 1 - sum(len(r.result()[0]) for r in done)
+            yield [x for r in done for x in r.result()[0]]
+
+    async def _rounds(self, node: Node, st: NodeStats):
+        """Rounds of one request per live shard; yields each round's done requests."""
+        live = list(self.shards[node])
+        backend = self.backend
+        while live:
+            requests = [backend.submit(s, 1) for s in live]
+            st.depth(len(requests))
+            t = perf()
+            await backend.wait_all(requests)
+            st.wait_s += perf() - t
+            st.depth(0)
+            live, produced = [], 0
+            for req in requests:
+                items, ended = req.result()
+                produced += len(items)
+                if not ended:
+                    live.append(req.shard)
+            if produced:
+                st.items_in += produced
+                st.items_out += produced
+                yield requests
+
+    async def _op_gather_async(self, node: Node, st: NodeStats):
+        async for x in self._completions(node, st, node.params["num_async"]):
+            yield x
+
+    async def _op_aggregator_input(self, node: Node, st: NodeStats):
+        async for x in self._completions(node, st, 1):
+            yield x
+
+    async def _completions(self, node: Node, st: NodeStats, num_async: int):
+        backend, metrics = self.backend, self.metrics
+        inflight: dict[int, deque[Request]] = {}
+        for s in self.shards[node]:
+            inflight[id(s)] = deque(backend.submit(s, 1) for _ in range(num_async))
+        while inflight:
+            pending = [r for q in inflight.values() for r in q]
+            st.depth(len(pending))
+            if not any(r.done for r in pending):
+                t = perf()
+                await backend.wait_any(pending)
+                st.wait_s += perf() - t
+            for sid in list(inflight):
+                queue = inflight.get(sid)
+                while queue and queue[0].done:
+                    req = queue.popleft()
+                    items, ended = req.result()
+                    if ended:
+                        del inflight[sid]
+                    else:
+                        queue.append(backend.submit(req.shard, 1))
+                    for x in items:
+                        st.items_in += 1
+                        st.items_out += 1
+                        metrics.current_actor = req.shard.actor
+                        yield x
+                    if ended:
+                        break
+
+    # fan-in -------------------------------------------------------------------
+    def _op_concurrently(self, node: Node, st: NodeStats):
+        inputs = [self.build(p, port) for p, port in node.inputs]
+        p = node.params
+        emit = (set(range(len(inputs))) if p["output_indexes"] is None
+                else set(p["output_indexes"]))
+        if p["mode"] == "async":
+            return async_union(self.ctx, inputs, emit, st)
+        weights = p["weights"] or [1] * len(inputs)
+        rng = random.Random(p["seed"] if p["seed"] is not None else self.seed)
+        return round_robin(self.ctx, inputs, weights, emit, rng, st)
+
+
+class _ChainCounter:
+    __slots__ = ("items_in", "busy", "drops")
+
+    def __init__(self, n: int):
+        self.items_in = 0
+        self.busy = 0.0
+        self.drops = [0] * n
+

@@ -1,0 +1,193 @@
+"""``Run``: a compiled plan executing on a backend, consumed as an iterator.
+
+Policy: ``next(run)`` advances the output iterator by hand first and enters the
+event loop only when something really suspends (see ``runtime/context.py``), or
+when background tasks (pending async inputs) need the loop to make progress. Any
+error stops the run and releases what it created before it propagates;
+``stop()`` is idempotent and releases exactly what this run created: its stages
+on hosts it adopted, and the hosts it made.
+
+State: the event loop and :class:`RunContext`, the :class:`Driver` (hosts,
+shards, node iterators, stats), the run's :class:`MetricsContext`, and whether it
+has stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from flowrl.errors import ConfigError
+from flowrl.graph.compile import compile_plan
+from flowrl.metrics import MetricsContext, using_metrics
+from flowrl.runtime.context import RunContext, finish, reset_current_run, set_current_run, try_now
+from flowrl.runtime.driver import Driver
+
+if TYPE_CHECKING:
+    from flowrl.graph.plan import Plan
+
+BACKENDS = ("auto", "local", "ray")
+
+
+def uses_ray_actors(plan: "Plan") -> bool:
+    return any(n.op == "from_actors" and n.params["remote"] for n in plan.nodes)
+
+
+def make_backend(plan: "Plan", backend: str, seed: int):
+    if backend not in BACKENDS:
+        raise ConfigError(f"compile(backend={backend!r}): unknown backend; use one of "
+                          f"{list(BACKENDS)}")
+    if backend == "auto":
+        backend = "ray" if uses_ray_actors(plan) else "local"
+    if backend == "local":
+        if uses_ray_actors(plan):
+            raise ConfigError("compile(backend='local'): the plan reads Ray actor handles "
+                              "(from_actors); use backend='ray' or 'auto'")
+        from flowrl.runtime.local_backend import LocalBackend
+        return LocalBackend(seed)
+    from flowrl.runtime.ray_backend import RayBackend
+    return RayBackend()
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+async def _await(aw: Any) -> Any:
+    return await aw
+
+
+class Run:
+    """A running plan: iterate it, ``take(n)``, ``stop()``, or use it as a context manager.
+
+    ``run.metrics`` is the run's :class:`~flowrl.metrics.MetricsContext`;
+    ``run.stats()`` gives per-node items in/out, busy and wait seconds and queue
+    depth.
+
+    >>> import flowrl
+    >>> with flowrl.Plan(flowrl.from_items([1, 2, 3], 1).gather_sync()).compile() as run:
+    ...     run.take(2), next(run), run.take(5)
+    ([1, 2], 3, [])
+    """
+
+    def __init__(self, plan: "Plan", backend: str = "auto", seed: int = 0, *,
+                 _preset: dict | None = None):
+        self.plan = plan
+        self._backend = make_backend(plan, backend, seed)
+        self.backend = self._backend.name
+        compiled = compile_plan(plan, ships=self.backend == "ray")
+        self.metrics = MetricsContext()
+        self.loop = asyncio.new_event_loop()
+        self.ctx = RunContext(self.loop)
+        self._stopped = False
+        self._helper: concurrent.futures.ThreadPoolExecutor | None = None
+        self.key = f"{plan.name}-{uuid.uuid4().hex[:8]}"
+        self._driver = Driver(compiled, self._backend, self.ctx, self.metrics, self.key,
+                              seed, _preset)
+        try:
+            self._driver.start()
+            self._out = self._driver.build(plan.output.node, plan.output.port)
+        except BaseException:
+            self.stop()
+            raise
+
+    # ------------------------------------------------------------------ iterate
+    def __iter__(self) -> "Run":
+        return self
+
+    def __next__(self) -> Any:
+        if self._stopped:
+            raise StopIteration
+        token = set_current_run(self.ctx)
+        try:
+            with using_metrics(self.metrics):
+                aw = self._out.__anext__()
+                if self.ctx.background:
+                    return self._in_loop(_await(aw))
+                ready, value = try_now(aw)
+                return value if ready else self._in_loop(finish(aw, value))
+        except StopAsyncIteration:
+            self.stop()
+            raise StopIteration from None
+        except BaseException:
+            self.stop()
+            raise
+        finally:
+            reset_current_run(token)
+
+    def _in_loop(self, coro: Any) -> Any:
+        if _running_loop() is None:
+            return self.loop.run_until_complete(coro)
+        # A run nested inside another run's step (an in-process aggregator): the
+        # thread already runs a loop, so this run's loop turns on a helper thread.
+        if self._helper is None:
+            self._helper = concurrent.futures.ThreadPoolExecutor(1, "flowrl-nested")
+        context = contextvars.copy_context()
+        return self._helper.submit(context.run, self.loop.run_until_complete, coro).result()
+
+    def take(self, n: int) -> list[Any]:
+        """Up to ``n`` next items (fewer if the plan ends first)."""
+        out = []
+        for _ in range(n):
+            try:
+                out.append(next(self))
+            except StopIteration:
+                break
+        return out
+
+    # ------------------------------------------------------------------ inspect
+    def stats(self) -> dict[str, dict]:
+        """Per node id: items_in, items_out, busy_s, wait_s, queue_depth, max_queue_depth."""
+        return self._driver.node_stats()
+
+    # ------------------------------------------------------------------ stop
+    def stop(self) -> None:
+        """Stop promptly and release what this run created (idempotent)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        self.ctx.stopping = True
+        driver = getattr(self, "_driver", None)
+        try:
+            if self.ctx.background and not self.loop.is_closed():
+                for task in list(self.ctx.background):
+                    task.cancel()
+                self._in_loop(asyncio.gather(*self.ctx.background, return_exceptions=True))
+            if driver is not None:
+                for agen in reversed(driver.agens):
+                    self._close(agen)
+        finally:
+            try:
+                if driver is not None:
+                    driver.stop()
+            finally:
+                self._backend.stop()
+                self.ctx.executor.shutdown(wait=False, cancel_futures=True)
+                if self._helper is not None:
+                    self._helper.shutdown(wait=False)
+                if not self.loop.is_closed():
+                    self.loop.close()
+
+    def _close(self, agen: Any) -> None:
+        try:
+            ready, value = try_now(agen.aclose())
+            if not ready:
+                self._in_loop(finish(agen.aclose(), value))
+        except (RuntimeError, StopAsyncIteration, GeneratorExit):
+            pass  # already finished or closing: nothing left to release
+
+    def __enter__(self) -> "Run":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def __repr__(self) -> str:
+        state = "stopped" if self._stopped else "running"
+        return f"Run({self.plan.name!r}, backend={self.backend!r}, {state})"
