@@ -41,8 +41,14 @@ class OperatorError(FlowError):
         self.remote_traceback = remote_traceback
 
     def __reduce__(self):
-        # Picklable with its fields so it crosses process boundaries intact.
-        return (type(self), (str(self), self.node_id, self.label, self.remote_traceback))
+        # Crossing a process boundary drops __cause__ and tracebacks, so the cause's
+        # formatted traceback travels as text.
+        tb = self.remote_traceback
+        if not tb and self.__cause__ is not None:
+            import traceback
+            cause = self.__cause__
+            tb = "".join(traceback.format_exception(type(cause), cause, cause.__traceback__))
+        return (type(self), (self.args[0] if self.args else "", self.node_id, self.label, tb))
 
     def __str__(self) -> str:
         text = super().__str__()

@@ -16,7 +16,6 @@ a single function call per item. Whatever raises is re-raised as an
 from __future__ import annotations
 
 import random
-import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
@@ -37,10 +36,8 @@ def operator_error(node_id: str, label: str, exc: BaseException) -> OperatorErro
     """The OperatorError for ``exc`` raised in node ``node_id`` (cause chained by caller)."""
     if isinstance(exc, OperatorError):
         return exc
-    tb = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
     return OperatorError(f"operator {node_id!r} ({label}) raised "
-                         f"{type(exc).__name__}: {exc}", node_id=node_id, label=label,
-                         remote_traceback=tb)
+                         f"{type(exc).__name__}: {exc}", node_id=node_id, label=label)
 
 
 _DROP = object()  # internal: a filter rejected the item inside a fused call

@@ -8,7 +8,6 @@ the operator was called; the rules here need the whole graph.
 
 from __future__ import annotations
 
-import math
 from typing import TYPE_CHECKING
 
 from flowrl.errors import ConfigError, PlanError
@@ -85,16 +84,31 @@ def _check_aggregate(plan, node) -> None:
 
 
 def _check_duplicate_lag(plan, node) -> None:
+    """Copies of one duplicate read by a strict round-robin must advance at one rate.
+
+    Through rate-preserving operators (for_each, zip_with_source_actor) the copies
+    advance by their weights each turn; unequal weights make the leader drift ahead
+    without bound, and once it is ``max_lag`` ahead the round-robin waits forever.
+    """
     weights = node.params["weights"]
     by_split: dict = {}
     for (parent, _port), w in zip(node.inputs, weights):
+        while parent.op in ("for_each", "for_each_async", "zip_with_source_actor"):
+            parent = parent.inputs[0][0]
         if parent.op == "duplicate":
             by_split.setdefault(parent, []).append(w)
     for split, ws in by_split.items():
-        numeric = [math.ceil(w) for w in ws if w != "*"]
-        if len(ws) > 1 and numeric and max(numeric) > split.params["max_lag"]:
+        if len(ws) < 2:
+            continue
+        where = f"{plan.ids[node]!r} reads {len(ws)} copies of {plan.ids[split]!r}"
+        if len(set(map(str, ws))) > 1 or any(w == "*" or w != int(w) for w in ws):
             raise ConfigError(
-                f"{plan.ids[node]!r} takes {max(numeric)} items per turn from a copy of "
-                f"{plan.ids[split]!r}, more than its max_lag={split.params['max_lag']}, so the "
-                f"strict round-robin would wait forever; pass duplicate(..., "
-                f"max_lag={max(numeric)}) or lower the weight")
+                f"{where} with weights {ws}: unequal, '*' or fractional weights make one "
+                f"copy run ahead without bound until it is max_lag="
+                f"{split.params['max_lag']} ahead and the strict round-robin waits forever; "
+                "give the copies equal integer weights or use mode='async'")
+        if ws[0] > split.params["max_lag"]:
+            raise ConfigError(
+                f"{where} taking {ws[0]} items per turn, more than its max_lag="
+                f"{split.params['max_lag']}, so the strict round-robin would wait forever; "
+                f"pass duplicate(..., max_lag={ws[0]}) or lower the weight")

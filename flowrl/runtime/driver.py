@@ -106,7 +106,9 @@ class Driver:
                 st.items_out = n
                 st.busy_s = counter.busy
                 st.fused_with = tuple(ids) if len(ids) > 1 else ()
-        return {node_id: st.as_dict() for node_id, st in sorted(self.stats.items())}
+        driver = {self.ids[n] for n in self.plan.nodes if self.plan.placement[n] == "driver"}
+        return {node_id: st.as_dict() for node_id, st in sorted(self.stats.items())
+                if node_id in driver}
 
     # ------------------------------------------------------------------ build
     def build(self, node: Node, port: int = 0) -> AsyncIterator[Any]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
@@ -88,6 +89,7 @@ class Run:
         self._stopped = False
         self._helper: concurrent.futures.ThreadPoolExecutor | None = None
         self.key = f"{plan.name}-{uuid.uuid4().hex[:8]}"
+        self._started = time.perf_counter()
         self._driver = Driver(compiled, self._backend, self.ctx, self.metrics, self.key,
                               seed, _preset)
         try:
@@ -143,8 +145,14 @@ class Run:
 
     # ------------------------------------------------------------------ inspect
     def stats(self) -> dict[str, dict]:
-        """Per node id: items_in, items_out, busy_s, wait_s, queue_depth, max_queue_depth."""
-        return self._driver.node_stats()
+        """Per node id: items_in, items_out, items_per_s (out, over the run's wall time),
+        busy_s, wait_s, queue_depth, max_queue_depth (and fused_with for fused nodes).
+        Shard-side nodes are not measured here; their gather counts what they delivered."""
+        elapsed = max(time.perf_counter() - self._started, 1e-9)
+        out = self._driver.node_stats()
+        for st in out.values():
+            st["items_per_s"] = round(st["items_out"] / elapsed, 3)
+        return out
 
     # ------------------------------------------------------------------ stop
     def stop(self) -> None:
