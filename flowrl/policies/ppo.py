@@ -1,0 +1,96 @@
+"""PPO: clipped surrogate, clipped value loss, entropy bonus, adaptive KL penalty.
+
+With ``r_t = π(a|s) / π_old(a|s)`` (π_old from the batch's ``action_logp`` and
+``action_dist_inputs``) the per-row loss is, as in RLlib 1.x::
+
+    -min(r_t Â, clip(r_t, 1-ε, 1+ε) Â) + β KL(π_old || π)
+    + c_vf max((V - V_targ)², (V_old + clip(V - V_old, ±vf_clip_param) - V_targ)²)
+    - c_ent H(π)
+
+The KL coefficient β adapts between training steps through :meth:`PPOPolicy.update_kl`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from flowrl.batch import SampleBatch as SB
+from flowrl.errors import ConfigError
+from flowrl.policies.torch_policy import TorchPolicy
+
+
+class PPOPolicy(TorchPolicy):
+    """Proximal policy optimisation; defaults follow RLlib 1.x PPO.
+
+    ``clip_param`` (ε), ``vf_clip_param``, ``vf_loss_coeff``, ``entropy_coeff``,
+    ``kl_coeff`` (initial β), ``kl_target``; ``num_sgd_iter`` epochs over
+    minibatches of ``sgd_minibatch_size`` rows per ``learn_on_batch``, whose stats
+    include the mean ``kl`` to feed :meth:`update_kl`.
+
+    >>> import gymnasium as gym
+    >>> p = PPOPolicy(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2), kl_target=0.01)
+    >>> [round(p.update_kl(kl), 6) for kl in (0.05, 0.001, 0.01)]
+    [0.3, 0.15, 0.15]
+    """
+
+    def __init__(self, observation_space, action_space, *, lr: float = 5e-5,
+                 clip_param: float = 0.3, vf_clip_param: float = 10.0,
+                 vf_loss_coeff: float = 1.0, entropy_coeff: float = 0.0,
+                 kl_coeff: float = 0.2, kl_target: float = 0.01,
+                 num_sgd_iter: int = 30, sgd_minibatch_size: int | None = 128, **kwargs):
+        for field, value in (("clip_param", clip_param), ("vf_clip_param", vf_clip_param),
+                             ("kl_target", kl_target)):
+            if not value > 0:
+                raise ConfigError(f"PPOPolicy({field}={value!r}): must be > 0")
+        if kl_coeff < 0:
+            raise ConfigError(f"PPOPolicy(kl_coeff={kl_coeff!r}): must be >= 0 (0 disables the KL penalty)")
+        super().__init__(observation_space, action_space, lr=lr, num_sgd_iter=num_sgd_iter,
+                         sgd_minibatch_size=sgd_minibatch_size, **kwargs)
+        self.clip_param, self.vf_clip_param = clip_param, vf_clip_param
+        self.vf_loss_coeff, self.entropy_coeff = vf_loss_coeff, entropy_coeff
+        self.kl_coeff, self.kl_target = kl_coeff, kl_target
+
+    def update_kl(self, sampled_kl: float) -> float:
+        """Adapt β from the KL measured in the last training step (RLlib 1.x rule).
+
+        β grows 1.5x when ``sampled_kl > 2 kl_target``, halves when
+        ``sampled_kl < kl_target / 2``, else stays. Returns the new β.
+        """
+        if sampled_kl > 2.0 * self.kl_target:
+            self.kl_coeff *= 1.5
+        elif sampled_kl < 0.5 * self.kl_target:
+            self.kl_coeff *= 0.5
+        return self.kl_coeff
+
+    def loss(self, train):
+        obs = train[SB.OBS]
+        dist = self.dist_class(self.model.dist_inputs(obs))
+        old = self.dist_class(train[SB.ACTION_DIST_INPUTS])
+        ratio = torch.exp(dist.logp(train[SB.ACTIONS]) - train[SB.ACTION_LOGP])
+        adv = train[SB.ADVANTAGES]
+        surrogate = torch.min(adv * ratio,
+                              adv * ratio.clamp(1 - self.clip_param, 1 + self.clip_param))
+        kl = old.kl(dist)
+        entropy = dist.entropy()
+        value = self.model.value(obs)
+        old_value, targets = train[SB.VF_PREDS], train[SB.VALUE_TARGETS]
+        clipped = old_value + (value - old_value).clamp(-self.vf_clip_param, self.vf_clip_param)
+        vf_loss = torch.max((value - targets).pow(2), (clipped - targets).pow(2))
+        total = (-surrogate + self.kl_coeff * kl + self.vf_loss_coeff * vf_loss
+                 - self.entropy_coeff * entropy).mean()
+        return total, {"policy_loss": -surrogate.mean().detach(), "vf_loss": vf_loss.mean().detach(),
+                       "entropy": entropy.mean().detach(), "kl": kl.mean().detach(),
+                       "cur_kl_coeff": torch.tensor(self.kl_coeff)}
+
+    def get_state(self) -> dict[str, Any]:
+        """Base state plus the current KL coefficient."""
+        return {**super().get_state(), "kl_coeff": self.kl_coeff}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        super().set_state(state)
+        self.kl_coeff = state["kl_coeff"]
+
+
+__all__ = ["PPOPolicy"]

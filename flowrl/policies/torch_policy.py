@@ -1,0 +1,328 @@
+"""Torch MLP actor-critic policy: acting, postprocessing, learning, weights and state.
+
+:class:`TorchPolicy` holds the model (separate ``tanh`` MLPs for the policy and the
+value function), an Adam optimizer and a seeded ``torch.Generator`` for action
+sampling. Algorithms subclass it and implement :meth:`TorchPolicy.loss`
+(:class:`~flowrl.policies.pg.PGPolicy`, :class:`~flowrl.policies.a2c.A2CPolicy`,
+:class:`~flowrl.policies.ppo.PPOPolicy`); every hyperparameter is an explicit
+keyword argument.
+
+Spaces: observations may be ``Box`` (flattened) or ``Discrete`` (one-hot); actions
+``Discrete`` (categorical) or ``Box`` (diagonal Gaussian with a state-independent
+log-std, sampled unclipped; the rollout worker clips to the bounds for the env).
+
+Weights (:meth:`get_weights`) are a dict of parameter name to numpy array; state
+(:meth:`get_state`) adds the optimizer state and whatever a subclass keeps (e.g.
+PPO's KL coefficient), all as numpy/plain Python so it pickles and checkpoints.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from flowrl.batch import SampleBatch
+from flowrl.errors import ConfigError
+from flowrl.policies.distributions import Categorical, DiagGaussian
+from flowrl.policies.maths import discounted_returns, explained_variance, gae
+
+SB = SampleBatch
+
+
+def _mlp(sizes: Sequence[int], out: int, out_gain: float) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for a, b in zip(sizes[:-1], sizes[1:]):
+        layers += [nn.Linear(a, b), nn.Tanh()]
+    last = nn.Linear(sizes[-1], out)
+    nn.init.orthogonal_(last.weight, gain=out_gain)
+    nn.init.zeros_(last.bias)
+    return nn.Sequential(*layers, last)
+
+
+class ActorCriticModel(nn.Module):
+    """``pi``: obs -> action-distribution inputs; ``vf``: obs -> V(s) (if ``use_critic``)."""
+
+    def __init__(self, obs_dim: int, num_outputs: int, hidden_sizes: Sequence[int], *,
+                 gaussian: bool, use_critic: bool):
+        super().__init__()
+        sizes = [obs_dim, *hidden_sizes]
+        self.pi = _mlp(sizes, num_outputs, 0.01)
+        self.log_std = nn.Parameter(torch.zeros(num_outputs)) if gaussian else None
+        self.vf = _mlp(sizes, 1, 1.0) if use_critic else None
+
+    def dist_inputs(self, obs: torch.Tensor) -> torch.Tensor:
+        out = self.pi(obs)
+        if self.log_std is not None:
+            out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
+        return out
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        if self.vf is None:
+            return torch.zeros(obs.shape[0])
+        return self.vf(obs).squeeze(-1)
+
+
+def _to_numpy_tree(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.detach().cpu().numpy().copy()
+    if isinstance(x, dict):
+        return {k: _to_numpy_tree(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_numpy_tree(v) for v in x)
+    return x
+
+
+def _to_torch_tree(x: Any) -> Any:
+    if isinstance(x, np.ndarray):
+        return torch.tensor(x)
+    if isinstance(x, dict):
+        return {k: _to_torch_tree(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return type(x)(_to_torch_tree(v) for v in x)
+    return x
+
+
+class TorchPolicy:
+    """Base torch policy; subclasses define :meth:`loss`.
+
+    Args (keyword-only after the spaces): ``hidden_sizes`` of both MLPs, ``lr``
+    (Adam), ``gamma``, ``lambda_`` (GAE), ``grad_clip`` (global norm, ``None`` for
+    none), ``num_sgd_iter`` epochs of minibatch SGD of ``sgd_minibatch_size`` rows
+    per :meth:`learn_on_batch` (``None``: the whole batch at once), ``seed``.
+
+    >>> from flowrl.policies import PGPolicy
+    >>> p = PGPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), seed=0)
+    >>> actions, extra = p.compute_actions(np.zeros((4, 3), np.float32))
+    >>> actions.shape, sorted(extra)
+    ((4,), ['action_dist_inputs', 'action_logp', 'vf_preds'])
+    """
+
+    use_critic = True
+
+    def __init__(self, observation_space: gym.Space, action_space: gym.Space, *,
+                 hidden_sizes: Sequence[int] = (64, 64), lr: float = 1e-3,
+                 gamma: float = 0.99, lambda_: float = 1.0,
+                 grad_clip: float | None = None, num_sgd_iter: int = 1,
+                 sgd_minibatch_size: int | None = None, seed: int | None = None):
+        name = type(self).__name__
+        for field, value, ok in (
+                ("lr", lr, lr > 0), ("gamma", gamma, 0 <= gamma <= 1),
+                ("lambda_", lambda_, 0 <= lambda_ <= 1),
+                ("grad_clip", grad_clip, grad_clip is None or grad_clip > 0),
+                ("num_sgd_iter", num_sgd_iter, isinstance(num_sgd_iter, int) and num_sgd_iter >= 1),
+                ("sgd_minibatch_size", sgd_minibatch_size,
+                 sgd_minibatch_size is None or (isinstance(sgd_minibatch_size, int)
+                                                and sgd_minibatch_size >= 1)),
+                ("hidden_sizes", hidden_sizes, all(isinstance(h, int) and h > 0
+                                                   for h in hidden_sizes))):
+            if not ok:
+                raise ConfigError(f"{name}({field}={value!r}) is out of range; see the "
+                                  f"{name} docstring for valid values")
+        self.observation_space = observation_space
+        self.action_space = action_space
+        self.lr, self.gamma, self.lambda_ = lr, gamma, lambda_
+        self.grad_clip = grad_clip
+        self.num_sgd_iter, self.sgd_minibatch_size = num_sgd_iter, sgd_minibatch_size
+        self.seed = seed
+        self._np_rng = np.random.default_rng(seed)
+
+        if isinstance(observation_space, gym.spaces.Box):
+            obs_dim = int(np.prod(observation_space.shape))
+        elif isinstance(observation_space, gym.spaces.Discrete):
+            obs_dim = int(observation_space.n)
+        else:
+            raise ConfigError(f"{name}: observation space {observation_space} is not "
+                              "supported; use a Box or Discrete space (flatten others)")
+        if isinstance(action_space, gym.spaces.Discrete):
+            self.dist_class, num_outputs, gaussian = Categorical, int(action_space.n), False
+        elif isinstance(action_space, gym.spaces.Box):
+            self.dist_class, gaussian = DiagGaussian, True
+            num_outputs = int(np.prod(action_space.shape))
+        else:
+            raise ConfigError(f"{name}: action space {action_space} is not supported; "
+                              "use Discrete or Box")
+        self._obs_dim = obs_dim
+
+        with torch.random.fork_rng(devices=[]):
+            if seed is not None:
+                torch.manual_seed(seed)
+            self.model = ActorCriticModel(obs_dim, num_outputs, list(hidden_sizes),
+                                          gaussian=gaussian, use_critic=self.use_critic)
+        self.generator = torch.Generator()
+        if seed is not None:
+            self.generator.manual_seed(seed)
+        else:
+            self.generator.seed()
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=lr)
+
+    # -- acting ----------------------------------------------------------------
+    def _obs_tensor(self, obs) -> torch.Tensor:
+        obs = np.asarray(obs)
+        if isinstance(self.observation_space, gym.spaces.Discrete):
+            return nn.functional.one_hot(torch.as_tensor(obs, dtype=torch.long).reshape(-1),
+                                         self._obs_dim).float()
+        return torch.as_tensor(obs.reshape(len(obs), self._obs_dim), dtype=torch.float32)
+
+    def compute_actions(self, obs_batch, explore: bool = True) -> tuple[np.ndarray, dict]:
+        """Actions for a batch of observations ``(B, *obs_shape)``, one forward pass.
+
+        ``explore=False`` takes the distribution's mode. Returns ``(actions, extra)``
+        with ``extra`` holding ``action_logp (B,)``, ``vf_preds (B,)`` and
+        ``action_dist_inputs (B, D)`` as numpy arrays.
+        """
+        with torch.inference_mode():
+            obs = self._obs_tensor(obs_batch)
+            inputs = self.model.dist_inputs(obs)
+            dist = self.dist_class(inputs)
+            actions = dist.sample(self.generator) if explore else dist.deterministic_sample()
+            logp = dist.logp(actions)
+            vf = self.model.value(obs)
+        actions = actions.numpy()
+        if isinstance(self.action_space, gym.spaces.Box):
+            actions = actions.reshape((len(actions), *self.action_space.shape))
+        return actions, {SB.ACTION_LOGP: logp.numpy(), SB.VF_PREDS: vf.numpy(),
+                         SB.ACTION_DIST_INPUTS: inputs.numpy()}
+
+    def value(self, obs_batch) -> np.ndarray:
+        """``V(s)`` for a batch of observations, shape ``(B,)`` (zeros without a critic)."""
+        with torch.inference_mode():
+            return self.model.value(self._obs_tensor(obs_batch)).numpy()
+
+    # -- postprocessing --------------------------------------------------------
+    def postprocess_trajectory(self, batch: SampleBatch, last_value: float = 0.0) -> SampleBatch:
+        """A new batch with ``advantages`` and ``value_targets`` for one trajectory.
+
+        ``batch`` holds one env's (one agent's) consecutive steps in time order; it
+        may span several episodes, each ending at a ``terminateds``/``truncateds``
+        row. Truncated rows bootstrap from the ``bootstrap_value`` column
+        (``V(final obs)``); ``last_value`` is ``V(s_T)`` after the last row when the
+        fragment cut an episode (0 when the last row ends its episode). With a
+        critic this is GAE(γ, λ); without one, advantages are discounted returns.
+        """
+        rewards = batch[SB.REWARDS]
+        term = batch[SB.TERMINATEDS]
+        trunc = batch.get(SB.TRUNCATEDS)
+        boot = batch.get(SB.BOOTSTRAP_VALUE)
+        if trunc is not None and boot is None:
+            boot = np.zeros(len(rewards), np.float32)
+        if self.use_critic:
+            adv, targets = gae(rewards, batch[SB.VF_PREDS], term, last_value,
+                               gamma=self.gamma, lam=self.lambda_, truncateds=trunc,
+                               bootstrap_values=boot)
+        else:
+            adv = targets = discounted_returns(rewards, term, last_value, gamma=self.gamma,
+                                               truncateds=trunc, bootstrap_values=boot)
+        return batch.with_columns(**{SB.ADVANTAGES: adv, SB.VALUE_TARGETS: targets})
+
+    # -- learning --------------------------------------------------------------
+    def loss(self, train: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """Scalar loss and stats for a dict of batch tensors; subclasses implement it."""
+        raise NotImplementedError(f"{type(self).__name__} must implement loss()")
+
+    def _train_tensors(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
+        # Arrays from Ray's object store are read-only; torch wants writable memory.
+        out = {k: torch.as_tensor(v if v.flags.writeable else v.copy())
+               for k, v in batch.items() if v.dtype.kind in "fiub"}
+        out[SB.OBS] = self._obs_tensor(batch[SB.OBS])
+        return out
+
+    def _backward(self, batch: SampleBatch) -> dict[str, float]:
+        self.optimizer.zero_grad(set_to_none=True)
+        loss, stats = self.loss(self._train_tensors(batch))
+        loss.backward()
+        params = [p for p in self.model.parameters() if p.grad is not None]
+        norm = nn.utils.clip_grad_norm_(params, self.grad_clip if self.grad_clip else math.inf)
+        out = {k: float(v) for k, v in stats.items()}
+        out.update(total_loss=float(loss.detach()), grad_gnorm=float(norm))
+        return out
+
+    def learn_on_batch(self, batch: SampleBatch) -> dict[str, float]:
+        """``num_sgd_iter`` epochs of SGD over shuffled minibatches; mean stats.
+
+        Stats include ``total_loss``, ``grad_gnorm``, ``cur_lr`` and the loss's
+        own terms (``policy_loss``, ``vf_loss``, ``entropy``, ``kl``...).
+        """
+        if batch.count == 0:
+            raise ConfigError(f"{type(self).__name__}.learn_on_batch got an empty batch")
+        size = self.sgd_minibatch_size or batch.count
+        totals: dict[str, float] = {}
+        n = 0
+        for _ in range(self.num_sgd_iter):
+            shuffle = size < batch.count
+            for mb in batch.minibatches(size, seed=self._np_rng, shuffle=shuffle):
+                for k, v in self._backward(mb).items():
+                    totals[k] = totals.get(k, 0.0) + v
+                self.optimizer.step()
+                n += 1
+        stats = {k: v / n for k, v in totals.items()}
+        stats["cur_lr"] = self.lr
+        if self.use_critic:
+            stats["vf_explained_var"] = explained_variance(
+                self.value(batch[SB.OBS]), batch[SB.VALUE_TARGETS])
+        return stats
+
+    def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], dict]:
+        """Gradients of the loss on the whole batch (clipped), one array per parameter.
+
+        The list follows ``model.parameters()`` order; parameters the loss does not
+        touch get zeros. Weights are not changed.
+        """
+        stats = self._backward(batch)
+        grads = [(p.grad.numpy().copy() if p.grad is not None else np.zeros(tuple(p.shape), np.float32))
+                 for p in self.model.parameters()]
+        self.optimizer.zero_grad(set_to_none=True)
+        return grads, stats
+
+    def apply_gradients(self, grads: Sequence[np.ndarray]) -> None:
+        """One optimizer step with ``grads`` (as from :meth:`compute_gradients`)."""
+        params = list(self.model.parameters())
+        if len(grads) != len(params):
+            raise ConfigError(f"{type(self).__name__}.apply_gradients got {len(grads)} "
+                              f"gradients for {len(params)} parameters")
+        for i, (p, g) in enumerate(zip(params, grads)):
+            if tuple(np.shape(g)) != tuple(p.shape):
+                raise ConfigError(f"{type(self).__name__}.apply_gradients: gradient {i} has "
+                                  f"shape {np.shape(g)}, parameter has {tuple(p.shape)}")
+            p.grad = torch.tensor(np.asarray(g), dtype=p.dtype)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    # -- weights and state -----------------------------------------------------
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """Model parameters as ``{name: numpy array}`` (copies)."""
+        return {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
+
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+        """Load weights from :meth:`get_weights` (of a policy with the same shapes)."""
+        own = self.model.state_dict()
+        missing, extra = sorted(set(own) - set(weights)), sorted(set(weights) - set(own))
+        if missing or extra:
+            raise ConfigError(f"{type(self).__name__}.set_weights: missing {missing}, "
+                              f"unexpected {extra}; weights come from another model")
+        for k, v in weights.items():
+            if tuple(np.shape(v)) != tuple(own[k].shape):
+                raise ConfigError(f"{type(self).__name__}.set_weights: {k!r} has shape "
+                                  f"{np.shape(v)}, expected {tuple(own[k].shape)}")
+        self.model.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in weights.items()})
+
+    def get_state(self) -> dict[str, Any]:
+        """Weights, optimizer state and sampling RNG state, for checkpoints."""
+        return {"weights": self.get_weights(),
+                "optimizer": _to_numpy_tree(self.optimizer.state_dict()),
+                "generator": self.generator.get_state().numpy().copy(),
+                "np_rng": self._np_rng.bit_generator.state}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`get_state` returned."""
+        self.set_weights(state["weights"])
+        self.optimizer.load_state_dict(_to_torch_tree(state["optimizer"]))
+        self.generator.set_state(torch.tensor(state["generator"]))
+        self._np_rng.bit_generator.state = state["np_rng"]
+
+
+__all__ = ["TorchPolicy", "ActorCriticModel"]

@@ -1,0 +1,260 @@
+"""``RolloutWorker``: envs plus policies; samples experience and trains on request.
+
+A worker owns ``num_envs`` copies of an env and one or more policies. Single-agent
+envs are stepped as one gymnasium vector env with one batched policy forward per
+step (:class:`~flowrl.workers.sampler.VectorSampler`); a
+:class:`~flowrl.workers.MultiAgentEnv` runs through
+:class:`~flowrl.workers.multi_agent_sampler.MultiAgentSampler` and yields
+:class:`~flowrl.batch.MultiAgentBatch` es.
+
+The same object works in-process and as a Ray actor (``ray.remote(RolloutWorker)``):
+every method takes and returns plain picklable data. As a
+:class:`~flowrl.ShardHost` its shard is ``sample()`` forever.
+
+Seeding: with ``seed`` set, the worker uses ``seed + 1000 * worker_index`` for its
+policies' initial weights and action sampling, and env ``i`` is reset with that
+plus ``i``; workers differ from each other and every run repeats.
+
+Per-policy results (``learn_on_batch``, ``compute_gradients``, ``get_weights``)
+are dicts keyed by policy id for single- and multi-agent workers alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable, Iterator
+
+import gymnasium as gym
+
+from flowrl.batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
+from flowrl.errors import ConfigError
+from flowrl.graph.shard_host import ShardHost
+from flowrl.workers.multi_agent_env import MultiAgentEnv
+from flowrl.workers.multi_agent_sampler import MultiAgentSampler
+from flowrl.workers.sampler import VectorSampler
+
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """How to build one policy: ``policy_class(obs_space, act_space, **config, seed=...)``.
+
+    ``policy_class`` is a policy class or any factory with that signature; spaces
+    left ``None`` are taken from the env (for a multi-agent env, from the first
+    agent the policy mapping sends to this policy).
+    """
+
+    policy_class: Callable[..., Any]
+    observation_space: gym.Space | None = None
+    action_space: gym.Space | None = None
+    config: dict = field(default_factory=dict)
+
+
+def _env_creator(env, env_config: dict) -> Callable[[], Any]:
+    if isinstance(env, str):
+        return lambda: gym.make(env, **env_config)
+    if callable(env):
+        return lambda: env(env_config)
+    raise ConfigError(f"RolloutWorker(env={env!r}): env must be a registered gymnasium id "
+                      "or a callable env_creator(env_config) -> env")
+
+
+class RolloutWorker(ShardHost):
+    """Samples from ``num_envs`` envs with its policies; see the module docstring.
+
+    Give either ``policy`` (a class/factory for the single policy
+    ``"default_policy"``, built with ``policy_config``) or ``policies`` (policy id ->
+    :class:`PolicySpec` or class) with ``policy_mapping_fn(agent_id) -> policy id``.
+
+    >>> from flowrl.policies import PGPolicy
+    >>> w = RolloutWorker("CartPole-v1", policy=PGPolicy, num_envs=2,
+    ...                   rollout_fragment_length=10, seed=0)
+    >>> batch = w.sample()
+    >>> batch.count, sorted(w.get_weights()), w.policies_to_train
+    (20, ['default_policy'], ['default_policy'])
+    >>> w.stop()
+    """
+
+    def __init__(self, env, *, env_config: dict | None = None,
+                 policy: Callable[..., Any] | None = None, policy_config: dict | None = None,
+                 policies: dict[str, PolicySpec | Callable[..., Any]] | None = None,
+                 policy_mapping_fn: Callable[[Any], str] | None = None,
+                 policies_to_train: Iterable[str] | None = None,
+                 num_envs: int = 1, rollout_fragment_length: int = 200,
+                 seed: int | None = None, worker_index: int = 0, explore: bool = True,
+                 torch_threads: int | None = None):
+        for name, value in (("num_envs", num_envs),
+                            ("rollout_fragment_length", rollout_fragment_length)):
+            if not isinstance(value, int) or value < 1:
+                raise ConfigError(f"RolloutWorker({name}={value!r}): must be an int >= 1")
+        if (policy is None) == (policies is None):
+            raise ConfigError("RolloutWorker: give exactly one of policy= (a single policy "
+                              "class/factory) or policies= (policy id -> PolicySpec)")
+        if torch_threads is not None:
+            import torch
+            torch.set_num_threads(torch_threads)
+        self.worker_index = worker_index
+        self.env_config = dict(env_config or {})
+        self.num_envs, self.rollout_fragment_length = num_envs, rollout_fragment_length
+        self.seed = None if seed is None else seed + 1000 * worker_index
+        if policies is None:
+            policies = {DEFAULT_POLICY_ID: PolicySpec(policy, config=dict(policy_config or {}))}
+        specs = {pid: s if isinstance(s, PolicySpec) else PolicySpec(s)
+                 for pid, s in policies.items()}
+
+        create = _env_creator(env, self.env_config)
+        first = create()
+        eps_base = worker_index << 32
+        if isinstance(first, MultiAgentEnv):
+            if policy_mapping_fn is None:
+                if len(specs) != 1:
+                    raise ConfigError("RolloutWorker: a multi-agent env with several "
+                                      "policies needs policy_mapping_fn(agent_id) -> policy id")
+                only = next(iter(specs))
+                policy_mapping_fn = lambda agent_id: only  # noqa: E731
+            self.envs = [first] + [create() for _ in range(num_envs - 1)]
+            self.policy_map = self._build_multi_agent(specs, first, policy_mapping_fn)
+            self.sampler = MultiAgentSampler(
+                self.envs, self.policy_map, policy_mapping_fn,
+                fragment_length=rollout_fragment_length, seed=self.seed,
+                explore=explore, eps_id_base=eps_base)
+        else:
+            if len(specs) != 1:
+                raise ConfigError(f"RolloutWorker: env {env!r} is single-agent but "
+                                  f"{len(specs)} policies were given; give one policy or a "
+                                  "MultiAgentEnv")
+            self.envs = [gym.vector.SyncVectorEnv(
+                [lambda: first] + [create] * (num_envs - 1),
+                autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)]
+            venv = self.envs[0]
+            (pid, spec), = specs.items()
+            self.policy_map = {pid: self._build_policy(
+                pid, spec, venv.single_observation_space, venv.single_action_space)}
+            self.sampler = VectorSampler(venv, self.policy_map[pid],
+                                         fragment_length=rollout_fragment_length,
+                                         seed=self.seed, explore=explore, eps_id_base=eps_base)
+        self.policy_mapping_fn = policy_mapping_fn
+        to_train = list(self.policy_map) if policies_to_train is None else list(policies_to_train)
+        unknown = sorted(set(to_train) - set(self.policy_map))
+        if unknown:
+            raise ConfigError(f"RolloutWorker(policies_to_train=...): unknown policy ids "
+                              f"{unknown}; known: {sorted(self.policy_map)}")
+        self.policies_to_train = to_train
+
+    def _build_policy(self, pid: str, spec: PolicySpec, obs_space, act_space):
+        kwargs = {"seed": self.seed, **spec.config}
+        return spec.policy_class(spec.observation_space or obs_space,
+                                 spec.action_space or act_space, **kwargs)
+
+    def _build_multi_agent(self, specs, env: MultiAgentEnv, mapping_fn) -> dict[str, Any]:
+        spaces: dict[str, tuple] = {}
+        for agent in env.possible_agents:
+            pid = mapping_fn(agent)
+            if pid not in specs:
+                raise ConfigError(f"RolloutWorker: policy_mapping_fn({agent!r}) returned "
+                                  f"{pid!r}, which is not in policies {sorted(specs)}")
+            spaces.setdefault(pid, (env.observation_spaces[agent], env.action_spaces[agent]))
+        out = {}
+        for pid, spec in specs.items():
+            obs_space, act_space = spaces.get(pid, (None, None))
+            if (spec.observation_space or obs_space) is None:
+                raise ConfigError(f"RolloutWorker: no agent maps to policy {pid!r}, so its "
+                                  "spaces are unknown; set PolicySpec observation_space and "
+                                  "action_space")
+            out[pid] = self._build_policy(pid, spec, obs_space, act_space)
+        return out
+
+    # -- sampling ----------------------------------------------------------------
+    def sample(self) -> SampleBatch | MultiAgentBatch:
+        """``num_envs * rollout_fragment_length`` env steps, postprocessed.
+
+        A :class:`SampleBatch` for single-agent envs, a :class:`MultiAgentBatch`
+        for multi-agent envs.
+        """
+        return self.sampler.sample()
+
+    def shard_items(self) -> Iterator[SampleBatch | MultiAgentBatch]:
+        """``sample()`` forever (this worker's shard for the dataflow runtime)."""
+        while True:
+            yield self.sample()
+
+    def episode_stats(self) -> list[dict]:
+        """Completed episodes since the last call: ``episode_reward``, ``episode_len``
+        (and ``policy_rewards`` for multi-agent). Draining: each episode is reported once."""
+        return self.sampler.episode_stats()
+
+    # -- policies ----------------------------------------------------------------
+    def get_policy(self, policy_id: str = DEFAULT_POLICY_ID):
+        """The policy object for ``policy_id``."""
+        try:
+            return self.policy_map[policy_id]
+        except KeyError:
+            raise ConfigError(f"RolloutWorker.get_policy({policy_id!r}): no such policy; "
+                              f"known: {sorted(self.policy_map)}") from None
+
+    def foreach_policy(self, fn: Callable[[Any, str], Any]) -> list:
+        """``[fn(policy, policy_id) for every policy]``."""
+        return [fn(p, pid) for pid, p in self.policy_map.items()]
+
+    def foreach_trainable_policy(self, fn: Callable[[Any, str], Any]) -> list:
+        """``fn(policy, policy_id)`` for each policy in ``policies_to_train``."""
+        return [fn(self.policy_map[pid], pid) for pid in self.policies_to_train]
+
+    def apply(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(self, *args)``; runs a function on the worker (wherever it lives)."""
+        return fn(self, *args)
+
+    def _per_policy(self, batch) -> dict[str, SampleBatch]:
+        if isinstance(batch, SampleBatch):
+            if len(self.policy_map) != 1:
+                raise ConfigError("RolloutWorker: a plain SampleBatch is ambiguous with "
+                                  f"policies {sorted(self.policy_map)}; pass a MultiAgentBatch")
+            return {next(iter(self.policy_map)): batch}
+        return {pid: b for pid, b in batch.policy_batches.items()
+                if pid in self.policies_to_train and b.count > 0}
+
+    def learn_on_batch(self, batch: SampleBatch | MultiAgentBatch) -> dict[str, dict]:
+        """Train the trainable policies on their part of ``batch``: ``{pid: stats}``."""
+        return {pid: self.policy_map[pid].learn_on_batch(b)
+                for pid, b in self._per_policy(batch).items()}
+
+    def compute_gradients(self, batch) -> tuple[dict[str, list], dict[str, dict]]:
+        """``({pid: grads}, {pid: stats})`` for the trainable policies; weights unchanged."""
+        grads, stats = {}, {}
+        for pid, b in self._per_policy(batch).items():
+            grads[pid], stats[pid] = self.policy_map[pid].compute_gradients(b)
+        return grads, stats
+
+    def apply_gradients(self, grads: dict[str, list]) -> None:
+        """Apply ``{pid: grads}`` from :meth:`compute_gradients`."""
+        for pid, g in grads.items():
+            self.get_policy(pid).apply_gradients(g)
+
+    def get_weights(self, policies: Iterable[str] | None = None) -> dict[str, dict]:
+        """``{pid: weights}`` for ``policies`` (default: all)."""
+        ids = self.policy_map if policies is None else policies
+        return {pid: self.get_policy(pid).get_weights() for pid in ids}
+
+    def set_weights(self, weights: dict[str, dict]) -> None:
+        """Load ``{pid: weights}``; policies not mentioned keep theirs."""
+        for pid, w in weights.items():
+            self.get_policy(pid).set_weights(w)
+
+    def get_state(self) -> dict[str, Any]:
+        """Every policy's state (weights, optimizer, RNG) for checkpoints."""
+        return {"policies": {pid: p.get_state() for pid, p in self.policy_map.items()},
+                "policies_to_train": list(self.policies_to_train)}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`get_state` returned."""
+        for pid, s in state["policies"].items():
+            self.get_policy(pid).set_state(s)
+        self.policies_to_train = list(state["policies_to_train"])
+
+    def stop(self) -> None:
+        """Close the envs."""
+        for env in self.envs:
+            env.close()
+
+
+__all__ = ["RolloutWorker", "PolicySpec"]

@@ -1,0 +1,136 @@
+"""Single-agent sampling: ``N`` envs stepped as one gymnasium vector env.
+
+Policy: each vector step runs ONE batched policy forward for all ``N`` envs; a
+``sample()`` takes ``T = rollout_fragment_length`` vector steps and returns
+``N * T`` rows, env-major (env 0's ``T`` steps in time order, then env 1's ...),
+postprocessed by the policy (advantages, value targets) trajectory by trajectory.
+
+Episode boundaries: the vector env uses ``AutoresetMode.SAME_STEP``, so the step
+that ends an episode returns the next episode's first observation as ``obs`` and
+the real final observation in ``infos["final_obs"]``. Every row is therefore a real
+transition ``(s_t, a_t, r_t, s_{t+1})``: ``new_obs`` holds the final observation on
+done rows, and no transition spans two episodes. A truncated episode bootstraps
+from ``V(final obs)`` (column ``bootstrap_value``); a fragment that cuts an
+episode bootstraps from ``V(s_T)``. Both come from one batched value call at the
+end of ``sample()``.
+
+State kept between calls: the current observations, and per env the episode id,
+step within the episode and running return. Completed episodes are buffered as
+``{"episode_reward", "episode_len"}`` dicts until :meth:`VectorSampler.episode_stats`
+drains them. Numpy buffers of shape ``(T, N, ...)`` are allocated once and reused.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+
+from flowrl.batch import SampleBatch
+
+SB = SampleBatch
+
+
+class VectorSampler:
+    """Collects postprocessed fragments from ``venv`` with ``policy``.
+
+    ``venv`` must be a gymnasium vector env in ``SAME_STEP`` autoreset mode;
+    ``eps_id_base`` makes episode ids unique across workers.
+    """
+
+    def __init__(self, venv: gym.vector.VectorEnv, policy, *, fragment_length: int,
+                 seed: int | None, explore: bool = True, eps_id_base: int = 0):
+        self.venv, self.policy = venv, policy
+        self.explore = explore
+        self.num_envs, self.fragment_length = venv.num_envs, fragment_length
+        space = venv.single_action_space
+        self._clip = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
+        self._obs, _ = venv.reset(seed=seed)
+        n = self.num_envs
+        self._next_eps = eps_id_base
+        self._eps_id = np.arange(n, dtype=np.int64) + eps_id_base
+        self._next_eps += n
+        self._ep_t = np.zeros(n, dtype=np.int64)
+        self._ep_ret = np.zeros(n, dtype=np.float64)
+        self._episodes: list[dict] = []
+        self._buf: dict[str, np.ndarray] | None = None
+
+    def _allocate(self, actions: np.ndarray, extra: dict) -> dict[str, np.ndarray]:
+        T, N = self.fragment_length, self.num_envs
+
+        def like(x: np.ndarray) -> np.ndarray:
+            return np.empty((T, *x.shape), dtype=x.dtype)
+
+        buf = {SB.OBS: like(self._obs), SB.NEXT_OBS: like(self._obs),
+               SB.ACTIONS: like(actions),
+               SB.REWARDS: np.empty((T, N), np.float32),
+               SB.TERMINATEDS: np.empty((T, N), bool),
+               SB.TRUNCATEDS: np.empty((T, N), bool),
+               SB.EPS_ID: np.empty((T, N), np.int64),
+               SB.T: np.empty((T, N), np.int64)}
+        buf.update({k: like(v) for k, v in extra.items()})
+        return buf
+
+    def sample(self) -> SampleBatch:
+        """``num_envs * fragment_length`` postprocessed rows, env-major."""
+        policy, venv, T, N = self.policy, self.venv, self.fragment_length, self.num_envs
+        obs, clip, explore = self._obs, self._clip, self.explore
+        eps_id, ep_t, ep_ret = self._eps_id, self._ep_t, self._ep_ret
+        buf = self._buf
+        for step in range(T):
+            actions, extra = policy.compute_actions(obs, explore)
+            if buf is None:
+                buf = self._buf = self._allocate(actions, extra)
+            next_obs, rewards, terms, truncs, infos = venv.step(
+                np.clip(actions, *clip) if clip is not None else actions)
+            buf[SB.OBS][step] = obs
+            buf[SB.ACTIONS][step] = actions
+            buf[SB.REWARDS][step] = rewards
+            buf[SB.TERMINATEDS][step] = terms
+            buf[SB.TRUNCATEDS][step] = truncs
+            buf[SB.EPS_ID][step] = eps_id
+            buf[SB.T][step] = ep_t
+            for k, v in extra.items():
+                buf[k][step] = v
+            new_obs = buf[SB.NEXT_OBS][step]
+            new_obs[...] = next_obs
+            ep_t += 1
+            ep_ret += rewards
+            done = terms | truncs
+            if done.any():
+                final = infos["final_obs"]
+                for i in np.flatnonzero(done).tolist():
+                    new_obs[i] = final[i]
+                    self._episodes.append({"episode_reward": float(ep_ret[i]),
+                                           "episode_len": int(ep_t[i])})
+                    eps_id[i] = self._next_eps
+                    self._next_eps += 1
+                    ep_t[i] = 0
+                    ep_ret[i] = 0.0
+            obs = next_obs
+        self._obs = obs
+        return self._postprocess(buf)
+
+    def _postprocess(self, buf: dict[str, np.ndarray]) -> SampleBatch:
+        T, N = self.fragment_length, self.num_envs
+        trunc_only = buf[SB.TRUNCATEDS] & ~buf[SB.TERMINATEDS]
+        steps, envs = np.nonzero(trunc_only)
+        values = self.policy.value(np.concatenate([self._obs, buf[SB.NEXT_OBS][steps, envs]]))
+        last_values = values[:N]
+        bootstrap = np.zeros((T, N), np.float32)
+        bootstrap[steps, envs] = values[N:]
+        buf = {**buf, SB.BOOTSTRAP_VALUE: bootstrap}
+        trajectories = []
+        for i in range(N):
+            columns = {k: v[:, i] for k, v in buf.items()}
+            columns[SB.AGENT_INDEX] = np.zeros(T, np.int64)
+            trajectories.append(self.policy.postprocess_trajectory(
+                SampleBatch(columns), last_value=float(last_values[i])))
+        return SampleBatch.concat_samples(trajectories)
+
+    def episode_stats(self) -> list[dict]:
+        """Episodes completed since the last call, oldest first (drains the buffer)."""
+        out, self._episodes = self._episodes, []
+        return out
+
+
+__all__ = ["VectorSampler"]

@@ -1,0 +1,24 @@
+"""Shared fixtures: one Ray session per test session (``num_cpus=2``)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """Start Ray once for the whole test session and shut it down at the end.
+
+    Tests that need Ray take this fixture (and carry the ``ray`` marker); a session
+    that was already initialised by someone else is reused and left running.
+    """
+    import ray
+
+    started = False
+    if not ray.is_initialized():
+        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+                 configure_logging=False)
+        started = True
+    yield ray
+    if started:
+        ray.shutdown()

@@ -1,0 +1,184 @@
+"""Torch policies: acting on both space kinds, losses that learn, KL rule, weights and state."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from flowrl.batch import SampleBatch
+from flowrl.errors import ConfigError
+from flowrl.policies import A2CPolicy, PGPolicy, PPOPolicy
+
+SB = SampleBatch
+BOX_OBS = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
+DISCRETE = gym.spaces.Discrete(3)
+BOX_ACT = gym.spaces.Box(-2.0, 2.0, (2,), np.float32)
+
+
+def fixed_batch(policy, n=256, seed=0):
+    """A trajectory of random observations with the policy's own actions, postprocessed."""
+    rng = np.random.default_rng(seed)
+    obs = rng.uniform(-1, 1, size=(n, *policy.observation_space.shape)).astype(np.float32)
+    actions, extra = policy.compute_actions(obs)
+    terminateds = np.zeros(n, bool)
+    terminateds[n // 2 - 1] = terminateds[-1] = True
+    # reward depends on the action, so there is something to learn
+    first = actions if actions.ndim == 1 else actions[:, 0]
+    rewards = (first == 0).astype(np.float32) if actions.ndim == 1 else -np.abs(first - 1.0)
+    batch = SampleBatch({SB.OBS: obs, SB.ACTIONS: actions, SB.REWARDS: rewards,
+                         SB.TERMINATEDS: terminateds, SB.TRUNCATEDS: np.zeros(n, bool),
+                         **extra})
+    return policy.postprocess_trajectory(batch, last_value=0.0)
+
+
+def batch_loss(policy, batch):
+    with torch.no_grad():
+        loss, _ = policy.loss(policy._train_tensors(batch))
+    return float(loss)
+
+
+@pytest.mark.parametrize("action_space", [DISCRETE, BOX_ACT], ids=["discrete", "box"])
+@pytest.mark.parametrize("cls,kwargs", [
+    (PGPolicy, dict(lr=1e-2)),
+    (A2CPolicy, dict(lr=1e-2)),
+    (PPOPolicy, dict(lr=1e-3, num_sgd_iter=2, sgd_minibatch_size=64)),
+], ids=["pg", "a2c", "ppo"])
+def test_each_loss_decreases_on_a_fixed_batch(cls, kwargs, action_space):
+    policy = cls(BOX_OBS, action_space, hidden_sizes=(32,), seed=1, **kwargs)
+    batch = fixed_batch(policy)
+    before = batch_loss(policy, batch)
+    for _ in range(5):
+        stats = policy.learn_on_batch(batch)
+    assert batch_loss(policy, batch) < before
+    assert np.isfinite(stats["total_loss"]) and stats["cur_lr"] == kwargs["lr"]
+
+
+def test_compute_actions_shapes_and_extras():
+    for space, shape in ((DISCRETE, (5,)), (BOX_ACT, (5, 2))):
+        p = A2CPolicy(BOX_OBS, space, seed=0)
+        obs = np.zeros((5, 4), np.float32)
+        actions, extra = p.compute_actions(obs)
+        assert actions.shape == shape
+        assert extra[SB.ACTION_LOGP].shape == extra[SB.VF_PREDS].shape == (5,)
+        width = 3 if space is DISCRETE else 4
+        assert extra[SB.ACTION_DIST_INPUTS].shape == (5, width)
+        assert all(isinstance(v, np.ndarray) for v in extra.values())
+        np.testing.assert_allclose(p.value(obs), extra[SB.VF_PREDS])
+
+
+def test_discrete_observations_are_one_hot():
+    p = PGPolicy(gym.spaces.Discrete(5), DISCRETE, seed=0)
+    actions, _ = p.compute_actions(np.array([0, 4, 2]))
+    assert actions.shape == (3,) and set(actions.tolist()) <= {0, 1, 2}
+
+
+def test_explore_false_is_deterministic_and_seeding_repeats():
+    a = PPOPolicy(BOX_OBS, DISCRETE, seed=3)
+    b = PPOPolicy(BOX_OBS, DISCRETE, seed=3)
+    obs = np.random.default_rng(0).uniform(size=(50, 4)).astype(np.float32)
+    np.testing.assert_array_equal(a.compute_actions(obs)[0], b.compute_actions(obs)[0])
+    m1, m2 = a.compute_actions(obs, explore=False)[0], a.compute_actions(obs, explore=False)[0]
+    np.testing.assert_array_equal(m1, m2)
+
+
+def test_kl_adaptation_rule():
+    p = PPOPolicy(BOX_OBS, DISCRETE, kl_coeff=0.2, kl_target=0.01)
+    assert p.update_kl(0.021) == pytest.approx(0.3)     # > 2 * target: x1.5
+    assert p.update_kl(0.02) == pytest.approx(0.3)      # within band: unchanged
+    assert p.update_kl(0.0049) == pytest.approx(0.15)   # < target / 2: x0.5
+    assert p.update_kl(0.005) == pytest.approx(0.15)
+
+
+def test_ppo_stats_report_kl_for_update_kl():
+    p = PPOPolicy(BOX_OBS, DISCRETE, lr=1e-2, num_sgd_iter=3, sgd_minibatch_size=64, seed=0)
+    stats = p.learn_on_batch(fixed_batch(p))
+    assert stats["kl"] > 0 and stats["cur_kl_coeff"] == pytest.approx(0.2)
+    assert {"policy_loss", "vf_loss", "entropy", "vf_explained_var", "grad_gnorm"} <= set(stats)
+
+
+def test_weights_round_trip():
+    a = A2CPolicy(BOX_OBS, BOX_ACT, seed=0)
+    b = A2CPolicy(BOX_OBS, BOX_ACT, seed=1)
+    obs = np.ones((3, 4), np.float32)
+    assert not np.allclose(a.value(obs), b.value(obs))
+    w = a.get_weights()
+    assert all(isinstance(v, np.ndarray) for v in w.values())
+    b.set_weights(w)
+    np.testing.assert_array_equal(a.value(obs), b.value(obs))
+    w["pi.0.weight"][:] = 0.0  # a copy: the policy is not affected
+    assert not np.all(a.get_weights()["pi.0.weight"] == 0.0)
+
+
+def test_set_weights_rejects_foreign_weights():
+    a = A2CPolicy(BOX_OBS, DISCRETE, hidden_sizes=(8,))
+    with pytest.raises(ConfigError, match="has shape"):
+        a.set_weights(A2CPolicy(BOX_OBS, DISCRETE, hidden_sizes=(9,)).get_weights())
+    with pytest.raises(ConfigError, match="missing \\['vf"):
+        a.set_weights(PGPolicy(BOX_OBS, DISCRETE, hidden_sizes=(8,)).get_weights())
+
+
+def test_state_round_trip_resumes_identically():
+    kwargs = dict(lr=1e-2, num_sgd_iter=2, sgd_minibatch_size=32, seed=0)
+    a = PPOPolicy(BOX_OBS, DISCRETE, **kwargs)
+    batch = fixed_batch(a)
+    a.learn_on_batch(batch)
+    a.update_kl(1.0)
+    b = PPOPolicy(BOX_OBS, DISCRETE, **{**kwargs, "seed": 9})
+    b.set_state(a.get_state())
+    assert b.kl_coeff == a.kl_coeff
+    a.learn_on_batch(batch)
+    b.learn_on_batch(batch)
+    for k, v in a.get_weights().items():
+        np.testing.assert_allclose(v, b.get_weights()[k], rtol=1e-6, atol=1e-7)
+
+
+def test_compute_then_apply_gradients_equals_one_learn_step():
+    a = A2CPolicy(BOX_OBS, DISCRETE, lr=1e-2, seed=0)
+    b = A2CPolicy(BOX_OBS, DISCRETE, lr=1e-2, seed=0)
+    batch = fixed_batch(a)
+    w0 = a.get_weights()
+    grads, stats = a.compute_gradients(batch)
+    assert len(grads) == len(list(a.model.parameters())) and "grad_gnorm" in stats
+    for k, v in a.get_weights().items():  # computing gradients changes nothing
+        np.testing.assert_array_equal(v, w0[k])
+    a.apply_gradients(grads)
+    b.learn_on_batch(batch)
+    for k, v in a.get_weights().items():
+        np.testing.assert_allclose(v, b.get_weights()[k], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ConfigError, match="gradients for"):
+        a.apply_gradients(grads[:-1])
+
+
+def test_grad_clip_bounds_the_norm():
+    p = A2CPolicy(BOX_OBS, DISCRETE, grad_clip=1e-3, seed=0)
+    grads, stats = p.compute_gradients(fixed_batch(p))
+    total = np.sqrt(sum(float((g ** 2).sum()) for g in grads))
+    assert stats["grad_gnorm"] > 1e-3 and total == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_postprocess_uses_gae_and_bootstrap():
+    p = A2CPolicy(BOX_OBS, DISCRETE, gamma=0.5, lambda_=1.0)
+    b = SampleBatch({SB.REWARDS: [1.0, 1.0], SB.VF_PREDS: [0.0, 0.0],
+                     SB.TERMINATEDS: [False, False], SB.TRUNCATEDS: [False, True],
+                     SB.BOOTSTRAP_VALUE: [0.0, 2.0]})
+    out = p.postprocess_trajectory(b, last_value=100.0)
+    assert out[SB.VALUE_TARGETS].tolist() == [2.0, 2.0]  # G_1 = 1 + .5 * 2, G_0 = 1 + .5 * G_1
+    assert SB.ADVANTAGES not in b  # input untouched
+    pg = PGPolicy(BOX_OBS, DISCRETE, gamma=0.5).postprocess_trajectory(
+        b.with_columns(**{SB.TRUNCATEDS: [False, False]}), last_value=0.0)
+    assert pg[SB.ADVANTAGES].tolist() == [1.5, 1.0]
+
+
+@pytest.mark.parametrize("kwargs,field", [
+    (dict(lr=0.0), "lr"), (dict(gamma=1.5), "gamma"), (dict(num_sgd_iter=0), "num_sgd_iter"),
+    (dict(hidden_sizes=(0,)), "hidden_sizes")])
+def test_bad_hyperparameters_raise_config_error(kwargs, field):
+    with pytest.raises(ConfigError, match=field):
+        A2CPolicy(BOX_OBS, DISCRETE, **kwargs)
+
+
+def test_unsupported_space():
+    with pytest.raises(ConfigError, match="action space"):
+        PGPolicy(BOX_OBS, gym.spaces.MultiBinary(3))
