@@ -52,9 +52,8 @@ def plan_to_dot(plan: "Plan", stats: dict[str, Any] | None = None) -> str:
         cluster = pydot.Cluster(placement, label=_q(title), style="filled", color=_q(color))
         for node_id in members:
             attrs = g.nodes[node_id]
-            label = attrs["label"]
-            if attrs["label"] != node_id:
-                label = f"{node_id}\n{label}"
+            detail = attrs["label"] if attrs["label"] != node_id else attrs["op"]
+            label = node_id if detail == node_id else f"{node_id}\n{detail}"
             if attrs.get("num_shards"):
                 label += f"\n[{attrs['num_shards']} shards]"
             if stats and node_id in stats:

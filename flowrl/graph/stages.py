@@ -49,40 +49,37 @@ def compose_map(steps: list[Step], context: Callable[[], Any] | None = None,
 
     ``context()`` supplies the source actor for ``zip_with_source_actor``; when
     ``drops`` is given, ``drops[k]`` counts the items step ``k`` filtered out.
+
+    The function is generated as straight-line code (one call per step, a step
+    counter instead of a try block per step) because it runs once per item on the
+    hot path; the counter names the failing step in the OperatorError.
+
+    >>> f = compose_map([Step("for_each", "a", "inc", {"fn": lambda x: x + 1}),
+    ...                  Step("filter", "b", "even", {"fn": lambda x: x % 2 == 0})])
+    >>> f(1), f(2) is _DROP
+    (2, True)
     """
-    plan = []
-    for s in steps:
-        if s.op == "zip_with_source_actor":
-            plan.append((2, context, s))
+    env: dict[str, Any] = {"_DROP": _DROP, "_steps": steps, "_error": operator_error,
+                           "_drops": drops, "_context": context}
+    lines = ["def fused(x):", "    k = 0", "    try:"]
+    for k, step in enumerate(steps):
+        lines.append(f"        k = {k}")
+        if step.op == "zip_with_source_actor":
+            lines.append("        x = (_context(), x)")
+        elif step.op == "filter":
+            env[f"_f{k}"] = step.params["fn"]
+            lines.append(f"        if not _f{k}(x):")
+            if drops is not None:
+                lines.append(f"            _drops[{k}] += 1")
+            lines.append("            return _DROP")
         else:
-            plan.append((1 if s.op == "filter" else 0, s.params["fn"], s))
-    if len(plan) == 1 and plan[0][0] == 0:
-        fn, step = plan[0][1], plan[0][2]
-
-        def single(x):
-            try:
-                return fn(x)
-            except Exception as e:
-                raise operator_error(step.node_id, step.label, e) from e
-        return single
-    indexed = [(k, kind, fn, step) for k, (kind, fn, step) in enumerate(plan)]
-
-    def fused(x):
-        for k, kind, fn, step in indexed:
-            try:
-                if kind == 0:
-                    x = fn(x)
-                elif kind == 1:
-                    if not fn(x):
-                        if drops is not None:
-                            drops[k] += 1
-                        return _DROP
-                else:
-                    x = (fn(), x)
-            except Exception as e:
-                raise operator_error(step.node_id, step.label, e) from e
-        return x
-    return fused
+            env[f"_f{k}"] = step.params["fn"]
+            lines.append(f"        x = _f{k}(x)")
+    lines += ["    except Exception as e:",
+              "        raise _error(_steps[k].node_id, _steps[k].label, e) from e",
+              "    return x"]
+    exec(compile("\n".join(lines), "<flowrl fused map>", "exec"), env)  # noqa: S102
+    return env["fused"]
 
 
 def _map(items: Iterator[Any], fn: Callable[[Any], Any]) -> Iterator[Any]:

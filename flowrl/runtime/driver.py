@@ -121,7 +121,11 @@ class Driver:
             agen = splitter.branch(port)
         elif node in self.compiled.chains:
             chain = self.compiled.chains[node]
-            agen = self._map_chain(chain, self.build(*chain[0].inputs[0]))
+            head = chain[0].inputs[0][0]
+            if head.op == "from_iterable":
+                agen = self._map_chain(chain, None)  # iterates the source itself
+            else:
+                agen = self._map_chain(chain, self.build(*chain[0].inputs[0]))
         else:
             builder = getattr(self, "_op_" + node.op, None)
             if builder is None:
@@ -138,11 +142,9 @@ class Driver:
         return operator_error(self.ids[node], node.label, e)
 
     # sources ----------------------------------------------------------------
-    async def _op_from_iterable(self, node: Node, st: NodeStats):
-        try:
-            source = node.params["factory"]()
-        except Exception as e:
-            raise self._fail(node, e) from e
+    async def _op_from_iterable(self, node: Node, st: NodeStats, source: Any = None):
+        if source is None:
+            source = self._open_source(node)
         if hasattr(source, "__aiter__"):
             it = source.__aiter__()
             while True:
@@ -154,14 +156,10 @@ class Driver:
                     raise self._fail(node, e) from e
                 st.items_out += 1
                 yield x
-        try:
-            it = iter(source)
-        except Exception as e:
-            raise self._fail(node, e) from e
         while True:
             t = perf()
             try:
-                x = next(it)
+                x = next(source)
             except StopIteration:
                 return
             except Exception as e:
@@ -170,13 +168,46 @@ class Driver:
             st.items_out += 1
             yield x
 
+    def _open_source(self, node: Node) -> Any:
+        """Call a from_iterable factory: an async iterable, or an iterator."""
+        try:
+            source = node.params["factory"]()
+            return source if hasattr(source, "__aiter__") else iter(source)
+        except Exception as e:
+            raise self._fail(node, e) from e
+
     # fused one-to-one runs ----------------------------------------------------
-    async def _map_chain(self, chain: list[Node], upstream: AsyncIterator[Any]):
+    async def _map_chain(self, chain: list[Node], upstream: AsyncIterator[Any] | None):
         counter = _ChainCounter(len(chain))
         self.chains.append(([self.ids[n] for n in chain], counter))
         steps = [Step(n.op, self.ids[n], n.label, n.params) for n in chain]
         metrics = self.metrics
         fn = compose_map(steps, context=lambda: metrics.current_actor, drops=counter.drops)
+        if upstream is None:
+            source_node = chain[0].inputs[0][0]
+            st = self.stats[self.ids[source_node]]
+            it = self._open_source(source_node)
+            if hasattr(it, "__aiter__"):
+                upstream = self._op_from_iterable(source_node, st, it)
+                self.agens.append(upstream)
+            else:
+                # Fused with a synchronous from_iterable source: iterate it directly.
+                while True:
+                    t = perf()
+                    try:
+                        x = next(it)
+                    except StopIteration:
+                        return
+                    except Exception as e:
+                        raise self._fail(source_node, e) from e
+                    t2 = perf()
+                    y = fn(x)
+                    counter.busy += perf() - t2
+                    st.busy_s += t2 - t
+                    st.items_out += 1
+                    counter.items_in += 1
+                    if y is not _DROP:
+                        yield y
         async for x in upstream:
             t = perf()
             y = fn(x)

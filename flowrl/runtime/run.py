@@ -23,8 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from flowrl.errors import ConfigError
 from flowrl.graph.compile import compile_plan
-from flowrl.metrics import MetricsContext, using_metrics
-from flowrl.runtime.context import RunContext, finish, reset_current_run, set_current_run, try_now
+from flowrl.metrics import _CURRENT as _METRICS
+from flowrl.metrics import MetricsContext
+from flowrl.runtime.context import _RUN, RunContext, finish, try_now
 from flowrl.runtime.driver import Driver
 
 if TYPE_CHECKING:
@@ -104,16 +105,20 @@ class Run:
         return self
 
     def __next__(self) -> Any:
+        # The hot path: no helper objects, the hand-advance inlined.
         if self._stopped:
             raise StopIteration
-        token = set_current_run(self.ctx)
+        run_token = _RUN.set(self.ctx)
+        metrics_token = _METRICS.set(self.metrics)
         try:
-            with using_metrics(self.metrics):
-                aw = self._out.__anext__()
-                if self.ctx.background:
-                    return self._in_loop(_await(aw))
-                ready, value = try_now(aw)
-                return value if ready else self._in_loop(finish(aw, value))
+            aw = self._out.__anext__()
+            if self.ctx.background:
+                return self._in_loop(_await(aw))
+            try:
+                first = aw.send(None)
+            except StopIteration as e:
+                return e.value
+            return self._in_loop(finish(aw, first))
         except StopAsyncIteration:
             self.stop()
             raise StopIteration from None
@@ -121,7 +126,8 @@ class Run:
             self.stop()
             raise
         finally:
-            reset_current_run(token)
+            _METRICS.reset(metrics_token)
+            _RUN.reset(run_token)
 
     def _in_loop(self, coro: Any) -> Any:
         if _running_loop() is None:

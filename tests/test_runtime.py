@@ -1,0 +1,136 @@
+"""Runtime behaviour on the local backend: queues, stopping, release, async operators."""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+import time
+
+import pytest
+
+import flowrl
+from flowrl import Concurrently, FlowError, OperatorError, Plan
+from flowrl.ops import Dequeue, Enqueue
+
+
+class Numbers(flowrl.ShardHost):
+    def shard_items(self):
+        return iter(range(100))
+
+
+def test_enqueue_applies_backpressure_and_drops_nothing():
+    q = queue.Queue(maxsize=2)
+    run = Plan(flowrl.from_iterable(lambda: range(10)).for_each(Enqueue(q))).compile()
+    out: list = []
+    producer = threading.Thread(target=lambda: out.extend(run.take(10)))
+    producer.start()
+    deadline = time.monotonic() + 5
+    while q.qsize() < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    assert q.qsize() == 2 and producer.is_alive()  # blocked on the full queue
+    received = [q.get(timeout=5) for _ in range(10)]
+    producer.join(timeout=5)
+    assert received == list(range(10)) and out == list(range(10))
+    run.stop()
+
+
+def test_learner_thread_round_trip_through_queues():
+    inq, outq = queue.Queue(maxsize=2), queue.Queue()
+
+    def learner():
+        while (x := inq.get()) is not None:
+            outq.put(x * 10)
+
+    thread = threading.Thread(target=learner, daemon=True)
+    thread.start()
+    enqueue = flowrl.from_range(20, 2).gather_sync().for_each(Enqueue(inq))
+    results = Dequeue(outq, check=thread.is_alive)
+    with Plan(Concurrently([enqueue, results], mode="async", output_indexes=[1])).compile() as run:
+        assert sorted(run.take(20)) == [10 * i for i in range(20)]
+    inq.put(None)
+
+
+def test_dequeue_fails_when_the_producer_died():
+    run = Plan(Dequeue(queue.Queue(), check=lambda: False)).compile()
+    with pytest.raises(OperatorError, match=r"'dequeue'.*check\(\) reports the producer") as info:
+        next(run)
+    assert isinstance(info.value.__cause__, FlowError)
+
+
+def test_stop_while_waiting_on_an_empty_queue_is_prompt():
+    waiting = Dequeue(queue.Queue())
+    finite = flowrl.from_iterable(lambda: [1, 2, 3])
+    run = Plan(Concurrently([waiting, finite], mode="async")).compile()
+    assert run.take(3) == [1, 2, 3]
+    start = time.monotonic()
+    run.stop()
+    assert time.monotonic() - start < 2
+
+
+def test_stop_releases_exactly_what_the_run_created():
+    host = Numbers()
+    other = Plan(flowrl.from_actors([host]).gather_sync()).compile()
+    run = Plan(flowrl.from_actors([host]).gather_sync()).compile()
+    assert len(host.flowrl_installed_keys()) == 2
+    run.take(3)
+    run.stop()
+    assert host.flowrl_installed_keys() == [key for key in host.flowrl_installed_keys()
+                                            if key.startswith(other.key)]
+    assert other.take(2) == [0, 1]
+    other.stop()
+    assert host.flowrl_installed_keys() == []
+
+
+def test_an_operator_error_stops_the_run_and_releases_hosts():
+    host = Numbers()
+    run = Plan(flowrl.from_actors([host]).gather_sync().for_each(lambda x: 1 // (x - 3))).compile()
+    with pytest.raises(OperatorError):
+        run.take(10)
+    assert host.flowrl_installed_keys() == []
+    assert run.take(1) == []
+
+
+def test_async_operators_and_async_sources():
+    async def slow_double(x):
+        await asyncio.sleep(0)
+        return 2 * x
+
+    async def numbers():
+        for i in range(4):
+            await asyncio.sleep(0)
+            yield i
+
+    assert Plan(flowrl.from_iterable(numbers).for_each(slow_double)).compile().take(10) == [
+        0, 2, 4, 6]
+
+
+def test_aggregator_pipeline_may_suspend():
+    async def later(batch):
+        await asyncio.sleep(0)
+        return sum(batch)
+
+    s = flowrl.from_range(16, 4).aggregate(2, lambda g: g.batch(2).for_each(later))
+    assert sum(Plan(s.gather_async()).compile().take(100)) == sum(range(16))
+
+
+def test_get_metrics_is_per_run():
+    def mark(x):
+        flowrl.get_metrics().counters["n"] += x
+        return x
+    a = Plan(flowrl.from_iterable(lambda: [1, 2]).for_each(mark)).compile()
+    b = Plan(flowrl.from_iterable(lambda: [10]).for_each(mark)).compile()
+    a.take(5), b.take(5)
+    assert (a.metrics.counters["n"], b.metrics.counters["n"]) == (3, 10)
+    with pytest.raises(FlowError, match="outside a driver-side operator call"):
+        flowrl.get_metrics()
+
+
+def test_stats_report_waits_and_queue_depths():
+    with Plan(flowrl.from_range(40, 4).gather_async(num_async=3, name="g")).compile() as run:
+        run.take(40)
+        stats = run.stats()["g"]
+    assert stats["items_out"] == 40
+    assert stats["max_queue_depth"] == 12
+    assert stats["items_per_s"] > 0
