@@ -1,0 +1,20 @@
+"""The README's Python examples run as written."""
+
+import pathlib
+import re
+
+README = pathlib.Path(__file__).parent.parent / "README.md"
+
+
+def test_readme_python_blocks_run(capsys):
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    assert blocks
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {})  # noqa: S102
+    out = capsys.readouterr().out
+    assert 'digraph "plan"' in out and "items/s" not in out
+
+
+def test_ci_runs_exactly_the_readme_test_command():
+    ci = (README.parent / ".ci" / "run").read_text().strip().splitlines()[-1]
+    assert f"{ci}\n" in README.read_text()
