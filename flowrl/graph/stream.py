@@ -70,26 +70,46 @@ class _Stream:
 
     # Transforms shared by both kinds; they keep the stream kind.
     def for_each(self, fn: Callable[[Any], Any], *, name: str | None = None):
-        """Apply ``fn`` to every item (one-to-one, order preserved)."""
+        """Apply ``fn`` to every item (one-to-one, order preserved).
+
+        >>> import flowrl
+        >>> flowrl.Plan(from_range(4, 2).for_each(lambda x: x + 1).gather_sync()).compile().take(9)
+        [1, 3, 2, 4]"""
         _check_callable(fn, "for_each")
         return self._child(type(self), "for_each", TRANSFORM, _fn_label(fn, name), name, fn=fn)
 
     def filter(self, pred: Callable[[Any], bool], *, name: str | None = None):
-        """Keep the items for which ``pred`` is true (order preserved)."""
+        """Keep the items for which ``pred`` is true (order preserved).
+
+        >>> import flowrl
+        >>> flowrl.Plan(from_range(6, 1).filter(lambda x: x % 3 == 0).gather_sync()).compile().take(9)
+        [0, 3]"""
         _check_callable(pred, "filter")
         return self._child(type(self), "filter", TRANSFORM, _fn_label(pred, name), name, fn=pred)
 
     def batch(self, n: int, *, name: str | None = None):
-        """Group items into lists of ``n``; the last partial list is emitted too."""
+        """Group items into lists of ``n``; the last partial list is emitted too.
+
+        >>> import flowrl
+        >>> flowrl.Plan(from_iterable(lambda: range(5)).batch(2)).compile().take(9)
+        [[0, 1], [2, 3], [4]]"""
         _check_positive_int(n, "batch", "n")
         return self._child(type(self), "batch", TRANSFORM, name or f"batch({n})", name, n=n)
 
     def flatten(self, *, name: str | None = None):
-        """Emit each element of every (iterable) item, in order."""
+        """Emit each element of every (iterable) item, in order.
+
+        >>> import flowrl
+        >>> flowrl.Plan(from_iterable(lambda: [[1, 2], [], [3]]).flatten()).compile().take(9)
+        [1, 2, 3]"""
         return self._child(type(self), "flatten", TRANSFORM, name or "flatten", name)
 
     def combine(self, fn: Callable[[Any], Iterable[Any]], *, name: str | None = None):
-        """``for_each(fn)`` then ``flatten()``: ``fn`` returns a list of outputs per item."""
+        """``for_each(fn)`` then ``flatten()``: ``fn`` returns a list of outputs per item.
+
+        >>> import flowrl
+        >>> flowrl.Plan(from_iterable(lambda: [1, 2]).combine(lambda x: [x] * x)).compile().take(9)
+        [1, 2, 2]"""
         _check_callable(fn, "combine")
         return self._child(type(self), "combine", TRANSFORM, _fn_label(fn, name), name, fn=fn)
 
@@ -122,6 +142,11 @@ class ParallelStream(_Stream):
         """Shuffle within each shard through a buffer of ``buffer_size`` items.
 
         With ``seed`` the order is reproducible; shard ``i`` uses ``seed + i``.
+
+        >>> import flowrl
+        >>> out = flowrl.Plan(from_range(10, 1).local_shuffle(4, seed=0).gather_sync()).compile().take(99)
+        >>> sorted(out) == list(range(10)), out != list(range(10))
+        (True, True)
         """
         _check_positive_int(buffer_size, "local_shuffle", "buffer_size")
         return self._child(ParallelStream, "local_shuffle", TRANSFORM,
@@ -129,7 +154,11 @@ class ParallelStream(_Stream):
                            buffer_size=buffer_size, seed=seed)
 
     def select_shards(self, indices: Sequence[int], *, name: str | None = None) -> "ParallelStream":
-        """Keep only the shards at ``indices`` (in the order given)."""
+        """Keep only the shards at ``indices`` (in the order given).
+
+        >>> import flowrl
+        >>> flowrl.Plan(from_items([1, 2, 3], 3).select_shards([2, 0]).gather_sync()).compile().take(9)
+        [3, 1]"""
         indices = list(indices)
         if not indices or any(not isinstance(i, int) or not 0 <= i < self.num_shards
                               for i in indices):
@@ -142,7 +171,12 @@ class ParallelStream(_Stream):
         return ParallelStream(node)
 
     def union(self, other: "ParallelStream", *, name: str | None = None) -> "ParallelStream":
-        """A ParallelStream whose shards are this stream's followed by ``other``'s."""
+        """A ParallelStream whose shards are this stream's followed by ``other``'s.
+
+        >>> import flowrl
+        >>> u = from_items([1], 1).union(from_items([2, 3], 2))
+        >>> u.num_shards, flowrl.Plan(u.gather_sync()).compile().take(9)
+        (3, [1, 2, 3])"""
         if not isinstance(other, ParallelStream):
             raise PlanError(f"ParallelStream.union() takes a ParallelStream, got {other!r}; "
                             "to interleave local streams use LocalStream.union or Concurrently")
@@ -155,17 +189,31 @@ class ParallelStream(_Stream):
         """Rounds: one item from every live shard per round, in shard order (a barrier).
 
         A finished shard drops out; the stream ends when all shards have ended.
+
+        >>> import flowrl
+        >>> flowrl.Plan(from_iterators([[1, 2, 3], [10]]).gather_sync()).compile().take(9)
+        [1, 10, 2, 3]
         """
         return self._gather("gather_sync", name or "gather_sync", name)
 
     def batch_across_shards(self, *, name: str | None = None) -> "LocalStream":
-        """Like :meth:`gather_sync` but each round is yielded as one list."""
+        """Like :meth:`gather_sync` but each round is yielded as one list.
+
+        >>> import flowrl
+        >>> flowrl.Plan(from_iterators([[0, 1], [2, 3, 4]]).batch_across_shards()).compile().take(9)
+        [[0, 2], [1, 3], [4]]"""
         return self._gather("batch_across_shards", name or "batch_across_shards", name)
 
     def gather_async(self, num_async: int = 1, *, name: str | None = None) -> "LocalStream":
         """Items as they complete, ``num_async`` requests in flight per shard.
 
         Order across shards is not defined; order within a shard is preserved.
+        On the local backend a seeded scheduler picks which shard completes next.
+
+        >>> import flowrl
+        >>> out = flowrl.Plan(from_iterators([["a1", "a2"], ["b1", "b2"]]).gather_async()).compile().take(9)
+        >>> sorted(out), [x for x in out if x[0] == "a"]
+        (['a1', 'a2', 'b1', 'b2'], ['a1', 'a2'])
         """
         _check_positive_int(num_async, "gather_async", "num_async")
         return self._gather("gather_async", name or f"gather_async(num_async={num_async})",
@@ -183,6 +231,12 @@ class ParallelStream(_Stream):
         Each group is gathered (async) by one aggregator, which runs
         ``pipeline(local_stream_of_its_group)``; the result has one shard per
         aggregator. Aggregators live beside the driver (their own DOT cluster).
+
+        >>> import flowrl
+        >>> s = from_range(8, 4).aggregate(2, lambda group: group.batch(2))
+        >>> batches = flowrl.Plan(s.gather_async()).compile().take(99)
+        >>> sorted(x for b in batches for x in b) == list(range(8)), s.num_shards
+        (True, 2)
         """
         if (isinstance(num_aggregators, bool) or not isinstance(num_aggregators, int)
                 or not 1 <= num_aggregators <= self.num_shards):
@@ -223,7 +277,12 @@ class LocalStream(_Stream):
 
     def shuffle(self, buffer_size: int, seed: int | None = None, *,
                 name: str | None = None) -> "LocalStream":
-        """Shuffle through a buffer of ``buffer_size`` items (seeded if ``seed``)."""
+        """Shuffle through a buffer of ``buffer_size`` items (seeded if ``seed``).
+
+        >>> import flowrl
+        >>> out = flowrl.Plan(from_iterable(lambda: range(10)).shuffle(3, seed=1)).compile().take(99)
+        >>> sorted(out) == list(range(10))
+        True"""
         _check_positive_int(buffer_size, "shuffle", "buffer_size")
         return self._child(LocalStream, "shuffle", TRANSFORM, name or f"shuffle({buffer_size})",
                            name, buffer_size=buffer_size, seed=seed)
@@ -232,6 +291,14 @@ class LocalStream(_Stream):
         """Apply ``fn`` to every item on the driver; ``fn`` may be ``async``.
 
         ``flowrl.get_metrics()`` works inside ``fn``.
+
+        >>> import flowrl
+        >>> def count(x):
+        ...     flowrl.get_metrics().counters["seen"] += 1
+        ...     return x
+        >>> run = flowrl.Plan(from_iterable(lambda: "ab").for_each(count)).compile()
+        >>> run.take(9), run.metrics.counters["seen"]
+        (['a', 'b'], 2)
         """
         _check_callable(fn, "for_each")
         op = "for_each_async" if _is_async(fn) else "for_each"
@@ -243,6 +310,11 @@ class LocalStream(_Stream):
 
         The leading copy waits (awaits, never polls) while a lagging copy is
         ``max_lag`` items behind. Every copy must be consumed by the plan.
+
+        >>> import flowrl
+        >>> a, b = from_iterable(lambda: [1, 2]).duplicate(2)
+        >>> flowrl.Plan(Concurrently([a, b.for_each(lambda x: -x)])).compile().take(9)
+        [1, -1, 2, -2]
         """
         if isinstance(n, bool) or not isinstance(n, int) or n < 2:
             raise ConfigError(f"duplicate(n={n!r}) on {self!r}: n must be an int >= 2; "
@@ -258,6 +330,15 @@ class LocalStream(_Stream):
 
         Only valid where every operator between this and a gather is one-to-one
         (``for_each``/``filter``); anything else is a PlanError when the plan is built.
+
+        >>> import flowrl
+        >>> class Shard(flowrl.ShardHost):
+        ...     def __init__(self, tag): self.tag = tag
+        ...     def shard_items(self): return iter([1])
+        >>> hosts = [Shard("a"), Shard("b")]
+        >>> out = flowrl.Plan(from_actors(hosts).gather_sync().zip_with_source_actor()).compile().take(9)
+        >>> [(host.tag, x) for host, x in out]
+        [('a', 1), ('b', 1)]
         """
         return self._child(LocalStream, "zip_with_source_actor", TRANSFORM,
                            name or "zip_with_source_actor", name)
@@ -265,7 +346,12 @@ class LocalStream(_Stream):
     def union(self, *others: "LocalStream", deterministic: bool = False,
               round_robin_weights: Sequence[Any] | None = None,
               name: str | None = None) -> "LocalStream":
-        """Interleave with ``others``: round-robin if ``deterministic`` else async."""
+        """Interleave with ``others``: round-robin if ``deterministic`` else async.
+
+        >>> import flowrl
+        >>> a, b = from_iterable(lambda: [1, 2]), from_iterable(lambda: [3])
+        >>> flowrl.Plan(a.union(b, deterministic=True)).compile().take(9)
+        [1, 3, 2]"""
         mode = "round_robin" if deterministic or round_robin_weights else "async"
         return Concurrently([self, *others], mode=mode, round_robin_weights=round_robin_weights,
                             name=name or "union")
@@ -360,7 +446,11 @@ def from_items(items: Iterable[Any], num_shards: int = 2, repeat: bool = False, 
 
 def from_range(n: int, num_shards: int = 2, repeat: bool = False, *,
                name: str | None = None) -> ParallelStream:
-    """``range(n)`` split into contiguous shards; the last shard takes the remainder."""
+    """``range(n)`` split into contiguous shards; the last shard takes the remainder.
+
+    >>> import flowrl
+    >>> flowrl.Plan(from_range(5, 2).batch_across_shards()).compile().take(9)
+    [[0, 2], [1, 3], [4]]"""
     _check_positive_int(num_shards, "from_range", "num_shards")
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
         raise ConfigError(f"from_range(n={n!r}): n must be an int >= 0")
@@ -372,7 +462,11 @@ def from_range(n: int, num_shards: int = 2, repeat: bool = False, *,
 
 def from_iterators(sources: Sequence[Any], repeat: bool = False, *,
                    name: str | None = None) -> ParallelStream:
-    """One shard per list/range or zero-argument callable returning an iterable."""
+    """One shard per list/range or zero-argument callable returning an iterable.
+
+    >>> import flowrl
+    >>> flowrl.Plan(from_iterators([[1, 2], lambda: iter("x")]).gather_sync()).compile().take(9)
+    [1, 'x', 2]"""
     sources = list(sources)
     if not sources:
         raise ConfigError("from_iterators([]): give at least one source")
@@ -392,6 +486,13 @@ def from_actors(hosts: Sequence[Any], *, name: str | None = None) -> ParallelStr
     """One shard per ShardHost: in-process instances or Ray actor handles (not mixed).
 
     The runtime never kills hosts it did not create.
+
+    >>> import flowrl
+    >>> class Squares(flowrl.ShardHost):
+    ...     def __init__(self, n): self.n = n
+    ...     def shard_items(self): return (i * i for i in range(self.n))
+    >>> flowrl.Plan(from_actors([Squares(3), Squares(2)]).gather_sync()).compile().take(9)
+    [0, 0, 1, 1, 4]
     """
     from flowrl.graph.shard_host import ShardHost
 
@@ -415,6 +516,10 @@ def from_iterable(factory: Callable[[], Iterable[Any]], *, name: str | None = No
     """A LocalStream on the driver from a zero-argument callable returning an iterable.
 
     The iterable may be synchronous or asynchronous (an async generator).
+
+    >>> import flowrl
+    >>> flowrl.Plan(from_iterable(lambda: iter("abc"))).compile().take(2)
+    ['a', 'b']
     """
     _check_callable(factory, "from_iterable")
     return LocalStream(Node(op="from_iterable", kind=SOURCE, stream=LOCAL, name=name,
