@@ -134,3 +134,15 @@ def test_stats_report_waits_and_queue_depths():
     assert stats["items_out"] == 40
     assert stats["max_queue_depth"] == 12
     assert stats["items_per_s"] > 0
+
+
+def test_stats_count_shard_side_nodes_across_shards():
+    s = (flowrl.from_range(20, 2, name="src").filter(lambda x: x % 2 == 0, name="even")
+         .batch(3, name="triples").gather_sync(name="g"))
+    with Plan(s).compile() as run:
+        run.take(100)
+        stats = run.stats()
+    assert stats["src"]["items_out"] == 20
+    assert (stats["even"]["items_in"], stats["even"]["items_out"]) == (20, 10)
+    assert (stats["triples"]["items_in"], stats["triples"]["items_out"]) == (10, 4)
+    assert stats["g"]["items_in"] == 4

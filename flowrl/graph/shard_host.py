@@ -46,6 +46,13 @@ class ShardHost:
     def flowrl_install(self, key: str, stage: Stage) -> None:
         """Start this host's stream for run ``key``: ``stage(iter(shard_items()))``."""
         self._flowrl_streams()[key] = stage(iter(self.shard_items()))
+        self.__dict__.setdefault("_flowrl_stages", {})[key] = stage
+
+    def flowrl_item_counts(self, key: str) -> dict[str, int]:
+        """Items each shard-local node of run ``key`` has emitted on this host."""
+        stage = self.__dict__.get("_flowrl_stages", {}).get(key)
+        counts = getattr(stage, "item_counts", None)
+        return counts() if counts is not None else {}
 
     def flowrl_pull(self, key: str, max_items: int) -> tuple[list[Any], bool]:
         """Up to ``max_items`` next items of run ``key`` and whether the stream ended."""
@@ -61,6 +68,7 @@ class ShardHost:
 
     def flowrl_uninstall(self, key: str) -> None:
         """Drop run ``key``'s stream; other runs on this host are untouched."""
+        self.__dict__.get("_flowrl_stages", {}).pop(key, None)
         stream = self._flowrl_streams().pop(key, None)
         close = getattr(stream, "close", None)
         if close is not None:

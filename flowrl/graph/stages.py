@@ -156,19 +156,25 @@ class FusedStage:
         self.source_label = source_label
         self.steps = list(steps)
         self.shard_index = shard_index
+        self._map_runs: list = []
 
     def __repr__(self) -> str:
         return f"FusedStage({self.source_id!r} -> {[s.node_id for s in self.steps]})"
 
     def __call__(self, items: Iterator[Any]) -> Iterator[Any]:
-        it: Iterator[Any] = _guard_source(iter(items), self.source_id, self.source_label)
+        counts = self.counts = {self.source_id: [0]}
+        self._map_runs = []
+        it: Iterator[Any] = _counted(_guard_source(iter(items), self.source_id,
+                                                   self.source_label), counts[self.source_id])
         run: list[Step] = []
         for step in self.steps + [None]:
             if step is not None and step.op in ("for_each", "filter"):
                 run.append(step)
                 continue
             if run:
-                it = _map(it, compose_map(run))
+                drops = [0] * len(run)
+                it = _map(it, compose_map(run, drops=drops))
+                self._map_runs.append((run, drops))
                 run = []
             if step is None:
                 break
@@ -185,4 +191,26 @@ class FusedStage:
             else:
                 raise OperatorError(f"operator {step.node_id!r}: {step.op} cannot run "
                                     "shard-local", node_id=step.node_id, label=step.label)
+            counts[step.node_id] = [0]
+            it = _counted(it, counts[step.node_id])
         return it
+
+    def item_counts(self) -> dict[str, int]:
+        """Items each step has emitted on this shard so far (source included)."""
+        out = {node_id: cell[0] for node_id, cell in getattr(self, "counts", {}).items()}
+        prev = self.source_id
+        for step in self.steps:
+            if step.node_id not in out:  # inside a fused map run: input minus drops
+                for run, drops in self._map_runs:
+                    ids = [s.node_id for s in run]
+                    if step.node_id in ids:
+                        k = ids.index(step.node_id)
+                        out[step.node_id] = out[prev] - drops[k]
+            prev = step.node_id
+        return out
+
+
+def _counted(items: Iterator[Any], cell: list[int]) -> Iterator[Any]:
+    for x in items:
+        cell[0] += 1
+        yield x

@@ -82,6 +82,10 @@ class Backend:
         """Uninstall the run's stages from hosts that outlive the run."""
         raise TypeError(f"{type(self).__name__} must implement release")
 
+    def item_counts(self, shards: list[Shard]) -> list[dict[str, int]]:
+        """Per shard, the items each of its shard-local nodes emitted (for stats)."""
+        raise TypeError(f"{type(self).__name__} must implement item_counts")
+
     def destroy(self, hosts: list[Any]) -> None:
         """End hosts the run created (item hosts, aggregators)."""
         raise TypeError(f"{type(self).__name__} must implement destroy")

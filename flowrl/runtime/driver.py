@@ -106,9 +106,22 @@ class Driver:
                 st.items_out = n
                 st.busy_s = counter.busy
                 st.fused_with = tuple(ids) if len(ids) > 1 else ()
-        driver = {self.ids[n] for n in self.plan.nodes if self.plan.placement[n] == "driver"}
+        measured = {self.ids[n] for n in self.plan.nodes if self.plan.placement[n] == "driver"}
+        shard_out: dict[str, int] = {}
+        for shards in self.shards.values():
+            for counts in self.backend.item_counts(shards):
+                for node_id, n in counts.items():
+                    shard_out[node_id] = shard_out.get(node_id, 0) + n
+        for node in self.plan.nodes:
+            node_id = self.ids[node]
+            if node_id in shard_out:
+                measured.add(node_id)
+                st = self.stats[node_id]
+                st.items_out = shard_out[node_id]
+                parents = [self.ids[p] for p, _ in node.inputs if self.ids.get(p) in shard_out]
+                st.items_in = sum(shard_out[p] for p in parents)
         return {node_id: st.as_dict() for node_id, st in sorted(self.stats.items())
-                if node_id in driver}
+                if node_id in measured}
 
     # ------------------------------------------------------------------ build
     def build(self, node: Node, port: int = 0) -> AsyncIterator[Any]:

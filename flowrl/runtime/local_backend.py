@@ -75,6 +75,9 @@ class LocalBackend(Backend):
             with using_metrics(None):
                 s.host.flowrl_uninstall(s.key)
 
+    def item_counts(self, shards: list[Shard]) -> list[dict[str, int]]:
+        return [s.host.flowrl_item_counts(s.key) for s in shards]
+
     def destroy(self, hosts: list[Any]) -> None:
         for h in hosts:
             close = getattr(h, "flowrl_close", None)

@@ -153,7 +153,9 @@ class Run:
     def stats(self) -> dict[str, dict]:
         """Per node id: items_in, items_out, items_per_s (out, over the run's wall time),
         busy_s, wait_s, queue_depth, max_queue_depth (and fused_with for fused nodes).
-        Shard-side nodes are not measured here; their gather counts what they delivered."""
+        Shard-side nodes report items in/out summed over their shards (fetched from
+        the hosts when this is called); their time is spent on the hosts and not
+        measured here."""
         elapsed = max(time.perf_counter() - self._started, 1e-9)
         out = self._driver.node_stats()
         for st in out.values():
