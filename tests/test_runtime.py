@@ -141,7 +141,7 @@ def test_stats_count_shard_side_nodes_across_shards():
          .batch(3, name="triples").gather_sync(name="g"))
     with Plan(s).compile() as run:
         run.take(100)
-        stats = run.stats()
+    stats = run.stats()  # a snapshot taken when the run stopped
     assert stats["src"]["items_out"] == 20
     assert (stats["even"]["items_in"], stats["even"]["items_out"]) == (20, 10)
     assert (stats["triples"]["items_in"], stats["triples"]["items_out"]) == (10, 4)

@@ -88,6 +88,7 @@ class Run:
         self.loop = asyncio.new_event_loop()
         self.ctx = RunContext(self.loop)
         self._stopped = False
+        self._final_stats: dict | None = None
         self._helper: concurrent.futures.ThreadPoolExecutor | None = None
         self.key = f"{plan.name}-{uuid.uuid4().hex[:8]}"
         self._started = time.perf_counter()
@@ -156,6 +157,8 @@ class Run:
         Shard-side nodes report items in/out summed over their shards (fetched from
         the hosts when this is called); their time is spent on the hosts and not
         measured here."""
+        if self._final_stats is not None:
+            return self._final_stats
         elapsed = max(time.perf_counter() - self._started, 1e-9)
         out = self._driver.node_stats()
         for st in out.values():
@@ -167,9 +170,14 @@ class Run:
         """Stop promptly and release what this run created (idempotent)."""
         if self._stopped:
             return
+        driver = getattr(self, "_driver", None)
+        if driver is not None:
+            try:  # keep the figures: after this the hosts are released or gone
+                self._final_stats = self.stats()
+            except Exception:  # noqa: BLE001 - a dead host must not prevent stopping
+                self._final_stats = {}
         self._stopped = True
         self.ctx.stopping = True
-        driver = getattr(self, "_driver", None)
         try:
             if self.ctx.background and not self.loop.is_closed():
                 for task in list(self.ctx.background):
