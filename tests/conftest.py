@@ -22,3 +22,18 @@ def ray_session():
     yield ray
     if started:
         ray.shutdown()
+
+
+# Ray workers must import the test modules that define actor classes (for example
+# ``conformance.Counter``); pytest puts tests/ on the driver's sys.path only. Workers
+# inherit this environment when the test session starts Ray, so put tests/ on theirs.
+def _tests_on_worker_path() -> None:
+    import os
+
+    here = os.path.dirname(os.path.abspath(__file__))
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if here not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([here, *paths])
+
+
+_tests_on_worker_path()

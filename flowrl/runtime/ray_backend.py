@@ -1,0 +1,339 @@
+"""The Ray backend: shard hosts are Ray actors and a request is one actor call.
+
+This is the only module that talks to Ray actors directly.
+
+Policy:
+
+- Hosts. ``from_items``/``from_range``/``from_iterators`` shards get one
+  :class:`~flowrl.graph.shard_host.ItemsHost` actor each, created with
+  ``num_cpus=0`` and ``scheduling_strategy="SPREAD"``: such a host only replays
+  data the driver already had, so it should never wait for a CPU (a plan with more
+  shards than cluster CPUs must still start, and a test session on 2 CPUs must not
+  starve), and spreading puts its shard-local work on every node of a cluster.
+  Work that needs a real CPU budget belongs on user actors (``from_actors``),
+  whose resources their creator chose. Aggregators are ``AggregatorHost`` actors
+  with ``num_cpus=0`` pinned to the driver's node (hard node affinity); each runs
+  its sub-plan with this backend inside the actor. Actors the user passed in
+  (``from_actors``) are adopted: never killed, only this run's stage is
+  uninstalled from them.
+- Requests. ``submit`` is ``host.flowrl_pull.remote(key, n)``. Nothing sleeps
+  or polls; whatever blocks is awaited on the run's I/O thread, so the event loop
+  stays free for other inputs. ``wait_any`` (async gathers) does one batched
+  ``ray.wait`` over every pending ref per step: first non-blocking
+  (``timeout=0``; a busy gather usually finds something ready and never enters the
+  event loop), and only if nothing is ready a blocking ``ray.wait`` for the oldest
+  request of each shard; every ready result is then fetched with one ``ray.get``.
+  Replies may be processed out of order, so a request is marked done only once
+  the earlier requests to its shard are (the driver relies on per-shard
+  completion order). ``wait_all`` (a sync round, submitted just before) is one
+  blocking ``ray.get`` over the round, which waits and fetches in one call.
+- Errors. A shard-side :class:`~flowrl.errors.OperatorError` (``RayTaskError``
+  whose cause is one) is raised as itself, remote traceback text kept, chained
+  from the Ray error; any other remote exception becomes an OperatorError naming
+  the shard's source node. A dead or unreachable actor becomes a
+  :class:`~flowrl.errors.WorkerError` naming the shard (``"from_range[1]"``).
+- Stop. Stages on adopted hosts are uninstalled (waited for at most
+  :data:`STOP_WAIT_S`); aggregators are asked to stop their sub-runs (so the
+  stages *they* installed on adopted hosts go too), then every actor this run
+  created is killed and its death awaited, all bounded by :data:`STOP_WAIT_S`.
+
+State: ``_methods`` (per shard, its cached ``flowrl_pull`` actor method),
+``_seq`` (submission counter: the order of requests to a shard) and
+``_aggregators`` (ids of the aggregator handles this backend made, which need a
+``flowrl_close`` before they are killed).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError, RayError, RayTaskError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from flowrl.errors import ConfigError, FlowError, OperatorError, WorkerError
+from flowrl.graph.shard_host import ItemsHost
+from flowrl.runtime.aggregator import AggregatorHost
+from flowrl.runtime.backend import Backend, Request, Shard
+from flowrl.runtime.context import run_in_thread
+
+#: Actor options of the hosts the runtime creates for item sources.
+ITEM_HOST_OPTIONS = {"num_cpus": 0, "scheduling_strategy": "SPREAD"}
+#: Upper bound on each wait ``stop()`` does (uninstalls, aggregator close, kills).
+STOP_WAIT_S = 3.0
+#: ``ray.init`` arguments when no Ray is running (the address is resolved by Ray:
+#: ``RAY_ADDRESS``, then the latest local cluster, else a new local instance).
+INIT_DEFAULTS = {"include_dashboard": False}
+
+_remote_classes: dict[type, Any] = {}
+
+
+def ensure_ray() -> None:
+    """Connect to the running Ray (or ``RAY_ADDRESS``), else start a local one."""
+    if not ray.is_initialized():
+        ray.init(**INIT_DEFAULTS)
+
+
+def remote_class(cls: type) -> Any:
+    """``ray.remote(cls)``, made once per process (the class is exported once)."""
+    rc = _remote_classes.get(cls)
+    if rc is None:
+        rc = _remote_classes[cls] = ray.remote(cls)
+    return rc
+
+
+class RayRequest(Request):
+    """A request whose result is the object ``ref`` of a ``flowrl_pull`` call."""
+
+    __slots__ = ("ref", "seq")
+
+    def __init__(self, shard: Shard, n: int, ref: ray.ObjectRef, seq: int):
+        super().__init__(shard, n)
+        self.ref = ref
+        self.seq = seq
+
+
+def translate_error(shard: Shard, e: BaseException) -> BaseException:
+    """The flowrl error for Ray error ``e`` raised by a call to ``shard``'s host.
+
+    The returned error has ``e`` as its ``__cause__``.
+    """
+    if isinstance(e, RayActorError):
+        err: BaseException = WorkerError(
+            f"shard host {shard.label} (a Ray actor) died or became unreachable: "
+            f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}; "
+            "the run cannot continue without it")
+    elif isinstance(e, RayTaskError):
+        cause = e.cause
+        if isinstance(cause, FlowError):
+            err = cause
+        else:
+            stage = shard.stage
+            err = OperatorError(
+                f"operator {stage.source_id!r} ({stage.source_label}) on shard "
+                f"{shard.label} raised {type(cause).__name__}: {cause}",
+                node_id=stage.source_id, label=stage.source_label,
+                remote_traceback=getattr(e, "traceback_str", "") or str(e))
+    elif isinstance(e, RayError):
+        err = WorkerError(f"shard {shard.label}: Ray failed to deliver its result: "
+                          f"{type(e).__name__}: {e}")
+    else:
+        return e
+    err.__cause__ = e
+    return err
+
+
+def _wait_all(refs: list) -> None:
+    ray.wait(refs, num_returns=len(refs))
+
+
+def _wait_one(refs: list) -> tuple[list, list]:
+    return ray.wait(refs, num_returns=1)
+
+
+def _heads(requests: list[RayRequest]) -> list[RayRequest]:
+    """The oldest request of each shard among ``requests``."""
+    heads: dict[Shard, RayRequest] = {}
+    for r in requests:
+        h = heads.get(r.shard)
+        if h is None or r.seq < h.seq:
+            heads[r.shard] = r
+    return list(heads.values())
+
+
+def _in_order(requests: list[RayRequest], ready) -> list[RayRequest]:
+    """The ready requests not preceded by a pending one of the same shard."""
+    ready = ready if isinstance(ready, set) else set(ready)
+    blocked: set[Shard] = set()
+    out = []
+    for r in sorted(requests, key=_seq):
+        if r.shard in blocked:
+            continue
+        if r.ref in ready:
+            out.append(r)
+        else:
+            blocked.add(r.shard)
+    return out
+
+
+def _seq(r: RayRequest) -> int:
+    return r.seq
+
+
+class RayBackend(Backend):
+    """Shard hosts as Ray actors; see the module docstring for the policy."""
+
+    name = "ray"
+
+    def __init__(self) -> None:
+        ensure_ray()
+        self._methods: dict[Shard, Any] = {}
+        self._aggregators: set[int] = set()
+        self._seq = 0
+
+    # ------------------------------------------------------------------ hosts
+    def make_item_host(self, source: Any, repeat: bool) -> Any:
+        return remote_class(ItemsHost).options(**ITEM_HOST_OPTIONS).remote(source, repeat)
+
+    def make_aggregator_host(self, spec: Any) -> Any:
+        here = ray.get_runtime_context().get_node_id()
+        host = remote_class(AggregatorHost).options(
+            num_cpus=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False),
+        ).remote(spec, "ray")
+        self._aggregators.add(id(host))
+        return host
+
+    def install(self, shards: list[Shard]) -> None:
+        """One ``flowrl_install`` call per shard, all awaited together."""
+        calls = []
+        for s in shards:
+            try:
+                method = s.host.flowrl_install
+            except AttributeError:
+                raise ConfigError(
+                    f"from_actors: shard {s.label} is a Ray actor whose class does not "
+                    "inherit flowrl.ShardHost; subclass it and implement shard_items()"
+                ) from None
+            calls.append((s, method.remote(s.key, s.stage)))
+        self._fetch(calls)
+
+    # ------------------------------------------------------------------ requests
+    def submit(self, shard: Shard, n: int) -> Request:
+        method = self._methods.get(shard)
+        if method is None:
+            method = self._methods[shard] = shard.host.flowrl_pull
+        self._seq += 1
+        return RayRequest(shard, n, method.remote(shard.key, n), self._seq)
+
+    async def wait_all(self, requests: list[Request]) -> None:
+        pending = [r for r in requests if not r.done]
+        if not pending:
+            return
+        refs = [r.ref for r in pending]
+        # Requests of a round were submitted just now: waiting and fetching is one
+        # blocking ray.get (a non-blocking ray.wait first would almost never help).
+        try:
+            values = await self._block(ray.get, refs)
+        except Exception:  # noqa: BLE001 - some failed: let all finish, resolve one by one
+            await self._block(_wait_all, refs)
+            self._collect(pending)
+            return
+        for r, v in zip(pending, values):
+            r.set_result(v)
+            r.ref = None
+
+    async def wait_any(self, requests: list[Request]) -> None:
+        """Return once some shard's oldest pending request is done.
+
+        Replies can be processed out of order, so a request is only marked done
+        once every earlier request to its shard is (requests to a shard complete
+        in submission order); waiting blocks on the oldest request of each shard.
+        """
+        if any(r.done for r in requests):
+            return
+        refs = [r.ref for r in requests]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        done = _in_order(requests, ready) if ready else []
+        if not done:
+            heads = _heads(requests)
+            first, _ = await self._block(_wait_one, [r.ref for r in heads])
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            done = _in_order(requests, set(ready).union(first))
+        self._collect(done)
+
+    async def _block(self, fn: Any, refs: list) -> Any:
+        """Await blocking ``fn(refs)`` on the run's I/O thread (the loop stays free)."""
+        return await run_in_thread(fn, refs)
+
+    def _collect(self, requests: list[RayRequest]) -> None:
+        """Fetch the (ready) results of ``requests`` with one ``ray.get``."""
+        try:
+            values = ray.get([r.ref for r in requests])
+        except Exception:  # noqa: BLE001 - some failed: resolve one by one
+            for r in requests:
+                try:
+                    r.set_result(ray.get(r.ref))
+                except Exception as e:  # noqa: BLE001 - surfaced by result()
+                    r.set_error(translate_error(r.shard, e))
+                r.ref = None
+            return
+        for r, v in zip(requests, values):
+            r.set_result(v)
+            r.ref = None
+
+    def _fetch(self, calls: list[tuple[Shard, Any]]) -> list[Any]:
+        """``ray.get`` every ref of ``calls``; raise the first failure, translated."""
+        try:
+            return ray.get([ref for _, ref in calls])
+        except Exception:  # noqa: BLE001 - find and translate the failing call
+            pass
+        out = []
+        for shard, ref in calls:
+            try:
+                out.append(ray.get(ref))
+            except Exception as e:  # noqa: BLE001
+                raise translate_error(shard, e) from e
+        return out
+
+    # ------------------------------------------------------------------ stop
+    def release(self, shards: list[Shard]) -> None:
+        """Uninstall this run's stages from hosts that outlive it (bounded wait)."""
+        refs = []
+        for s in shards:
+            self._methods.pop(s, None)
+            try:
+                refs.append(s.host.flowrl_uninstall.remote(s.key))
+            except Exception:  # noqa: BLE001 - not a ShardHost / gone: nothing installed
+                pass
+        _settle(refs)
+
+    def item_counts(self, shards: list[Shard]) -> list[dict[str, int]]:
+        """Per shard, its nodes' item counts; ``{}`` for a host that is gone or slow."""
+        calls = []
+        for s in shards:
+            try:
+                calls.append(s.host.flowrl_item_counts.remote(s.key))
+            except Exception:  # noqa: BLE001 - not a ShardHost: no counts
+                calls.append(None)
+        refs = [r for r in calls if r is not None]
+        ready = set(ray.wait(refs, num_returns=len(refs), timeout=STOP_WAIT_S)[0]) if refs else set()
+        out = []
+        for ref in calls:
+            try:
+                out.append(ray.get(ref) if ref in ready else {})
+            except Exception:  # noqa: BLE001 - a dead host reports nothing
+                out.append({})
+        return out
+
+    def destroy(self, hosts: list[Any]) -> None:
+        """Kill the actors this run created; aggregators first stop their sub-runs."""
+        aggregators = [h for h in hosts if id(h) in self._aggregators]
+        others = [h for h in hosts if id(h) not in self._aggregators]
+        # Item hosts go first, so an aggregator blocked pulling from them returns
+        # (with an error) and can run flowrl_close, which uninstalls the stages its
+        # sub-run put on adopted hosts.
+        for h in others:
+            _kill(h)
+        _settle([a.flowrl_close.remote() for a in aggregators])
+        for h in aggregators:
+            _kill(h)
+            self._aggregators.discard(id(h))
+        # Await the deaths so that "stop() returned" means "the actors are gone".
+        _settle([h.flowrl_ping.remote() for h in hosts])
+
+    def stop(self) -> None:
+        self._methods.clear()
+
+
+def _kill(handle: Any) -> None:
+    try:
+        ray.kill(handle, no_restart=True)
+    except Exception:  # noqa: BLE001 - already dead
+        pass
+
+
+def _settle(refs: list) -> None:
+    """Wait (at most STOP_WAIT_S) for ``refs`` to finish either way; ignore failures."""
+    if refs:
+        ray.wait(refs, num_returns=len(refs), timeout=STOP_WAIT_S)

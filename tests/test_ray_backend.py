@@ -1,0 +1,181 @@
+"""The Ray backend's own contract: errors, actor lifetimes, placement, pickling."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+import flowrl
+from flowrl import OperatorError, PlanError, Plan, WorkerError
+
+pytestmark = pytest.mark.ray
+
+
+class Numbers(flowrl.ShardHost):
+    """A user shard host: ``base, base + 1, ...`` (``n`` items, or forever)."""
+
+    def __init__(self, base=0, n=None):
+        self.base, self.n = base, n
+
+    def shard_items(self):
+        i = 0
+        while self.n is None or i < self.n:
+            yield self.base + i
+            i += 1
+
+
+@pytest.fixture(scope="module")
+def numbers(ray_session):
+    """Two user actors (a ShardHost subclass) shared by the tests of this module."""
+    remote = ray_session.remote(num_cpus=0)(Numbers)
+    hosts = [remote.remote(0), remote.remote(100)]
+    ray_session.get([h.flowrl_ping.remote() for h in hosts])
+    yield hosts
+    for h in hosts:
+        ray_session.kill(h)
+
+
+def alive_actor_ids() -> set[str]:
+    """Ids of ALIVE actors, from the GCS actor table.
+
+    ``ray.util.state.list_actors`` asks the dashboard's state API, which the shared
+    test session does not start (``include_dashboard=False``, and ``ray[default]``
+    is not a dependency); the GCS table is the same data without it.
+    """
+    from ray._private import state
+
+    return {a["ActorID"] for a in state.actors().values() if a["State"] == "ALIVE"}
+
+
+def test_shard_exception_is_an_operator_error_with_the_remote_traceback(ray_session):
+    def explode(x):
+        if x == 3:
+            raise ValueError(f"bad item {x}")
+        return x
+
+    s = flowrl.from_range(6, num_shards=2).for_each(explode, name="explode").gather_sync()
+    with pytest.raises(OperatorError, match=r"'explode'.*ValueError: bad item 3") as info:
+        Plan(s).compile(backend="ray").take(10)
+    err = info.value
+    assert (err.node_id, err.label) == ("explode", "explode")
+    assert "in explode" in err.remote_traceback and "bad item 3" in err.remote_traceback
+    assert isinstance(err.__cause__, ray_session.exceptions.RayTaskError)
+    assert type(err) is OperatorError  # not Ray's dual-class wrapper
+
+
+def test_killed_actor_is_a_worker_error_naming_the_shard(ray_session):
+    run = Plan(flowrl.from_range(4, num_shards=2, repeat=True).gather_async()).compile(
+        backend="ray")
+    assert len(run.take(4)) == 4
+    victim = run._driver.shards[next(iter(run._driver.shards))][1].host
+    ray_session.kill(victim)
+    start = time.monotonic()
+    with pytest.raises(WorkerError, match=r"from_range\[1\]"):
+        run.take(10_000)
+    assert time.monotonic() - start < 10
+    assert run.take(1) == []
+
+
+def test_unpicklable_shard_function_fails_at_compile_naming_the_node(ray_session):
+    lock = threading.Lock()
+    s = flowrl.from_range(4).for_each(lambda x: (lock, x)[1], name="holds_lock").gather_sync()
+    with pytest.raises(PlanError, match=r"'holds_lock'.*pickle"):
+        Plan(s).compile(backend="ray")
+    # driver-side functions are never shipped, so they may hold anything
+    s = flowrl.from_range(4).gather_sync().for_each(lambda x: (lock, x)[1])
+    assert sorted(Plan(s).compile(backend="ray").take(10)) == [0, 1, 2, 3]
+
+
+def test_stop_kills_exactly_the_actors_the_run_created(ray_session, numbers):
+    before = alive_actor_ids()
+    items = flowrl.from_range(20, num_shards=3, repeat=True)
+    s = flowrl.Concurrently([items.gather_async(num_async=2),
+                             flowrl.from_actors(numbers).gather_sync(),
+                             flowrl.from_range(9, 3).aggregate(2, lambda g: g.batch(2))
+                             .gather_sync()], mode="async")
+    run = Plan(s).compile(backend="ray")
+    try:
+        assert len(run.take(30)) == 30
+        created = alive_actor_ids() - before
+        assert len(created) == 3 + 3 + 2  # item hosts of both sources, two aggregators
+    finally:
+        start = time.monotonic()
+        run.stop()
+        assert time.monotonic() - start < 5
+    assert not created & alive_actor_ids()
+    # the adopted user actors survive, with this run's stages uninstalled
+    keys = ray_session.get([h.flowrl_installed_keys.remote() for h in numbers])
+    assert keys == [[], []]
+
+
+def test_adopted_actors_survive_and_serve_the_next_run(ray_session, numbers):
+    for _ in range(2):
+        with Plan(flowrl.from_actors(numbers).gather_sync()).compile(backend="ray") as run:
+            assert run.take(4) == [0, 100, 1, 101]
+    assert ray_session.get([h.flowrl_ping.remote() for h in numbers]) == [True, True]
+
+
+def test_one_host_serves_two_runs_at_once(ray_session, numbers):
+    a = Plan(flowrl.from_actors(numbers).gather_async(num_async=2)).compile(backend="ray")
+    b = Plan(flowrl.from_actors(numbers).for_each(lambda x: -x).gather_sync()).compile(
+        backend="ray")
+    try:
+        seen = a.take(4)
+        assert b.take(4) == [0, -100, -1, -101]
+        keys = ray_session.get(numbers[0].flowrl_installed_keys.remote())
+        assert len(keys) == 2 and all(k.startswith((a.key, b.key)) for k in keys)
+        b.stop()
+        assert ray_session.get(numbers[0].flowrl_installed_keys.remote()) == [
+            k for k in keys if k.startswith(a.key)]
+        seen += a.take(6)
+        # each shard continues where it was, untouched by the other run
+        for base in (0, 100):
+            mine = [x for x in seen if base <= x < base + 100]
+            assert mine == list(range(base, base + len(mine)))
+    finally:
+        a.stop()
+        b.stop()
+
+
+def test_zip_with_source_actor_yields_the_real_handles(ray_session, numbers):
+    s = flowrl.from_actors(numbers).gather_async().zip_with_source_actor()
+    with Plan(s).compile(backend="ray") as run:
+        out = run.take(6)
+    for actor, x in out:
+        assert isinstance(actor, ray_session.actor.ActorHandle)
+        assert actor == numbers[0 if x < 100 else 1]
+    # the handle is usable: ask the actor itself
+    actor = out[0][0]
+    assert ray_session.get(actor.flowrl_ping.remote()) is True
+
+
+def test_aggregators_run_on_the_driver_node(ray_session):
+    s = flowrl.from_range(12, num_shards=4).aggregate(
+        2, lambda g: g.for_each(lambda x: (os.getpid(), x)))
+    with Plan(s.gather_sync()).compile(backend="ray") as run:
+        aggregators = [sh.host for sh in next(iter(run._driver.shards.values()))]
+        nodes = ray_session.get([a.__ray_call__.remote(
+            lambda self: __import__("ray").get_runtime_context().get_node_id())
+            for a in aggregators])
+        out = run.take(100)
+    assert sorted(x for _, x in out) == list(range(12))
+    assert len({pid for pid, _ in out}) == 2  # two aggregator processes
+    assert os.getpid() not in {pid for pid, _ in out}
+    assert set(nodes) == {ray_session.get_runtime_context().get_node_id()}
+
+
+def test_auto_backend_picks_ray_for_actor_handles(ray_session, numbers):
+    with Plan(flowrl.from_actors(numbers).gather_sync()).compile() as run:
+        assert run.backend == "ray"
+        assert run.take(2) == [0, 100]
+
+
+def test_backend_uses_the_running_ray_session(ray_session):
+    from flowrl.runtime.ray_backend import RayBackend
+
+    context = ray_session.get_runtime_context()
+    RayBackend()
+    assert ray_session.get_runtime_context().get_job_id() == context.get_job_id()
