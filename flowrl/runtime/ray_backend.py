@@ -16,9 +16,12 @@ Policy:
   its sub-plan with this backend inside the actor. Actors the user passed in
   (``from_actors``) are adopted: never killed, only this run's stage is
   uninstalled from them.
-- Requests. ``submit`` is ``host.flowrl_pull.remote(key, n)``. Nothing sleeps
-  or polls; whatever blocks is awaited on the run's I/O thread, so the event loop
-  stays free for other inputs. ``wait_any`` (async gathers) does one batched
+- Requests. ``submit`` is ``host.flowrl_pull_<slot>.remote()`` for one item when
+  the run holds one of the host's argument-free pull slots (each actor-call
+  argument costs about as much as the call itself), else
+  ``host.flowrl_pull.remote(key, n)``. Nothing sleeps or polls; whatever blocks
+  is awaited on the run's I/O thread whenever another input could progress
+  meanwhile, and called directly when nothing else in the run can move. ``wait_any`` (async gathers) does one batched
   ``ray.wait`` over every pending ref per step: first non-blocking
   (``timeout=0``; a busy gather usually finds something ready and never enters the
   event loop), and only if nothing is ready a blocking ``ray.wait`` for the oldest
@@ -37,7 +40,7 @@ Policy:
   stages *they* installed on adopted hosts go too), then every actor this run
   created is killed and its death awaited, all bounded by :data:`STOP_WAIT_S`.
 
-State: ``_methods`` (per shard, its cached ``flowrl_pull`` actor method),
+State: ``_methods`` / ``_slot_methods`` (per shard, its cached pull methods),
 ``_seq`` (submission counter: the order of requests to a shard) and
 ``_aggregators`` (ids of the aggregator handles this backend made, which need a
 ``flowrl_close`` before they are killed).
@@ -45,6 +48,7 @@ State: ``_methods`` (per shard, its cached ``flowrl_pull`` actor method),
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import ray
@@ -55,7 +59,7 @@ from flowrl.errors import ConfigError, FlowError, OperatorError, WorkerError
 from flowrl.graph.shard_host import ItemsHost
 from flowrl.runtime.aggregator import AggregatorHost
 from flowrl.runtime.backend import Backend, Request, Shard
-from flowrl.runtime.context import run_in_thread
+from flowrl.runtime.context import current_run, run_in_thread
 
 #: Actor options of the hosts the runtime creates for item sources.
 ITEM_HOST_OPTIONS = {"num_cpus": 0, "scheduling_strategy": "SPREAD"}
@@ -123,6 +127,14 @@ def translate_error(shard: Shard, e: BaseException) -> BaseException:
     return err
 
 
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 def _wait_all(refs: list) -> None:
     ray.wait(refs, num_returns=len(refs))
 
@@ -168,6 +180,7 @@ class RayBackend(Backend):
     def __init__(self) -> None:
         ensure_ray()
         self._methods: dict[Shard, Any] = {}
+        self._slot_methods: dict[Shard, Any] = {}
         self._aggregators: set[int] = set()
         self._seq = 0
 
@@ -196,14 +209,19 @@ class RayBackend(Backend):
                     "inherit flowrl.ShardHost; subclass it and implement shard_items()"
                 ) from None
             calls.append((s, method.remote(s.key, s.stage)))
-        self._fetch(calls)
+        for (s, _), slot in zip(calls, self._fetch(calls)):
+            if slot is not None:
+                self._slot_methods[s] = getattr(s.host, f"flowrl_pull_{slot}")
 
     # ------------------------------------------------------------------ requests
     def submit(self, shard: Shard, n: int) -> Request:
+        self._seq += 1
+        slot_method = self._slot_methods.get(shard) if n == 1 else None
+        if slot_method is not None:  # argument-free: the cheapest actor call
+            return RayRequest(shard, n, slot_method.remote(), self._seq)
         method = self._methods.get(shard)
         if method is None:
             method = self._methods[shard] = shard.host.flowrl_pull
-        self._seq += 1
         return RayRequest(shard, n, method.remote(shard.key, n), self._seq)
 
     async def wait_all(self, requests: list[Request]) -> None:
@@ -243,7 +261,18 @@ class RayBackend(Backend):
         self._collect(done)
 
     async def _block(self, fn: Any, refs: list) -> Any:
-        """Await blocking ``fn(refs)`` on the run's I/O thread (the loop stays free)."""
+        """Blocking ``fn(refs)``, awaited on the run's I/O thread when anything else
+        could make progress meanwhile.
+
+        Called while the driver advances the plan by hand (no event loop running)
+        with no background task pending, nothing else in the run can move until
+        this returns, so calling ``fn`` here is equivalent and skips two thread
+        hand-offs per wait; otherwise it runs on the I/O thread and the loop stays
+        free for the other inputs.
+        """
+        ctx = current_run()
+        if not ctx.background and not _loop_running():
+            return fn(refs)
         return await run_in_thread(fn, refs)
 
     def _collect(self, requests: list[RayRequest]) -> None:
@@ -282,6 +311,7 @@ class RayBackend(Backend):
         refs = []
         for s in shards:
             self._methods.pop(s, None)
+            self._slot_methods.pop(s, None)
             try:
                 refs.append(s.host.flowrl_uninstall.remote(s.key))
             except Exception:  # noqa: BLE001 - not a ShardHost / gone: nothing installed
@@ -324,6 +354,7 @@ class RayBackend(Backend):
 
     def stop(self) -> None:
         self._methods.clear()
+        self._slot_methods.clear()
 
 
 def _kill(handle: Any) -> None:
