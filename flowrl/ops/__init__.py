@@ -1,5 +1,21 @@
-"""RL operators built on plan streams (RLlib 1.x names and meanings)."""
+"""RL operators built on plan streams (RLlib 1.x names and meanings).
 
+Rollouts (:mod:`~flowrl.ops.rollout_ops`), training (:mod:`~flowrl.ops.train_ops`,
+:mod:`~flowrl.ops.multi_gpu`), reporting (:mod:`~flowrl.ops.metric_ops`) and
+learner-thread queues (:mod:`~flowrl.ops.queues`). Each operator's docstring lists
+the counters and timers it touches.
+"""
+
+from flowrl.ops.metric_ops import (CollectMetrics, OncePerTimeInterval, OncePerTimestepsElapsed,
+                                   StandardMetricsReporting)
+from flowrl.ops.multi_gpu import MultiGPUTrainOneStep
 from flowrl.ops.queues import Dequeue, Enqueue
+from flowrl.ops.rollout_ops import (ConcatBatches, ParallelRollouts, SelectExperiences,
+                                    StandardizeFields, rollout_shards,
+                                    synchronous_parallel_sample)
+from flowrl.ops.train_ops import TrainOneStep, UpdateKL
 
-__all__ = ["Dequeue", "Enqueue"]
+__all__ = ["Dequeue", "Enqueue", "ConcatBatches", "ParallelRollouts", "SelectExperiences",
+           "StandardizeFields", "rollout_shards", "synchronous_parallel_sample",
+           "TrainOneStep", "UpdateKL", "MultiGPUTrainOneStep", "StandardMetricsReporting",
+           "CollectMetrics", "OncePerTimeInterval", "OncePerTimestepsElapsed"]

@@ -1,0 +1,200 @@
+"""Reporting operators: ``StandardMetricsReporting``, ``CollectMetrics`` and the
+``OncePerTimeInterval`` / ``OncePerTimestepsElapsed`` filters.
+
+A reporting step turns whatever the train op emits into one result dict (the
+keys DESIGN.md names): episode statistics over the last ``smoothing_window``
+completed episodes of every worker (local and remote), the run's counters,
+learner stats and timer summary, and the iteration count and total time, which
+live in the run's metrics so that ``save``/``restore`` continue them.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import time
+from typing import Any
+
+from flowrl.errors import ConfigError
+from flowrl.graph.stream import LocalStream
+from flowrl.metrics import (LEARNER_INFO, STEPS_SAMPLED_COUNTER, STEPS_TRAINED_COUNTER,
+                            get_metrics)
+
+TRAINING_ITERATION = "training_iteration"
+EPISODES_TOTAL = "episodes_total"
+TIME_TOTAL_S = "time_total_s"
+LAST_REPORT_STEPS = "timesteps_at_last_report"
+
+
+class OncePerTimeInterval:
+    """``filter(OncePerTimeInterval(delay_s))``: pass an item if at least ``delay_s``
+    seconds passed since the last item it passed (the first always passes;
+    ``delay_s=0`` passes everything). Touches no metrics.
+
+    >>> f = OncePerTimeInterval(60)
+    >>> f(1), f(2)
+    (True, False)
+    """
+
+    def __init__(self, delay_s: float):
+        if delay_s is None or delay_s < 0:
+            raise ConfigError(f"OncePerTimeInterval(delay_s={delay_s!r}): must be >= 0")
+        self.delay_s = delay_s
+        self._last: float | None = None
+
+    def __call__(self, item: Any) -> bool:
+        now = time.perf_counter()
+        if self._last is None or now - self._last >= self.delay_s:
+            self._last = now
+            return True
+        return False
+
+
+class OncePerTimestepsElapsed:
+    """``filter(OncePerTimestepsElapsed(n))``: pass an item once ``STEPS_SAMPLED_COUNTER``
+    (or ``STEPS_TRAINED_COUNTER`` with ``by_steps_trained``) grew by at least ``n``
+    since the last item it passed; ``n <= 0`` passes everything. Reads counters.
+
+    >>> import flowrl
+    >>> from flowrl.metrics import STEPS_SAMPLED_COUNTER
+    >>> def count(x):
+    ...     flowrl.get_metrics().counters[STEPS_SAMPLED_COUNTER] += 100
+    ...     return x
+    >>> s = flowrl.from_iterable(lambda: range(10)).for_each(count)
+    >>> flowrl.Plan(s.filter(OncePerTimestepsElapsed(300))).compile().take(3)
+    [2, 5, 8]
+    """
+
+    def __init__(self, n: int, by_steps_trained: bool = False):
+        self.n = n
+        self.counter = STEPS_TRAINED_COUNTER if by_steps_trained else STEPS_SAMPLED_COUNTER
+        self._last = 0
+
+    def __call__(self, item: Any) -> bool:
+        if self.n <= 0:
+            return True
+        now = get_metrics().counters[self.counter]
+        if now - self._last >= self.n:
+            self._last = now
+            return True
+        return False
+
+
+def _episode_stats(worker) -> list[dict]:
+    return worker.episode_stats()
+
+
+class CollectMetrics:
+    """``for_each(CollectMetrics(workers))``: one result dict per item (the item is dropped).
+
+    Drains completed episodes from every worker (``foreach_worker``, local first)
+    and reports over the last ``smoothing_window`` of them: ``episode_reward_mean``
+    / ``_min`` / ``_max`` and ``episode_len_mean`` (NaN before any episode ended),
+    ``episodes_this_iter``, ``episodes_total``, ``timesteps_total`` (env steps
+    sampled), ``timesteps_this_iter``, ``training_iteration``, ``time_this_iter_s``,
+    ``time_total_s``, ``num_healthy_workers``, ``info`` (every counter plus
+    ``learner``: the last learner stats per policy) and ``timers``
+    (``<name>_time_ms`` / ``<name>_throughput``).
+
+    ``time_this_iter_s`` of the first report counts from when this op was
+    created (when the plan was built).
+
+    Metrics: increments the ``training_iteration`` and ``episodes_total`` counters
+    and keeps ``info["time_total_s"]`` and ``info["timesteps_at_last_report"]``
+    (all survive save/restore, so a restored run continues them).
+
+    >>> import flowrl
+    >>> from flowrl.ops import ParallelRollouts
+    >>> from flowrl.policies import PGPolicy
+    >>> from flowrl.workers import WorkerConfig, WorkerSet
+    >>> ws = WorkerSet("CartPole-v1", PGPolicy, WorkerConfig(rollout_fragment_length=200, seed=0),
+    ...                num_workers=0, backend="local")
+    >>> run = flowrl.Plan(ParallelRollouts(ws).for_each(CollectMetrics(ws))).compile()
+    >>> r = next(run)
+    >>> r["timesteps_total"], r["training_iteration"], r["episodes_total"] > 0
+    (200, 1, True)
+    >>> run.stop(); ws.stop()
+    """
+
+    def __init__(self, workers, *, smoothing_window: int = 100):
+        if smoothing_window < 1:
+            raise ConfigError(f"CollectMetrics(smoothing_window={smoothing_window!r}): must "
+                              "be >= 1")
+        self.workers = workers
+        self.episodes: collections.deque[dict] = collections.deque(maxlen=smoothing_window)
+        self._last_time = time.perf_counter()
+
+    def __call__(self, _: Any) -> dict[str, Any]:
+        metrics = get_metrics()
+        now = time.perf_counter()
+        new = [e for eps in self.workers.foreach_worker(_episode_stats) for e in eps]
+        self.episodes.extend(new)
+        counters = metrics.counters
+        counters[TRAINING_ITERATION] += 1
+        counters[EPISODES_TOTAL] += len(new)
+        this_iter, self._last_time = now - self._last_time, now
+        metrics.info[TIME_TOTAL_S] = metrics.info.get(TIME_TOTAL_S, 0.0) + this_iter
+        steps = counters[STEPS_SAMPLED_COUNTER]
+        steps_this_iter = steps - metrics.info.get(LAST_REPORT_STEPS, 0)
+        metrics.info[LAST_REPORT_STEPS] = steps
+        rewards = [e["episode_reward"] for e in self.episodes]
+        lengths = [e["episode_len"] for e in self.episodes]
+        info = {k: v for k, v in counters.items()}
+        info[LEARNER_INFO] = metrics.info.get(LEARNER_INFO, {})
+        return {
+            "episode_reward_mean": _mean(rewards),
+            "episode_reward_min": min(rewards) if rewards else math.nan,
+            "episode_reward_max": max(rewards) if rewards else math.nan,
+            "episode_len_mean": _mean(lengths),
+            "episodes_this_iter": len(new),
+            "episodes_total": counters[EPISODES_TOTAL],
+            "timesteps_total": steps,
+            "timesteps_this_iter": steps_this_iter,
+            "training_iteration": counters[TRAINING_ITERATION],
+            "time_this_iter_s": this_iter,
+            "time_total_s": metrics.info[TIME_TOTAL_S],
+            "num_healthy_workers": len(self.workers.remote_workers()),
+            "info": info,
+            "timers": metrics.timer_summary(),
+        }
+
+
+def _mean(xs: list[float]) -> float:
+    return float(sum(xs) / len(xs)) if xs else math.nan
+
+
+def StandardMetricsReporting(train_op: LocalStream, workers, *,
+                             min_time_s_per_reporting: float = 0.0,
+                             timesteps_per_iteration: int = 0,
+                             smoothing_window: int = 100) -> LocalStream:
+    """The stream of result dicts for ``train_op``: one per reporting step.
+
+    An item of ``train_op`` ends a reporting step once at least
+    ``timesteps_per_iteration`` env steps were sampled since the last report
+    (:class:`OncePerTimestepsElapsed`) and at least ``min_time_s_per_reporting``
+    seconds passed (:class:`OncePerTimeInterval`); :class:`CollectMetrics` then
+    builds the result. Items in between are consumed (their training happened)
+    and dropped.
+
+    >>> import flowrl
+    >>> from flowrl.ops import ParallelRollouts
+    >>> from flowrl.policies import PGPolicy
+    >>> from flowrl.workers import WorkerConfig, WorkerSet
+    >>> ws = WorkerSet("CartPole-v1", PGPolicy, WorkerConfig(rollout_fragment_length=100),
+    ...                num_workers=0, backend="local")
+    >>> out = StandardMetricsReporting(ParallelRollouts(ws), ws, timesteps_per_iteration=300)
+    >>> run = flowrl.Plan(out).compile()
+    >>> [r["timesteps_total"] for r in run.take(2)]
+    [300, 600]
+    >>> run.stop(); ws.stop()
+    """
+    return (train_op
+            .filter(OncePerTimestepsElapsed(timesteps_per_iteration),
+                    name="report.once_per_timesteps")
+            .filter(OncePerTimeInterval(min_time_s_per_reporting), name="report.once_per_interval")
+            .for_each(CollectMetrics(workers, smoothing_window=smoothing_window),
+                      name="report.collect_metrics"))
+
+
+__all__ = ["StandardMetricsReporting", "CollectMetrics", "OncePerTimeInterval",
+           "OncePerTimestepsElapsed"]
