@@ -1,0 +1,115 @@
+"""PPO (Schulman et al. 2017) as a plan, with defaults tuned to solve CartPole fast.
+
+Bulk-synchronous rollouts are concatenated into a train batch, advantages are
+standardized, the learner runs ``num_sgd_iter`` epochs of minibatch SGD on the
+clipped surrogate, the KL coefficient adapts, and new weights go to the workers.
+
+>>> algo = PPO(PPOConfig(env="CartPole-v1", num_workers=1, num_envs_per_worker=2,
+...                      rollout_fragment_length=32, train_batch_size=128,
+...                      sgd_minibatch_size=64, num_sgd_iter=2, seed=0))
+>>> r = algo.train()
+>>> r["timesteps_total"], r["info"]["num_steps_trained"], "kl" in r["info"]["learner"]["default_policy"]
+(128, 128, True)
+>>> "ppo" in algo.plan.to_dot()
+True
+>>> algo.stop()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from flowrl.algorithms.base import Algorithm, AlgorithmConfig, _int_ge, _num
+from flowrl.errors import ConfigError
+from flowrl.graph.stream import LocalStream
+from flowrl.ops import (ConcatBatches, MultiGPUTrainOneStep, ParallelRollouts,
+                        StandardizeFields, StandardMetricsReporting, TrainOneStep, UpdateKL)
+from flowrl.policies import PPOPolicy
+
+
+@dataclass
+class PPOConfig(AlgorithmConfig):
+    """PPO hyperparameters (RLlib 1.x names). Defaults solve CartPole-v1 in about
+    100k env steps: 2 workers x 8 envs x 64-step fragments, 2048-step train
+    batches, 6 epochs of 256-row minibatches, lr 1e-3, GAE(0.99, 0.95), fused Adam,
+    one torch thread. (10 epochs need ~30% fewer env steps but learn ~40% slower
+    per step; on 2 cores the wall time to 450 was the same, so 6 wins on
+    throughput.)
+
+    >>> PPOConfig(env="CartPole-v1", sgd_minibatch_size=512, train_batch_size=256)
+    Traceback (most recent call last):
+    ...
+    flowrl.errors.ConfigError: PPOConfig.sgd_minibatch_size=512: must be <= train_batch_size (256)
+    """
+
+    num_workers: int = 2
+    num_envs_per_worker: int = 8
+    rollout_fragment_length: int = 64
+    train_batch_size: int = 2048
+    sgd_minibatch_size: int = 256
+    num_sgd_iter: int = 6
+    lr: float = 1e-3
+    gamma: float = 0.99
+    lambda_: float = 0.95
+    clip_param: float = 0.2
+    vf_clip_param: float = 10.0
+    vf_loss_coeff: float = 0.5
+    entropy_coeff: float = 0.0
+    kl_coeff: float = 0.0
+    kl_target: float = 0.01
+    grad_clip: float | None = 0.5
+
+    checks: ClassVar[dict[str, tuple]] = {
+        "sgd_minibatch_size": _int_ge(0), "num_sgd_iter": _int_ge(1),
+        "lambda_": _num(0, 1), "clip_param": _num(0, open_lo=True),
+        "vf_clip_param": _num(0, open_lo=True), "vf_loss_coeff": _num(0),
+        "entropy_coeff": _num(0), "kl_coeff": _num(0), "kl_target": _num(0, open_lo=True),
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.sgd_minibatch_size > self.train_batch_size:
+            raise ConfigError(f"PPOConfig.sgd_minibatch_size={self.sgd_minibatch_size}: must be "
+                              f"<= train_batch_size ({self.train_batch_size})")
+        if self.grad_clip is not None and not _num(0, open_lo=True)[0](self.grad_clip):
+            raise ConfigError(f"PPOConfig.grad_clip={self.grad_clip!r}: must be a number > 0 "
+                              "or None")
+
+
+class PPO(Algorithm):
+    """Proximal policy optimisation; see the module docstring."""
+
+    config_class = PPOConfig
+    policy_class = PPOPolicy
+    name = "ppo"
+
+    @classmethod
+    def policy_config(cls, config: PPOConfig) -> dict[str, Any]:
+        # Epochs and minibatches are the plan's TrainOneStep; the policy takes one
+        # step per learn_on_batch.
+        return {**super().policy_config(config), "lambda_": config.lambda_,
+                "clip_param": config.clip_param, "vf_clip_param": config.vf_clip_param,
+                "vf_loss_coeff": config.vf_loss_coeff, "entropy_coeff": config.entropy_coeff,
+                "kl_coeff": config.kl_coeff, "kl_target": config.kl_target,
+                "grad_clip": config.grad_clip, "num_sgd_iter": 1, "sgd_minibatch_size": None}
+
+    @staticmethod
+    def execution_plan(workers, config: PPOConfig) -> LocalStream:
+        rollouts = ParallelRollouts(workers, mode="bulk_sync")
+        sgd = dict(num_sgd_iter=config.num_sgd_iter,
+                   sgd_minibatch_size=config.sgd_minibatch_size, seed=config.seed)
+        train_step = (MultiGPUTrainOneStep(workers, num_gpus=config.num_gpus, **sgd)
+                      if config.num_gpus > 0 else TrainOneStep(workers, **sgd))
+        train_op = (rollouts
+                    .combine(ConcatBatches(min_batch_size=config.train_batch_size),
+                             name="ppo/concat_batches")
+                    .for_each(StandardizeFields(["advantages"]), name="ppo/standardize")
+                    .for_each(train_step, name="ppo/train")
+                    .for_each(UpdateKL(workers), name="ppo/update_kl"))
+        return StandardMetricsReporting(
+            train_op, workers, min_time_s_per_reporting=config.min_time_s_per_reporting,
+            timesteps_per_iteration=config.timesteps_per_iteration)
+
+
+__all__ = ["PPO", "PPOConfig"]
