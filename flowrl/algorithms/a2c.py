@@ -13,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from flowrl.algorithms.base import Algorithm, AlgorithmConfig, _num
-from flowrl.errors import ConfigError
+from flowrl.algorithms.base import Algorithm, AlgorithmConfig, _num, _or_none
 from flowrl.graph.stream import LocalStream
 from flowrl.ops import ConcatBatches, ParallelRollouts, StandardMetricsReporting, TrainOneStep
 from flowrl.policies import A2CPolicy
@@ -36,13 +35,8 @@ class A2CConfig(AlgorithmConfig):
 
     checks: ClassVar[dict[str, tuple]] = {
         "lambda_": _num(0, 1), "vf_loss_coeff": _num(0), "entropy_coeff": _num(0),
+        "grad_clip": _or_none(_num(0, open_lo=True)),
     }
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.grad_clip is not None and not _num(0, open_lo=True)[0](self.grad_clip):
-            raise ConfigError(f"A2CConfig.grad_clip={self.grad_clip!r}: must be a number > 0 "
-                              "or None")
 
 
 class A2C(Algorithm):

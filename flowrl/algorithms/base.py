@@ -46,6 +46,11 @@ def _num(lo: float, hi: float = float("inf"), *, open_lo: bool = False):
     return ok, (f"a number {lo_s}" if hi == float("inf") else f"a number {lo_s} and <= {hi}")
 
 
+def _or_none(check):
+    ok, what = check
+    return (lambda v: v is None or ok(v)), f"{what} or None"
+
+
 def check_env(env: Any, where: str) -> None:
     """A ConfigError (a FlowError) naming ``env`` unless it is a registered gymnasium
     id or a callable ``env_creator(env_config)``."""
@@ -107,7 +112,7 @@ class AlgorithmConfig:
         "rollout_fragment_length": _int_ge(1), "train_batch_size": _int_ge(1),
         "lr": _num(0, open_lo=True), "gamma": _num(0, 1), "num_gpus": _num(0),
         "num_cpus_per_worker": _num(0), "timesteps_per_iteration": _int_ge(0),
-        "min_time_s_per_reporting": _num(0),
+        "min_time_s_per_reporting": _num(0), "torch_threads": _or_none(_int_ge(1)),
     }
 
     def __post_init__(self) -> None:
@@ -121,9 +126,6 @@ class AlgorithmConfig:
             raise ConfigError(f"{name}.backend={self.backend!r}: choose one of {list(BACKENDS)}")
         if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
             raise ConfigError(f"{name}.seed={self.seed!r}: must be an int or None")
-        if self.torch_threads is not None and not _int_ge(1)[0](self.torch_threads):
-            raise ConfigError(f"{name}.torch_threads={self.torch_threads!r}: must be an int >= 1 "
-                              "or None")
         model = self.model
         if isinstance(model, int) or not all(isinstance(h, int) and not isinstance(h, bool)
                                              and h > 0 for h in model) or not len(model):

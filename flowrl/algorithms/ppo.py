@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from flowrl.algorithms.base import Algorithm, AlgorithmConfig, _int_ge, _num
+from flowrl.algorithms.base import Algorithm, AlgorithmConfig, _int_ge, _num, _or_none
 from flowrl.errors import ConfigError
 from flowrl.graph.stream import LocalStream
 from flowrl.ops import (ConcatBatches, MultiGPUTrainOneStep, ParallelRollouts,
@@ -65,6 +65,7 @@ class PPOConfig(AlgorithmConfig):
         "lambda_": _num(0, 1), "clip_param": _num(0, open_lo=True),
         "vf_clip_param": _num(0, open_lo=True), "vf_loss_coeff": _num(0),
         "entropy_coeff": _num(0), "kl_coeff": _num(0), "kl_target": _num(0, open_lo=True),
+        "grad_clip": _or_none(_num(0, open_lo=True)),
     }
 
     def __post_init__(self) -> None:
@@ -72,9 +73,6 @@ class PPOConfig(AlgorithmConfig):
         if self.sgd_minibatch_size > self.train_batch_size:
             raise ConfigError(f"PPOConfig.sgd_minibatch_size={self.sgd_minibatch_size}: must be "
                               f"<= train_batch_size ({self.train_batch_size})")
-        if self.grad_clip is not None and not _num(0, open_lo=True)[0](self.grad_clip):
-            raise ConfigError(f"PPOConfig.grad_clip={self.grad_clip!r}: must be a number > 0 "
-                              "or None")
 
 
 class PPO(Algorithm):
