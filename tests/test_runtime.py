@@ -146,3 +146,24 @@ def test_stats_count_shard_side_nodes_across_shards():
     assert (stats["even"]["items_in"], stats["even"]["items_out"]) == (20, 10)
     assert (stats["triples"]["items_in"], stats["triples"]["items_out"]) == (10, 4)
     assert stats["g"]["items_in"] == 4
+
+
+def test_async_sources_must_be_async_generator_functions():
+    async def numbers():
+        yield 1
+
+    run = Plan(flowrl.from_iterable(lambda: numbers(), name="wrapped").batch(2)).compile()
+    with pytest.raises(OperatorError, match=r"'wrapped'.*make the factory an async generator"):
+        next(run)
+    assert Plan(flowrl.from_iterable(numbers).batch(2)).compile().take(3) == [[1]]
+
+
+def test_sync_source_segment_reports_every_node():
+    s = flowrl.from_iterable(lambda: range(10), name="src").filter(
+        lambda x: x % 2 == 0, name="even").batch(2, name="pairs").flatten(name="flat")
+    with Plan(s).compile() as run:
+        assert run.take(20) == [0, 2, 4, 6, 8]
+    stats = run.stats()
+    assert [stats[n]["items_out"] for n in ("src", "even", "pairs", "flat")] == [10, 5, 3, 5]
+    assert (stats["pairs"]["items_in"], stats["flat"]["items_in"]) == (5, 3)
+    assert set(stats["flat"]["fused_with"]) == {"src", "even", "pairs", "flat"}

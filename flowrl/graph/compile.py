@@ -13,6 +13,7 @@ The result is plain data (:class:`Compiled`) that any backend's runtime executes
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 
 import cloudpickle
@@ -24,6 +25,8 @@ from flowrl.graph.stages import FusedStage, Step
 
 GATHER_OPS = frozenset({"gather_sync", "batch_across_shards", "gather_async",
                         "aggregator_input"})
+# Driver-side operators that can join a synchronous source in one FusedStage.
+SYNC_DRIVER_OPS = frozenset({"for_each", "filter", "batch", "flatten", "combine", "shuffle"})
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,7 @@ class Compiled:
     slots: dict[Node, list[ShardSlot]] = field(default_factory=dict)
     groups: dict[Node, list[list[ShardSlot]]] = field(default_factory=dict)
     chains: dict[Node, list[Node]] = field(default_factory=dict)  # tail -> fused map run
+    segments: dict[Node, list[Node]] = field(default_factory=dict)  # tail -> [source, ops...]
     host_sources: list[Node] = field(default_factory=list)  # parallel sources, topo order
 
 
@@ -68,6 +72,7 @@ def shard_slots(plan: Plan, node: Node) -> list[ShardSlot]:
 
 def compile_plan(plan: Plan, *, ships: bool = False) -> Compiled:
     out = Compiled(plan)
+    fused = _sync_segments(plan, out)
     for node in plan.nodes:
         if node.op in GATHER_OPS and node not in plan.boundary:
             out.slots[node] = shard_slots(plan, node.inputs[0][0])
@@ -77,7 +82,7 @@ def compile_plan(plan: Plan, *, ships: bool = False) -> Compiled:
             out.groups[node] = [upstream[j::k] for j in range(k)]
         if node.stream != LOCAL and (node.kind == SOURCE or node.op == "aggregate"):
             out.host_sources.append(node)
-        if node.stream == LOCAL and node.op in MAP_OPS:
+        if node.stream == LOCAL and node.op in MAP_OPS and node not in fused:
             # A local stream has one consumer (validated), so a map op extends the
             # fused run ending at its parent.
             parent = node.inputs[0][0]
@@ -86,6 +91,42 @@ def compile_plan(plan: Plan, *, ships: bool = False) -> Compiled:
     if ships:
         check_picklable(out)
     return out
+
+
+def is_sync_source(node: Node) -> bool:
+    """A from_iterable whose factory is not an async generator function."""
+    return node.op == "from_iterable" and not inspect.isasyncgenfunction(node.params["factory"])
+
+
+def _sync_segments(plan: Plan, out: Compiled) -> set[Node]:
+    """Fuse each synchronous from_iterable with the sync operators after it.
+
+    The segment runs as one FusedStage on the driver (the same code shards run),
+    so a chain like for_each/filter/batch/flatten costs one generator stack per
+    item instead of one async generator per operator. Returns the fused nodes.
+    """
+    consumers = plan.consumers()
+    fused: set[Node] = set()
+    for node in plan.nodes:
+        if not is_sync_source(node) or node in plan.boundary:
+            continue
+        segment = [node]
+        while True:
+            users = consumers.get((segment[-1], 0), [])
+            if len(users) != 1 or users[0].op not in SYNC_DRIVER_OPS:
+                break
+            segment.append(users[0])
+        if len(segment) > 1:
+            out.segments[segment[-1]] = segment
+            fused.update(segment)
+    return fused
+
+
+def stage_for_segment(plan: Plan, segment: list[Node]) -> FusedStage:
+    source, ops = segment[0], segment[1:]
+    steps = [Step("local_shuffle" if n.op == "shuffle" else n.op, plan.ids[n], n.label,
+                  dict(n.params)) for n in ops]
+    return FusedStage(plan.ids[source], source.label, steps)
 
 
 def check_picklable(compiled: Compiled) -> None:

@@ -515,7 +515,7 @@ def from_actors(hosts: Sequence[Any], *, name: str | None = None) -> ParallelStr
 def from_iterable(factory: Callable[[], Iterable[Any]], *, name: str | None = None) -> LocalStream:
     """A LocalStream on the driver from a zero-argument callable returning an iterable.
 
-    The iterable may be synchronous or asynchronous (an async generator).
+    For an asynchronous source, pass an async generator function as ``factory``.
 
     >>> import flowrl
     >>> flowrl.Plan(from_iterable(lambda: iter("abc"))).compile().take(2)

@@ -2,13 +2,16 @@
 
 Policy: pull-based. The run's output iterator pulls from its inputs, gathers
 submit requests to shards through the backend and await them, and the backend
-alone decides how a request executes. Runs of one-to-one operators are fused into
-a single call per item; everything else is one async generator per node.
+alone decides how a request executes. A synchronous ``from_iterable`` and the
+synchronous operators after it run as one FusedStage (the code shards run); other
+runs of one-to-one operators are fused into a single call per item; everything
+else is one async generator per node.
 
 State: ``hosts`` (per host-source node: the hosts and whether this run created
 them), ``shards`` (per gather: the :class:`Shard` list it reads), ``stats`` (per
 node id: :class:`NodeStats`), and ``chains`` (fused runs with their filter-drop
-counters, resolved into per-node figures by :meth:`Driver.node_stats`).
+counters, resolved into per-node figures by :meth:`Driver.node_stats`), and
+``segments`` (fused synchronous source segments with their stage's counts).
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from collections import deque
 from typing import Any, AsyncIterator
 
 from flowrl.errors import ConfigError
-from flowrl.graph.compile import Compiled
+from flowrl.graph.compile import Compiled, is_sync_source, stage_for_segment
 from flowrl.graph.node import Node
 from flowrl.graph.stages import _DROP, Step, compose_map, operator_error
 from flowrl.metrics import MetricsContext
@@ -51,6 +54,7 @@ class Driver:
         self.shards: dict[Node, list[Shard]] = {}
         self.splitters: dict[Node, Splitter] = {}
         self.chains: list[tuple[list[str], "_ChainCounter"]] = []
+        self.segments: list[tuple[list[str], Any, "_ChainCounter"]] = []
         self.agens: list[Any] = []
 
     # ------------------------------------------------------------------ setup
@@ -97,6 +101,14 @@ class Driver:
 
     # ------------------------------------------------------------------ stats
     def node_stats(self) -> dict[str, dict]:
+        for ids, stage, counter in self.segments:
+            emitted = stage.item_counts()
+            for k, node_id in enumerate(ids):
+                st = self.stats[node_id]
+                st.items_out = emitted.get(node_id, 0)
+                st.items_in = emitted.get(ids[k - 1], 0) if k else 0
+                st.busy_s = counter.busy
+                st.fused_with = tuple(ids)
         for ids, counter in self.chains:
             n = counter.items_in
             for k, node_id in enumerate(ids):
@@ -132,13 +144,11 @@ class Driver:
                     self.ctx, self.build(node.inputs[0][0], node.inputs[0][1]),
                     node.num_outputs, node.params["max_lag"], self.stats[self.ids[node]])
             agen = splitter.branch(port)
+        elif node in self.compiled.segments:
+            agen = self._sync_segment(self.compiled.segments[node])
         elif node in self.compiled.chains:
             chain = self.compiled.chains[node]
-            head = chain[0].inputs[0][0]
-            if head.op == "from_iterable":
-                agen = self._map_chain(chain, None)  # iterates the source itself
-            else:
-                agen = self._map_chain(chain, self.build(*chain[0].inputs[0]))
+            agen = self._map_chain(chain, self.build(*chain[0].inputs[0]))
         else:
             builder = getattr(self, "_op_" + node.op, None)
             if builder is None:
@@ -185,42 +195,22 @@ class Driver:
         """Call a from_iterable factory: an async iterable, or an iterator."""
         try:
             source = node.params["factory"]()
-            return source if hasattr(source, "__aiter__") else iter(source)
+            if hasattr(source, "__aiter__"):
+                if is_sync_source(node):
+                    raise TypeError("the factory returned an async iterable; make the "
+                                    "factory an async generator function (async def ... yield)")
+                return source
+            return iter(source)
         except Exception as e:
             raise self._fail(node, e) from e
 
     # fused one-to-one runs ----------------------------------------------------
-    async def _map_chain(self, chain: list[Node], upstream: AsyncIterator[Any] | None):
+    async def _map_chain(self, chain: list[Node], upstream: AsyncIterator[Any]):
         counter = _ChainCounter(len(chain))
         self.chains.append(([self.ids[n] for n in chain], counter))
         steps = [Step(n.op, self.ids[n], n.label, n.params) for n in chain]
         metrics = self.metrics
         fn = compose_map(steps, context=lambda: metrics.current_actor, drops=counter.drops)
-        if upstream is None:
-            source_node = chain[0].inputs[0][0]
-            st = self.stats[self.ids[source_node]]
-            it = self._open_source(source_node)
-            if hasattr(it, "__aiter__"):
-                upstream = self._op_from_iterable(source_node, st, it)
-                self.agens.append(upstream)
-            else:
-                # Fused with a synchronous from_iterable source: iterate it directly.
-                while True:
-                    t = perf()
-                    try:
-                        x = next(it)
-                    except StopIteration:
-                        return
-                    except Exception as e:
-                        raise self._fail(source_node, e) from e
-                    t2 = perf()
-                    y = fn(x)
-                    counter.busy += perf() - t2
-                    st.busy_s += t2 - t
-                    st.items_out += 1
-                    counter.items_in += 1
-                    if y is not _DROP:
-                        yield y
         async for x in upstream:
             t = perf()
             y = fn(x)
@@ -228,6 +218,23 @@ class Driver:
             counter.items_in += 1
             if y is not _DROP:
                 yield y
+
+    async def _sync_segment(self, segment: list[Node]):
+        """A synchronous source and the sync operators after it, as one FusedStage."""
+        stage = stage_for_segment(self.plan, segment)
+        ids = [self.ids[n] for n in segment]
+        counter = _ChainCounter(0)
+        self.segments.append((ids, stage, counter))
+        items = stage(self._open_source(segment[0]))
+        while True:
+            t = perf()
+            try:
+                x = next(items)
+            except StopIteration:
+                return
+            finally:
+                counter.busy += perf() - t
+            yield x
 
     async def _op_for_each_async(self, node: Node, st: NodeStats):
         fn = node.params["fn"]
