@@ -25,7 +25,9 @@ def test_dot_matches_golden_file():
 
 @pytest.mark.parametrize("hash_seed", ["1", "12345"])
 def test_dot_is_byte_stable_across_processes(hash_seed):
-    env = dict(os.environ, PYTHONHASHSEED=hash_seed)
+    # the checkout under test first, whatever flowrl the environment has installed
+    env = dict(os.environ, PYTHONHASHSEED=hash_seed,
+               PYTHONPATH=os.pathsep.join([str(HERE.parent), os.environ.get("PYTHONPATH", "")]))
     out = subprocess.run([sys.executable, str(HERE / "dot_plan.py")], env=env, cwd=HERE,
                          capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout == GOLDEN.read_text()

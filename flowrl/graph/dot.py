@@ -52,7 +52,7 @@ def plan_to_dot(plan: "Plan", stats: dict[str, Any] | None = None) -> str:
         cluster = pydot.Cluster(placement, label=_q(title), style="filled", color=_q(color))
         for node_id in members:
             attrs = g.nodes[node_id]
-            detail = attrs["label"] if attrs["label"] != node_id else attrs["op"]
+            detail = attrs["label"] if attrs["label"] != node_id else attrs["detail"]
             label = node_id if detail == node_id else f"{node_id}\n{detail}"
             if attrs.get("num_shards"):
                 label += f"\n[{attrs['num_shards']} shards]"

@@ -62,8 +62,8 @@ def describe_callable(fn: Any) -> str:
     Lambdas and nested functions become ``<lambda at file.py:42>``; named functions
     their qualified name; callable objects their class name.
 
-    >>> describe_callable(len)
-    'len'
+    >>> describe_callable(len), describe_callable(bool)
+    ('len', 'bool')
     >>> describe_callable(lambda x: x).startswith('<lambda at ')
     True
     """
@@ -76,6 +76,6 @@ def describe_callable(fn: Any) -> str:
             return f"<lambda at {os.path.basename(code.co_filename)}:{code.co_firstlineno}>"
         return "<lambda>"
     if name is not None and (inspect.isfunction(fn) or inspect.isbuiltin(fn)
-                             or inspect.ismethod(fn)):
+                             or inspect.ismethod(fn) or inspect.isclass(fn)):
         return getattr(fn, "__qualname__", name).replace(".<locals>", "")
     return type(fn).__name__

@@ -13,7 +13,7 @@ from typing import Any
 import networkx as nx
 
 from flowrl.errors import PlanError
-from flowrl.graph.node import AGGREGATE, LOCAL, PARALLEL, Node
+from flowrl.graph.node import AGGREGATE, LOCAL, PARALLEL, Node, describe_callable
 from flowrl.graph.stream import LocalStream
 
 
@@ -89,6 +89,12 @@ def _placements(order: list[Node]) -> dict[Node, str]:
     return placement
 
 
+def _detail(node: Node) -> str:
+    """What a node does, for display beside its id: the op and the function it calls."""
+    fn = node.params.get("fn", node.params.get("factory"))
+    return f"{node.op}({describe_callable(fn)})" if fn is not None else node.op
+
+
 def _is_async_edge(consumer: Node) -> bool:
     return (consumer.op in ("gather_async", "aggregator_input")
             or (consumer.op == "concurrently" and consumer.params["mode"] == "async"))
@@ -129,7 +135,7 @@ class Plan:
         for node in self.nodes:
             g.add_node(self.ids[node], op=node.op, label=node.label, kind=node.kind,
                        stream=node.stream, placement=self.placement[node],
-                       num_shards=node.num_shards)
+                       num_shards=node.num_shards, detail=_detail(node))
         for node in self.nodes:
             for parent, port in node.inputs:
                 if parent in self.ids:
