@@ -45,14 +45,6 @@ def current_run() -> RunContext:
     return ctx
 
 
-def set_current_run(ctx: RunContext | None) -> contextvars.Token:
-    return _RUN.set(ctx)
-
-
-def reset_current_run(token: contextvars.Token) -> None:
-    _RUN.reset(token)
-
-
 async def run_in_thread(fn: Callable[..., Any], *args: Any) -> Any:
     """Await ``fn(*args)`` run on the run's I/O thread pool (for blocking calls)."""
     ctx = current_run()

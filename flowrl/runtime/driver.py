@@ -165,9 +165,8 @@ class Driver:
         return operator_error(self.ids[node], node.label, e)
 
     # sources ----------------------------------------------------------------
-    async def _op_from_iterable(self, node: Node, st: NodeStats, source: Any = None):
-        if source is None:
-            source = self._open_source(node)
+    async def _op_from_iterable(self, node: Node, st: NodeStats):
+        source = self._open_source(node)
         if hasattr(source, "__aiter__"):
             it = source.__aiter__()
             while True:
