@@ -194,3 +194,15 @@ def test_seeded_scheduler_changes_order_with_seed():
     assert len(orders) > 1
     assert all(sorted(o) == list(range(40)) for o in orders)
     assert random.Random(0)  # seeds come from the caller, nothing global is touched
+
+
+@given(st.lists(st.integers(), max_size=40), st.integers(1, 8), st.integers(0, 99))
+def test_driver_and_shard_shuffles_agree_for_a_seed(items, buffer_size, seed):
+    async def async_items():
+        for x in items:
+            yield x
+
+    driver_async = run(flowrl.from_iterable(async_items).shuffle(buffer_size, seed=seed))
+    driver_fused = run(flowrl.from_iterable(lambda: items).shuffle(buffer_size, seed=seed))
+    shard = run(flowrl.from_iterators([items]).local_shuffle(buffer_size, seed=seed).gather_sync())
+    assert driver_async == driver_fused == shard

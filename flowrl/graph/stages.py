@@ -119,18 +119,43 @@ def _combine(items: Iterator[Any], step: Step) -> Iterator[Any]:
         yield from out
 
 
+class ShuffleBuffer:
+    """The buffer shuffle shared by shard-side ``local_shuffle`` and driver ``shuffle``.
+
+    ``push(x)`` returns the item it evicts (``_DROP`` while the buffer fills);
+    ``drain()`` returns the rest, shuffled. With the same ``rng`` seed both
+    operators give the same order.
+    """
+
+    __slots__ = ("size", "rng", "items")
+
+    def __init__(self, size: int, rng: random.Random):
+        self.size = size
+        self.rng = rng
+        self.items: list = []
+
+    def push(self, x: Any) -> Any:
+        if len(self.items) < self.size:
+            self.items.append(x)
+            return _DROP
+        i = self.rng.randrange(self.size)
+        out, self.items[i] = self.items[i], x
+        return out
+
+    def drain(self) -> list:
+        rest, self.items = self.items, []
+        self.rng.shuffle(rest)
+        return rest
+
+
 def shuffle_buffer(items: Iterator[Any], buffer_size: int, rng: random.Random) -> Iterator[Any]:
     """Emit ``items`` shuffled through a buffer of ``buffer_size`` (a permutation)."""
-    buf: list = []
+    buf = ShuffleBuffer(buffer_size, rng)
     for x in items:
-        if len(buf) < buffer_size:
-            buf.append(x)
-            continue
-        i = rng.randrange(buffer_size)
-        yield buf[i]
-        buf[i] = x
-    rng.shuffle(buf)
-    yield from buf
+        out = buf.push(x)
+        if out is not _DROP:
+            yield out
+    yield from buf.drain()
 
 
 def _guard_source(items: Iterator[Any], node_id: str, label: str) -> Iterator[Any]:

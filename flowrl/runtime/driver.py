@@ -24,7 +24,7 @@ from typing import Any, AsyncIterator
 from flowrl.errors import ConfigError
 from flowrl.graph.compile import Compiled, is_sync_source, stage_for_segment
 from flowrl.graph.node import Node
-from flowrl.graph.stages import _DROP, Step, compose_map, operator_error
+from flowrl.graph.stages import _DROP, ShuffleBuffer, Step, compose_map, operator_error
 from flowrl.metrics import MetricsContext
 from flowrl.runtime.backend import Backend, Request, Shard
 from flowrl.runtime.concurrency import Splitter, async_union, round_robin
@@ -285,21 +285,15 @@ class Driver:
                 yield y
 
     async def _op_shuffle(self, node: Node, st: NodeStats):
-        seed, size = node.params["seed"], node.params["buffer_size"]
-        rng = random.Random(seed)
-        buf: list = []
+        buf = ShuffleBuffer(node.params["buffer_size"], random.Random(node.params["seed"]))
         async for x in self._input(node):
             st.items_in += 1
-            if len(buf) < size:
-                buf.append(x)
-                st.depth(len(buf))
-                continue
-            i = rng.randrange(size)
-            st.items_out += 1
-            yield buf[i]
-            buf[i] = x
-        rng.shuffle(buf)
-        for y in buf:
+            out = buf.push(x)
+            st.depth(len(buf.items))
+            if out is not _DROP:
+                st.items_out += 1
+                yield out
+        for y in buf.drain():
             st.items_out += 1
             yield y
 
