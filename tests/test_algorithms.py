@@ -121,23 +121,12 @@ def test_restore_in_a_fresh_process_continues(tmp_path):
 
 
 @pytest.mark.slow
-def test_ppo_learns_cartpole_local():
-    algo = PPO(PPOConfig(env="CartPole-v1", seed=0))
-    best = 0.0
-    for _ in range(40):
-        r = algo.train()
-        best = max(best, r["episode_reward_mean"])
-        if best >= 150:
-            break
-    algo.stop()
-    assert best >= 150, f"mean return only reached {best:.1f} in {r['timesteps_total']} steps"
-
-
-@pytest.mark.slow
-@pytest.mark.ray
-def test_ppo_learns_cartpole_ray(ray_session):
-    algo = PPO(PPOConfig(env="CartPole-v1", num_workers=2, backend="ray", seed=0))
-    assert algo._run.backend == "ray"
+@pytest.mark.parametrize("backend", ["local", pytest.param("ray", marks=pytest.mark.ray)])
+def test_ppo_learns_cartpole(backend, request):
+    if backend == "ray":
+        request.getfixturevalue("ray_session")
+    algo = PPO(PPOConfig(env="CartPole-v1", num_workers=2, backend=backend, seed=0))
+    assert algo._run.backend == backend
     best = 0.0
     for _ in range(40):
         r = algo.train()
