@@ -51,6 +51,28 @@ async def run_in_thread(fn: Callable[..., Any], *args: Any) -> Any:
     return await ctx.loop.run_in_executor(ctx.executor, fn, *args)
 
 
+async def call_blocking(fn: Callable[..., Any], *args: Any) -> Any:
+    """Await blocking ``fn(*args)`` without stalling anything that could progress.
+
+    While the driver advances the plan by hand (no event loop running) and no
+    background task is pending, nothing else in the run can move until this
+    returns, so ``fn`` is called right here, saving two thread hand-offs per
+    call; otherwise it runs on the run's I/O thread and the loop stays free.
+    """
+    ctx = current_run()
+    if not ctx.background and not _loop_running():
+        return fn(*args)
+    return await ctx.loop.run_in_executor(ctx.executor, fn, *args)
+
+
+def _loop_running() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
 def try_now(aw: Any) -> tuple[bool, Any]:
     """Advance awaitable ``aw`` by hand: ``(True, result)`` or ``(False, yielded_future)``.
 

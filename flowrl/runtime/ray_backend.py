@@ -48,7 +48,6 @@ State: ``_methods`` / ``_slot_methods`` (per shard, its cached pull methods),
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 import ray
@@ -59,7 +58,7 @@ from flowrl.errors import ConfigError, FlowError, OperatorError, WorkerError
 from flowrl.graph.shard_host import ItemsHost
 from flowrl.runtime.aggregator import AggregatorHost
 from flowrl.runtime.backend import Backend, Request, Shard
-from flowrl.runtime.context import current_run, run_in_thread
+from flowrl.runtime.context import call_blocking
 
 #: Actor options of the hosts the runtime creates for item sources.
 ITEM_HOST_OPTIONS = {"num_cpus": 0, "scheduling_strategy": "SPREAD"}
@@ -125,14 +124,6 @@ def translate_error(shard: Shard, e: BaseException) -> BaseException:
         return e
     err.__cause__ = e
     return err
-
-
-def _loop_running() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
 
 
 def _wait_all(refs: list) -> None:
@@ -261,19 +252,8 @@ class RayBackend(Backend):
         self._collect(done)
 
     async def _block(self, fn: Any, refs: list) -> Any:
-        """Blocking ``fn(refs)``, awaited on the run's I/O thread when anything else
-        could make progress meanwhile.
-
-        Called while the driver advances the plan by hand (no event loop running)
-        with no background task pending, nothing else in the run can move until
-        this returns, so calling ``fn`` here is equivalent and skips two thread
-        hand-offs per wait; otherwise it runs on the I/O thread and the loop stays
-        free for the other inputs.
-        """
-        ctx = current_run()
-        if not ctx.background and not _loop_running():
-            return fn(refs)
-        return await run_in_thread(fn, refs)
+        """Blocking ``fn(refs)`` (a ray.wait/ray.get), never stalling other inputs."""
+        return await call_blocking(fn, refs)
 
     def _collect(self, requests: list[RayRequest]) -> None:
         """Fetch the (ready) results of ``requests`` with one ``ray.get``."""
