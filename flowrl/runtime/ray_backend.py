@@ -6,10 +6,12 @@ Policy:
 
 - Hosts. ``from_items``/``from_range``/``from_iterators`` shards get one
   :class:`~flowrl.graph.shard_host.ItemsHost` actor each, created with
-  ``num_cpus=0`` and ``scheduling_strategy="SPREAD"``: such a host only replays
-  data the driver already had, so it should never wait for a CPU (a plan with more
-  shards than cluster CPUs must still start, and a test session on 2 CPUs must not
-  starve), and spreading puts its shard-local work on every node of a cluster.
+  ``num_cpus=0``, placed round-robin over the alive nodes (hard node affinity).
+  Such a host only replays data the driver already had, so it should never wait
+  for a CPU (a plan with more shards than cluster CPUs must still start, and a
+  test session on 2 CPUs must not starve); round-robin placement puts its
+  shard-local work on every node of a cluster (Ray's ``SPREAD`` and soft
+  affinity are best effort and can leave a node out).
   Work that needs a real CPU budget belongs on user actors (``from_actors``),
   whose resources their creator chose. Aggregators are ``AggregatorHost`` actors
   with ``num_cpus=0`` pinned to the driver's node (hard node affinity); each runs
@@ -61,7 +63,7 @@ from flowrl.runtime.backend import Backend, Request, Shard
 from flowrl.runtime.context import call_blocking
 
 #: Actor options of the hosts the runtime creates for item sources.
-ITEM_HOST_OPTIONS = {"num_cpus": 0, "scheduling_strategy": "SPREAD"}
+ITEM_HOST_OPTIONS = {"num_cpus": 0}
 #: Upper bound on each wait ``stop()`` does (uninstalls, aggregator close, kills).
 STOP_WAIT_S = 3.0
 #: ``ray.init`` arguments when no Ray is running (the address is resolved by Ray:
@@ -172,12 +174,25 @@ class RayBackend(Backend):
         ensure_ray()
         self._methods: dict[Shard, Any] = {}
         self._slot_methods: dict[Shard, Any] = {}
+        self._nodes: list[str] | None = None  # alive node ids, read at the first item host
+        self._item_hosts = 0
         self._aggregators: set[int] = set()
         self._seq = 0
 
     # ------------------------------------------------------------------ hosts
     def make_item_host(self, source: Any, repeat: bool) -> Any:
-        return remote_class(ItemsHost).options(**ITEM_HOST_OPTIONS).remote(source, repeat)
+        # Round-robin over the nodes alive when the run starts, with hard affinity:
+        # Ray's "SPREAD" and soft affinity are both best effort and were seen to put
+        # every zero-CPU host on one node. A host whose node dies dies with it and
+        # surfaces as a WorkerError, like any other dead host.
+        if self._nodes is None:
+            self._nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
+        node = self._nodes[self._item_hosts % len(self._nodes)]
+        self._item_hosts += 1
+        return remote_class(ItemsHost).options(
+            **ITEM_HOST_OPTIONS,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
+        ).remote(source, repeat)
 
     def make_aggregator_host(self, spec: Any) -> Any:
         here = ray.get_runtime_context().get_node_id()
