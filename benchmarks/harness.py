@@ -70,9 +70,15 @@ _IMPORTED_AT = time.time()
 
 
 def write_result(result: dict[str, Any]) -> None:
-    """Hand the run's figures to the harness (printed as JSON when run by hand)."""
+    """Hand the run's figures to the harness (printed as JSON when run by hand).
+
+    Non-finite floats become ``null`` (a figure that does not exist, e.g. the time
+    to a target that was not reached).
+    """
     path = os.environ.get(ENV_OUT)
-    text = json.dumps(result, indent=1, default=float)
+    clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+             for k, v in result.items()}
+    text = json.dumps(clean, indent=1, default=float)
     if path:
         Path(path).write_text(text)
     else:
