@@ -171,12 +171,3 @@ def test_run_all_records_a_failed_child_and_a_good_one(tmp_path):
     assert not bad["ok"] and not bad["valid"] and "broken on purpose" in bad["log_tail"]
     assert path.exists() and os.path.getsize(path) > 0
 
-
-def test_queue_and_rollout_ops_import_without_torch_or_ray():
-    """`import flowrl.ops` (queues, rollouts, metrics) must not pay for torch or Ray."""
-    code = ("import sys, flowrl, flowrl.ops; "
-            "print(sorted(m for m in ('torch', 'ray', 'gymnasium') if m in sys.modules))")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[]"
