@@ -352,13 +352,20 @@ TARGET_KEYS = ["from_start_s"]
 def report(runs: list[dict], target: float, mode: str) -> None:
     groups = harness.summarize(runs, KEYS, TARGET_KEYS)
     base = next((g for g in groups if g.system == BASELINE and g.reached), None)
+    # Throughput is compared between any two groups (each median is over one group);
+    # time from process start only between groups that reached the target.
+    base_speed = next((g.figures["steps_per_s"] for g in groups
+                       if g.system == BASELINE and "steps_per_s" in g.figures), None)
     rows = []
     for g in groups:
         f = g.figures.get
-        speed = harness.ratio(f("steps_per_s"), base.figures.get("steps_per_s")) if base else math.nan
+        speed = harness.ratio(f("steps_per_s"), base_speed)
+        quicker = (harness.ratio(base.figures.get("from_start_s"), f("from_start_s"))
+                   if base and g.reached else math.nan)
         rows.append([g.system, g.label,
                      harness.fmt_figure(f("steps_per_s"), "{:,.0f}"),
-                     f"{speed:.2f}x" if g.reached else "-",
+                     "-" if math.isnan(speed) else f"{speed:.2f}x",
+                     "-" if math.isnan(quicker) else f"{quicker:.2f}x",
                      harness.fmt_figure(f("train_s")) + ("" if g.reached is not False
                                                          else " (budget)"),
                      harness.fmt_figure(f("from_start_s")),
@@ -368,14 +375,15 @@ def report(runs: list[dict], target: float, mode: str) -> None:
                      harness.fmt_figure(f("params"), "{:,.0f}"),
                      harness.fmt_figure(f("sgd_per_1k"), "{:.1f}")])
     harness.print_table(
-        ["system", "runs", "env steps/s", f"vs {BASELINE}", f"training to {target:g} s",
+        ["system", "runs", "env steps/s", f"steps/s vs {BASELINE}",
+         f"{BASELINE} from-start / this", f"training to {target:g} s",
          "from process start s", "start-up s", "first result s", "env steps", "params",
          "SGD steps/1k env steps"], rows,
         title=f"PPO CartPole-v1 --{mode}: median [min-max]; 'reached' rows use only the "
               "runs that reached the target")
     rows = [[g.system, g.label, *(harness.fmt_figure(g.figures.get(k), "{:.2f}")
                                   for k in ("imports_s", "ray_init_s", "build_s", "startup_s"))]
-            for g in groups]
+            for g in groups if g.n]
     harness.print_table(["system", "runs", "imports s", "ray.init s", "build s", "start-up s"],
                         rows, title="start-up breakdown (seconds)")
 
