@@ -423,15 +423,30 @@ def wait_for_idle(s: Settings, log=print) -> float:
         time.sleep(s.sample_interval)
 
 
-def _kill_tree(proc: subprocess.Popen, tree: TreeCpu) -> None:
-    """Kill the child's process group and every process seen in its tree."""
-    pids = tree.members() | set(tree.seen)
+def _start_ticks(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    return int(text[text.rfind(")") + 2:].split()[19])
+
+
+def _kill_tree(proc: subprocess.Popen, tree: TreeCpu, child_start: int | None) -> None:
+    """Kill the child's process group and every process seen in its tree that is
+    still alive (a Ray process left behind by a crashed run would otherwise load
+    the machine for the runs after it). A pid is only killed if it started no
+    earlier than the child, so a reused pid is left alone."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except OSError:
         pass
-    for pid in pids:
-        if pid != os.getpid():
+    for pid in set(tree.seen) | tree.members():
+        if pid in (os.getpid(), proc.pid):
+            continue
+        started = _start_ticks(pid)
+        if started is not None and child_start is not None and started >= child_start:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
@@ -450,6 +465,7 @@ def run_child(script: str, system: str, seed: int, child_args: Sequence[str],
     env = {**os.environ, ENV_T0: repr(t0), ENV_OUT: out_path}
     proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
+    child_start = _start_ticks(proc.pid)
     tree = TreeCpu([proc.pid, os.getpid()])
     samples = [Sample(t0, machine_busy_s(), tree.read())]
     timed_out = False
@@ -458,8 +474,9 @@ def run_child(script: str, system: str, seed: int, child_args: Sequence[str],
         samples.append(Sample(time.time(), machine_busy_s(), tree.read()))
         if time.time() - t0 > s.run_timeout:
             timed_out = True
-            _kill_tree(proc, tree)
+            break
     wall = time.time() - t0
+    _kill_tree(proc, tree, child_start)  # leftovers only: a finished child has none
     log.seek(0)
     tail = log.read()[-3000:]
     log.close()

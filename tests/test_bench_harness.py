@@ -9,6 +9,7 @@ import math
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,7 @@ def test_tree_cpu_counts_a_busy_child_process():
     seen = 0.0
     while proc.poll() is None:
         seen = tree.read()
+        time.sleep(0.02)
     proc.wait()
     assert proc.stdout.read().strip() == "done"
     assert seen > 0.0
@@ -171,3 +173,30 @@ def test_run_all_records_a_failed_child_and_a_good_one(tmp_path):
     assert not bad["ok"] and not bad["valid"] and "broken on purpose" in bad["log_tail"]
     assert path.exists() and os.path.getsize(path) > 0
 
+
+
+def test_run_child_kills_what_a_finished_run_left_behind(tmp_path):
+    script = tmp_path / "bench.py"
+    script.write_text(
+        "import subprocess, sys, time\n"
+        f"sys.path.insert(0, {str(ROOT / 'benchmarks')!r})\n"
+        "import harness\n"
+        "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'])\n"
+        "time.sleep(0.5)\n"
+        "harness.write_result({'left': p.pid})\n")
+    s = harness.Settings(seeds=[0], idle_wait=False, results_dir=tmp_path / "out",
+                         sample_interval=0.1, run_timeout=60)
+    rec = harness.run_child(str(script), "x", 0, [], s)
+    assert rec["ok"], rec["log_tail"]
+    left = rec["result"]["left"]
+
+    def state():
+        try:
+            return Path(f"/proc/{left}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return None
+
+    deadline = time.time() + 10
+    while state() not in (None, "Z") and time.time() < deadline:
+        time.sleep(0.05)
+    assert state() in (None, "Z")  # killed (a zombie until its new parent reaps it)
