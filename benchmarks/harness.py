@@ -58,6 +58,8 @@ from typing import Any, Iterable, Sequence
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 ENV_T0, ENV_OUT = "FLOWRL_BENCH_T0", "FLOWRL_BENCH_OUT"
+#: Load samples kept per run in the JSON (thinned evenly; the verdict uses all of them).
+MAX_SAMPLES_SAVED = 100
 
 
 # -- child side -----------------------------------------------------------------------
@@ -496,8 +498,9 @@ def run_child(script: str, system: str, seed: int, child_args: Sequence[str],
             "foreign_mean_cores": mean_load(intervals),
             "foreign_peak_cores": peak_load(intervals, s.overlap_window),
             "overlap": reason, "result": result,
-            "load_samples": [[round(x.t - t0, 3), round(x.busy - samples[0].busy, 3),
-                              round(x.own - samples[0].own, 3)] for x in samples],
+            "load_samples": [[round(x.t - t0, 2), round(x.busy - samples[0].busy, 2),
+                              round(x.own - samples[0].own, 2)]
+                             for x in samples[::max(1, len(samples) // MAX_SAMPLES_SAVED)]],
             "log_tail": None if ok else tail}
 
 
