@@ -350,6 +350,7 @@ class Settings:
     sample_interval: float = 0.5
     results_dir: Path = RESULTS_DIR
     quick: bool = False
+    report_from: Path | None = None
 
 
 def add_arguments(parser: argparse.ArgumentParser, default_seeds: int = 5) -> None:
@@ -380,6 +381,9 @@ def add_arguments(parser: argparse.ArgumentParser, default_seeds: int = 5) -> No
     g.add_argument("--run-timeout", type=float, default=900.0,
                    help="kill a run after this many seconds")
     g.add_argument("--results-dir", type=Path, default=None)
+    g.add_argument("--report", type=Path, default=None, metavar="JSON",
+                   help="run nothing: print the table of a saved results file (the "
+                        "benchmark's other options should match the ones it was run with)")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.set_defaults(_default_seeds=default_seeds)
@@ -394,7 +398,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
                     idle_window=args.idle_window, idle_timeout=args.idle_timeout,
                     overlap_mean=args.overlap_mean, overlap_peak=args.overlap_peak,
                     overlap_window=args.overlap_window, max_attempts=args.max_attempts,
-                    run_timeout=args.run_timeout, results_dir=Path(results), quick=args.quick)
+                    run_timeout=args.run_timeout, results_dir=Path(results), quick=args.quick,
+                    report_from=args.report)
 
 
 def wait_for_idle(s: Settings, log=print) -> float:
@@ -516,10 +521,17 @@ def run_all(name: str, script: str, systems: Sequence[str], s: Settings,
             child_args: Sequence[str] = (), meta: dict | None = None) -> tuple[list[dict], Path]:
     """Run every (system, seed) interleaved; returns the run records and the JSON path.
 
+    With ``s.report_from`` set, nothing runs: the saved file's records are returned.
+
     A run that fails (non-zero exit, no result) is recorded and not repeated; a
     run that overlapped foreign load is recorded as discarded and repeated up to
     ``s.max_attempts`` times unless ``s.idle_wait`` is off.
     """
+    if s.report_from is not None:
+        doc = json.loads(Path(s.report_from).read_text())
+        print(f"report of {s.report_from} ({doc['benchmark']}, started {doc['started_utc']}, "
+              f"commit {doc.get('commit')}): nothing was run")
+        return doc["runs"], Path(s.report_from)
     s.results_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     path = s.results_dir / f"{name}-{stamp}.json"

@@ -415,6 +415,10 @@ def main(argv=None) -> None:
                               meta={"mode": args.mode, "target": args.target,
                                     "max_steps": args.max_steps,
                                     "max_seconds": args.max_seconds, "matched": MATCHED})
+    if args.report:  # the saved run's own target and mode
+        import json
+        meta = json.loads(args.report.read_text())["meta"]
+        args.target, args.mode = meta["target"], meta["mode"]
     report(runs, args.target, args.mode)
 
 
