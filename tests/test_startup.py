@@ -40,7 +40,7 @@ def test_remote_worker_that_fails_to_start_is_a_worker_error(ray_session):
     with pytest.raises(WorkerError, match=r"remote worker 1 \(a Ray actor\) failed to start"):
         WorkerSet(_driver_only_env(os.getpid()), PGPolicy,
                   WorkerConfig(rollout_fragment_length=8, num_cpus_per_worker=0),
-                  num_workers=2, backend="ray")
+                  num_workers=1, backend="ray")
 
 
 @pytest.mark.ray
