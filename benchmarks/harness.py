@@ -28,6 +28,7 @@ Policy:
   ``benchmarks/results/`` (``benchmarks/results/smoke/`` for ``--quick``, which
   git ignores) with every run's raw figures, load samples and settings,
   rewritten after each run so an interrupted invocation keeps what it measured.
+  ``--report FILE`` re-prints a saved file's table without running anything.
 
 Child protocol: the harness sets ``FLOWRL_BENCH_T0`` (wall-clock time just
 before the process was launched) and ``FLOWRL_BENCH_OUT`` (a path); the child
