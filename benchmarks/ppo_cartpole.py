@@ -1,290 +1,425 @@
-"""PPO on CartPole-v1 to a mean return of 450: flowrl vs RLlib vs Stable-Baselines3.
+"""PPO on CartPole-v1 to a 100-episode train mean of 450: flowrl vs Stable-Baselines3 vs RLlib.
 
-Each system trains from scratch in this one process, one after the other, until
-the mean return of its last 100 completed episodes is >= ``--target`` (or a
-budget of ``--max-seconds`` / ``--max-steps`` runs out). Reported per system:
+Systems (each seed of each in a fresh process, interleaved, on an idle CPU; see
+``benchmarks/harness.py``):
 
-- start-up: seconds to build the algorithm (for Ray-based systems including
-  ``ray.init`` and creating the workers), kept out of the training figures;
-- time to target: wall seconds of training (sampling AND learning) until the
-  target was first met, and the env steps it took;
-- env steps/s: env steps sampled / training wall time, end to end.
+- ``flowrl-local``: ``PPO(PPOConfig(..., backend="local"))`` (the CLI default);
+  its 2 workers are in-process objects.
+- ``flowrl-ray``: the same with ``backend="ray"``: 2 worker actors sample in
+  parallel while the driver learns.
+- ``sb3``: Stable-Baselines3 PPO, every env in one process (``DummyVecEnv``).
+- ``rllib``: RLlib 2.x PPO (new API stack), 2 env runners, local learner.
 
-Setups (all on the same machine, 1 torch thread in the learner process):
+Modes:
 
-- flowrl: ``PPO(PPOConfig(env, num_workers=2, backend="ray"))`` with its
-  defaults (8 envs per worker, 64-step fragments, 2048-step train batch, 6
-  epochs of 256-row minibatches, fused Adam). ``--flowrl-mode async`` pipelines
-  sampling with learning instead of bulk_sync rounds.
-- RLlib 2.x PPO (new API stack): 2 env runners x ``--rllib-envs`` envs, RLlib's
-  tuned CartPole example hyperparameters (lr 3e-4, 6 epochs, vf_loss_coeff 0.01,
-  one 32-unit linear layer shared by policy and value).
-- Stable-Baselines3 PPO with rl-zoo's CartPole hyperparameters (8 envs, n_steps
-  32, batch 256, 20 epochs, gae_lambda 0.8, gamma 0.98, lr 1e-3 linear, clip
-  0.2 linear), single process.
+- ``--matched`` (default): identical work for every system: 16 envs x 128
+  steps = 2048 env steps per iteration, 6 epochs of 256-row minibatches (48 SGD
+  steps per iteration, 23.4 per 1,000 env steps), lr 1e-3 constant, gamma 0.99,
+  GAE lambda 0.95, clip 0.2, value loss coefficient 0.5 without value clipping,
+  no entropy bonus, no KL penalty, global gradient-norm clip 0.5, separate
+  64x64 tanh policy and value MLPs (9,155 parameters), one torch thread in the
+  learner. The table prints each system's *measured* parameter count and SGD
+  steps (optimizer steps counted by a hook) per 1,000 env steps, so the match
+  is visible. Known residual differences: SB3 standardizes advantages per
+  minibatch (flowrl and RLlib per train batch); Adam's eps is 1e-5 in SB3,
+  1e-8 in flowrl and RLlib.
+- ``--tuned``: each system at its own published tuned CartPole config: flowrl's
+  ``PPOConfig`` defaults; rl-zoo's SB3 PPO (8 envs, n_steps 32, batch 256, 20
+  epochs, gamma 0.98, GAE 0.8, lr and clip linear from 1e-3 / 0.2 to 0 over the
+  zoo's 1e5 steps, which also caps the run as in the zoo); RLlib's tuned example
+  (lr 3e-4, 6 epochs, vf_loss_coeff 0.01, one 32-unit linear layer shared by
+  policy and value; RLlib defaults otherwise).
 
-RLlib and SB3 are optional (``pip install -c constraints.txt -e ".[bench]"``); a
-missing one is skipped with a message.
+The success criterion is computed by this script, the same way for everyone:
+the mean return of the last 100 completed training episodes (a full window),
+checked at the same point, after each training iteration (sampling + SGD).
+flowrl's episodes come from its workers' episode statistics, SB3's from its
+``Monitor`` infos, RLlib's from an ``on_episode_end`` callback.
 
-    python benchmarks/ppo_cartpole.py                  # all three, seed 0
-    python benchmarks/ppo_cartpole.py --only flowrl --seeds 0 1 2
+Figures per run: start-up (process start to ready to train: imports,
+``ray.init``, building workers), time to the first training result from process
+start, training time to the target, time from process start to the target,
+env steps, env steps/s (steps / training time). ``--max-steps`` and
+``--max-seconds`` bound training.
+
+    python benchmarks/ppo_cartpole.py --matched            # 5 seeds x 4 systems
+    python benchmarks/ppo_cartpole.py --tuned
+    python benchmarks/ppo_cartpole.py --quick --no-idle-wait   # smoke run
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import math
 import os
-import statistics
+import sys
 import time
-from dataclasses import dataclass
 
-import torch
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (stdlib only)
 
+SYSTEMS = ["flowrl-local", "flowrl-ray", "sb3", "rllib"]
+BASELINE = "sb3"
 
-@dataclass
-class Figure:
-    system: str
-    startup_s: float = math.nan
-    time_to_target_s: float = math.nan
-    steps_to_target: int = 0
-    steps_per_s: float = math.nan
-    reached: bool = False
-    note: str = ""
+# --matched: one set of hyperparameters for every system.
+MATCHED = dict(envs_per_worker=8, workers=2, steps_per_env=128, minibatch=256, epochs=6,
+               lr=1e-3, gamma=0.99, lam=0.95, clip=0.2, vf_coeff=0.5, grad_clip=0.5,
+               hidden=(64, 64))
 
 
-def _ray_init() -> float:
-    import ray
-    if ray.is_initialized():
-        return 0.0
-    t = time.perf_counter()
-    ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
-    return time.perf_counter() - t
+class Tracker:
+    """The benchmark's own 100-episode train-mean window and stopping rule."""
+
+    def __init__(self, target: float, max_steps: int, max_seconds: float):
+        self.target, self.max_steps, self.max_seconds = target, max_steps, max_seconds
+        self.window: collections.deque[float] = collections.deque(maxlen=100)
+        self.episodes = 0
+        self.iterations = 0
+        self.t_start = self.first_result = None
+        self.reached_at = None  # (train seconds, env steps, seconds from process start)
+        self.env_steps = 0
+        self.train_s = 0.0
+
+    def start(self) -> None:
+        self.ready_s = harness.since_start()
+        self.t_start = time.time()
+
+    def add_returns(self, returns) -> None:
+        for r in returns:
+            self.window.append(float(r))
+            self.episodes += 1
+
+    def mean(self) -> float:
+        return sum(self.window) / len(self.window) if len(self.window) == 100 else math.nan
+
+    def after_iteration(self, env_steps: int) -> bool:
+        """Record one finished iteration; True when training should stop."""
+        now = time.time()
+        self.iterations += 1
+        if self.first_result is None:
+            self.first_result = harness.since_start()
+        self.env_steps, self.train_s = int(env_steps), now - self.t_start
+        if self.mean() >= self.target:
+            self.reached_at = (self.train_s, self.env_steps, harness.since_start())
+            return True
+        return self.env_steps >= self.max_steps or self.train_s >= self.max_seconds
+
+    def result(self, **extra) -> dict:
+        reached = self.reached_at is not None
+        train_s, steps, from_start = (self.reached_at if reached
+                                      else (self.train_s, self.env_steps, math.nan))
+        out = {"reached": reached, "startup_s": self.ready_s,
+               "first_result_s": self.first_result, "train_s": train_s,
+               "from_start_s": from_start, "env_steps": steps,
+               "steps_per_s": steps / train_s if train_s > 0 else math.nan,
+               "final_mean": self.mean(), "episodes": self.episodes,
+               "iterations": self.iterations}
+        out.update(extra)
+        sgd = extra.get("sgd_steps")
+        if sgd is not None and self.env_steps:
+            out["sgd_per_1k"] = 1000.0 * sgd / self.env_steps
+        return out
 
 
-def run_flowrl(args, seed: int) -> Figure:
+def count_steps(optimizers) -> list[int]:
+    """A one-element list that every ``step()`` of ``optimizers`` increments."""
+    counter = [0]
+
+    def hook(*_):
+        counter[0] += 1
+
+    for opt in optimizers:
+        opt.register_step_post_hook(hook)
+    return counter
+
+
+def n_params(module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+# -- flowrl ----------------------------------------------------------------------------
+def child_flowrl(args, seed: int, backend: str) -> dict:
+    phases = {}
+    t = time.time()
     from flowrl.algorithms import PPO, PPOConfig
-    fig = Figure(f"flowrl PPO ({args.flowrl_mode})")
-    ray_s = _ray_init()
-    t = time.perf_counter()
-    algo = PPO(PPOConfig(env="CartPole-v1", num_workers=2, backend="ray", seed=seed,
-                         num_envs_per_worker=args.flowrl_envs))
-    if args.flowrl_mode == "async":
-        algo.stop()
-        algo = _async_ppo(seed, args.flowrl_envs)
-    fig.startup_s = ray_s + time.perf_counter() - t
-    start = time.perf_counter()
+    phases["imports_s"] = time.time() - t
+    if backend == "ray":
+        from flowrl.algorithms.base import ensure_ray
+        t = time.time()
+        ensure_ray(os.cpu_count() or 1)
+        phases["ray_init_s"] = time.time() - t
+    if args.mode == "matched":
+        m = MATCHED
+        config = PPOConfig(env="CartPole-v1", backend=backend, seed=seed,
+                           num_workers=m["workers"], num_envs_per_worker=m["envs_per_worker"],
+                           rollout_fragment_length=m["steps_per_env"],
+                           train_batch_size=m["workers"] * m["envs_per_worker"]
+                           * m["steps_per_env"],
+                           sgd_minibatch_size=m["minibatch"], num_sgd_iter=m["epochs"],
+                           lr=m["lr"], gamma=m["gamma"], lambda_=m["lam"],
+                           clip_param=m["clip"], vf_loss_coeff=m["vf_coeff"],
+                           vf_clip_param=math.inf, entropy_coeff=0.0, kl_coeff=0.0,
+                           grad_clip=m["grad_clip"], model=m["hidden"])
+    else:
+        config = PPOConfig(env="CartPole-v1", backend=backend, seed=seed)
+    if args.quick:
+        config = config.replace(train_batch_size=min(config.train_batch_size, 1024),
+                                rollout_fragment_length=min(config.rollout_fragment_length, 64))
+    t = time.time()
+    algo = PPO(config)
+    phases["build_s"] = time.time() - t
+    policy = algo.get_policy()
+    sgd = count_steps([policy.optimizer])
+    tracker = Tracker(args.target, args.max_steps, args.max_seconds)
+    seen_episode_stats = [False]
+    workers = algo.workers
+    original = workers.foreach_worker
+
+    def spy(fn):  # the benchmark's own copy of every completed episode's return
+        out = original(fn)
+        for per_worker in out:
+            if isinstance(per_worker, list) and per_worker and isinstance(per_worker[0], dict) \
+                    and "episode_reward" in per_worker[0]:
+                seen_episode_stats[0] = True
+                tracker.add_returns(e["episode_reward"] for e in per_worker)
+        return out
+
+    workers.foreach_worker = spy
+    tracker.start()
     try:
         while True:
             r = algo.train()
-            elapsed = time.perf_counter() - start
-            steps = r["timesteps_total"]
-            if r["episode_reward_mean"] >= args.target:
-                fig.reached = True
-                break
-            if elapsed > args.max_seconds or steps > args.max_steps:
-                fig.note = f"budget out at mean return {r['episode_reward_mean']:.0f}"
+            if r.get("episodes_total", 0) > 0 and not seen_episode_stats[0]:
+                raise RuntimeError("flowrl reported episodes the benchmark did not see; the "
+                                   "episode spy in ppo_cartpole.py needs updating")
+            if tracker.after_iteration(r["timesteps_total"]):
                 break
     finally:
         algo.stop()
-    fig.time_to_target_s, fig.steps_to_target = elapsed, steps
-    fig.steps_per_s = steps / elapsed
-    return fig
+    return tracker.result(params=n_params(policy.model), sgd_steps=sgd[0], **phases)
 
 
-def _async_ppo(seed: int, envs: int):
-    """PPO whose rollouts keep one request in flight per worker while the driver learns."""
-    from flowrl.algorithms import PPO, PPOConfig
-    from flowrl.ops import (ConcatBatches, ParallelRollouts, StandardizeFields,
-                            StandardMetricsReporting, TrainOneStep, UpdateKL)
+# -- Stable-Baselines3 -------------------------------------------------------------------
+def child_sb3(args, seed: int) -> dict:
+    phases = {}
+    t = time.time()
+    import torch
+    from stable_baselines3 import PPO as SB3PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    phases["imports_s"] = time.time() - t
+    torch.set_num_threads(1)
+    t = time.time()
+    if args.mode == "matched":
+        m = MATCHED
+        n_envs = m["workers"] * m["envs_per_worker"]
+        n_steps = m["steps_per_env"] if not args.quick else 64
+        kwargs = dict(n_steps=n_steps, batch_size=m["minibatch"], n_epochs=m["epochs"],
+                      learning_rate=m["lr"], gamma=m["gamma"], gae_lambda=m["lam"],
+                      clip_range=m["clip"], clip_range_vf=None, vf_coef=m["vf_coeff"],
+                      ent_coef=0.0, max_grad_norm=m["grad_clip"], target_kl=None,
+                      policy_kwargs=dict(net_arch=dict(pi=list(m["hidden"]),
+                                                       vf=list(m["hidden"])),
+                                         activation_fn=torch.nn.Tanh))
+        total = args.max_steps
+    else:
+        def linear(v):
+            return lambda progress_remaining: progress_remaining * v
 
-    class AsyncPPO(PPO):
-        @staticmethod
-        def execution_plan(workers, config):
-            train_op = (ParallelRollouts(workers, mode="async", num_async=1)
-                        .combine(ConcatBatches(min_batch_size=config.train_batch_size))
-                        .for_each(StandardizeFields(["advantages"]))
-                        .for_each(TrainOneStep(workers, num_sgd_iter=config.num_sgd_iter,
-                                               sgd_minibatch_size=config.sgd_minibatch_size,
-                                               seed=config.seed))
-                        .for_each(UpdateKL(workers)))
-            return StandardMetricsReporting(train_op, workers)
+        n_envs = 8
+        kwargs = dict(n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
+                      ent_coef=0.0, learning_rate=linear(1e-3), clip_range=linear(0.2))
+        total = 100_000  # rl-zoo's n_timesteps: the schedules decay to 0 over it
+    env = make_vec_env("CartPole-v1", n_envs=n_envs, seed=seed)
+    model = SB3PPO("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
+    phases["build_s"] = time.time() - t
+    sgd = count_steps([model.policy.optimizer])
+    tracker = Tracker(args.target, args.max_steps, args.max_seconds)
 
-    return AsyncPPO(PPOConfig(env="CartPole-v1", num_workers=2, backend="ray", seed=seed,
-                              num_envs_per_worker=envs))
+    class Check(BaseCallback):
+        """Collects episode returns; checks the window after each training iteration."""
 
-
-def _find(result: dict, key: str):
-    if key in result:
-        return result[key]
-    for v in result.values():
-        if isinstance(v, dict):
-            found = _find(v, key)
-            if found is not None:
-                return found
-    return None
-
-
-def run_rllib(args, seed: int) -> Figure:
-    fig = Figure(f"RLlib PPO (2 runners x {args.rllib_envs} envs)")
-    try:
-        from ray.rllib.algorithms.ppo import PPOConfig as RLlibPPOConfig
-    except Exception as e:  # noqa: BLE001 - any import problem means "not available"
-        fig.note = f"skipped: ray[rllib] not importable ({type(e).__name__}: {e})"
-        return fig
-    ray_s = _ray_init()
-    t = time.perf_counter()
-    try:
-        from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
-        config = (RLlibPPOConfig().environment("CartPole-v1")
-                  .env_runners(num_env_runners=2, num_envs_per_env_runner=args.rllib_envs)
-                  .training(lr=3e-4, num_epochs=6, vf_loss_coeff=0.01)
-                  .rl_module(model_config=DefaultModelConfig(
-                      fcnet_hiddens=[32], fcnet_activation="linear", vf_share_layers=True))
-                  .debugging(seed=seed))
-        algo = config.build_algo() if hasattr(config, "build_algo") else config.build()
-    except Exception as e:  # noqa: BLE001
-        fig.note = f"skipped: RLlib failed to build ({type(e).__name__}: {e})"
-        return fig
-    fig.startup_s = ray_s + time.perf_counter() - t
-    start = time.perf_counter()
-    steps = 0
-    try:
-        while True:
-            r = algo.train()
-            elapsed = time.perf_counter() - start
-            steps = int(_find(r, "num_env_steps_sampled_lifetime") or 0)
-            ret = _find(r, "episode_return_mean")
-            if ret is not None and ret >= args.target:
-                fig.reached = True
-                break
-            if elapsed > args.max_seconds or steps > args.max_steps:
-                fig.note = f"budget out at mean return {ret}"
-                break
-    finally:
-        algo.stop()
-    fig.time_to_target_s, fig.steps_to_target = elapsed, steps
-    fig.steps_per_s = steps / elapsed
-    return fig
-
-
-def run_sb3(args, seed: int) -> Figure:
-    fig = Figure("SB3 PPO (rl-zoo, 8 envs)")
-    try:
-        from stable_baselines3 import PPO as SB3PPO
-        from stable_baselines3.common.callbacks import BaseCallback
-        from stable_baselines3.common.env_util import make_vec_env
-    except Exception as e:  # noqa: BLE001
-        fig.note = f"skipped: stable-baselines3 not importable ({type(e).__name__}: {e})"
-        return fig
-
-    def linear(v):
-        return lambda progress_remaining: progress_remaining * v
-
-    class StopAtTarget(BaseCallback):
         def __init__(self):
             super().__init__()
-            self.start = None
-            self.reached_at = None
+            self.rollouts = 0
+            self.stop = False
 
-        def _on_training_start(self):
-            self.start = time.perf_counter()
+        def _on_rollout_start(self) -> None:
+            if self.rollouts:  # the previous iteration's SGD has just finished
+                self.stop = tracker.after_iteration(self.num_timesteps)
+            self.rollouts += 1
 
-        def _on_rollout_end(self):
-            buf = self.model.ep_info_buffer
-            if len(buf) and sum(e["r"] for e in buf) / len(buf) >= args.target:
-                self.reached_at = (time.perf_counter() - self.start, self.num_timesteps)
+        def _on_step(self) -> bool:
+            tracker.add_returns(info["episode"]["r"] for info in self.locals["infos"]
+                                if "episode" in info)
+            return not self.stop
 
-        def _on_step(self):
-            return (self.reached_at is None
-                    and time.perf_counter() - self.start < args.max_seconds)
-
-    t = time.perf_counter()
-    env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
-    model = SB3PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98,
-                   n_epochs=20, ent_coef=0.0, learning_rate=linear(1e-3),
-                   clip_range=linear(0.2), seed=seed, device="cpu", verbose=0)
-    fig.startup_s = time.perf_counter() - t
-    cb = StopAtTarget()
-    start = time.perf_counter()
-    model.learn(total_timesteps=args.max_steps, callback=cb)
-    elapsed = time.perf_counter() - start
-    if cb.reached_at is not None:
-        fig.reached = True
-        elapsed, steps = cb.reached_at
-    else:
-        steps = model.num_timesteps
-        fig.note = "budget out"
-    fig.time_to_target_s, fig.steps_to_target = elapsed, steps
-    fig.steps_per_s = steps / elapsed
+    cb = Check()
+    tracker.start()
+    model.learn(total_timesteps=total, callback=cb)
+    if not cb.stop:  # learn() ended at total_timesteps after a full iteration
+        tracker.after_iteration(model.num_timesteps)
     env.close()
-    return fig
+    return tracker.result(params=n_params(model.policy), sgd_steps=sgd[0], **phases)
 
 
-def _table(figs: list[Figure], target: float) -> None:
-    try:
-        from rich.console import Console
-        from rich.table import Table
-    except ImportError:  # rich is a dependency; keep plain output possible
-        Console = None
-    base = next((f for f in figs if f.system.startswith("flowrl") and f.reached), None)
-    headers = ["system", "start-up s", f"time to {target:.0f} s", "env steps",
-               "env steps/s", "flowrl steps/s ratio", "flowrl time ratio", "note"]
-    rows = []
-    for f in figs:
-        ratio_speed = (base.steps_per_s / f.steps_per_s) if base and f.steps_per_s > 0 else math.nan
-        ratio_time = (f.time_to_target_s / base.time_to_target_s
-                      if base and f.reached else math.nan)
-        rows.append([f.system, f"{f.startup_s:.1f}",
-                     f"{f.time_to_target_s:.1f}" + ("" if f.reached else " (not reached)"),
-                     f"{f.steps_to_target:,}", f"{f.steps_per_s:,.0f}",
-                     f"{ratio_speed:.2f}x", f"{ratio_time:.2f}x", f.note])
-    if Console is None:
-        print(" | ".join(headers))
-        for r in rows:
-            print(" | ".join(r))
-        return
-    t = Table(title=f"PPO CartPole-v1 to mean return {target:.0f} (last 100 episodes)")
-    for h in headers:
-        t.add_column(h)
-    for r in rows:
-        t.add_row(*r)
-    Console(width=max(120, Console().width)).print(t)
-    print("ratios: flowrl's env steps/s over the system's; the system's time to target over "
-          "flowrl's (> 1 means flowrl is faster)")
-
-
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--only", nargs="*", default=["flowrl", "rllib", "sb3"])
-    p.add_argument("--seeds", nargs="*", type=int, default=[0])
-    p.add_argument("--target", type=float, default=450.0)
-    p.add_argument("--max-seconds", type=float, default=120.0)
-    p.add_argument("--max-steps", type=int, default=1_000_000)
-    p.add_argument("--flowrl-mode", choices=["bulk_sync", "async"], default="bulk_sync")
-    p.add_argument("--flowrl-envs", type=int, default=8)
-    p.add_argument("--rllib-envs", type=int, default=8)
-    args = p.parse_args()
+# -- RLlib ----------------------------------------------------------------------------
+def child_rllib(args, seed: int) -> dict:
+    phases = {}
+    t = time.time()
+    import ray
+    import torch
+    from ray.rllib.algorithms.ppo import PPOConfig as RLlibPPOConfig
+    from ray.rllib.callbacks.callbacks import RLlibCallback
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+    phases["imports_s"] = time.time() - t
     torch.set_num_threads(1)
-    runners = {"flowrl": run_flowrl, "rllib": run_rllib, "sb3": run_sb3}
-    figs = []
-    for name in args.only:
-        per_seed = [runners[name](args, seed) for seed in args.seeds]
-        for f in per_seed:
-            print(f"{f.system} seed: {f.time_to_target_s:.1f}s, {f.steps_to_target} steps, "
-                  f"{f.steps_per_s:,.0f} steps/s, start-up {f.startup_s:.1f}s {f.note}", flush=True)
-        if len(per_seed) > 1:
-            med = Figure(per_seed[0].system + f" (median of {len(per_seed)})")
-            for attr in ("startup_s", "time_to_target_s", "steps_per_s"):
-                setattr(med, attr, statistics.median(getattr(f, attr) for f in per_seed))
-            med.steps_to_target = int(statistics.median(f.steps_to_target for f in per_seed))
-            med.reached = all(f.reached for f in per_seed)
-            med.note = per_seed[0].note
-            figs.append(med)
-        else:
-            figs.extend(per_seed)
-    _table(figs, args.target)
+    t = time.time()
+    ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False)
+    phases["ray_init_s"] = time.time() - t
+
+    class EpisodeReturns(RLlibCallback):
+        def on_episode_end(self, *, episode, metrics_logger=None, **kwargs):
+            metrics_logger.log_value("bench_episode_returns", episode.get_return(),
+                                     reduce="item_series")
+
+    t = time.time()
+    config = (RLlibPPOConfig().environment("CartPole-v1").callbacks(EpisodeReturns)
+              .debugging(seed=seed))
+    if args.mode == "matched":
+        m = MATCHED
+        frag = m["steps_per_env"] if not args.quick else 64
+        config = (config
+                  .env_runners(num_env_runners=m["workers"],
+                               num_envs_per_env_runner=m["envs_per_worker"],
+                               rollout_fragment_length=frag)
+                  .training(train_batch_size_per_learner=m["workers"] * m["envs_per_worker"]
+                            * frag, minibatch_size=m["minibatch"], num_epochs=m["epochs"],
+                            lr=m["lr"], gamma=m["gamma"], lambda_=m["lam"],
+                            clip_param=m["clip"], vf_loss_coeff=m["vf_coeff"],
+                            vf_clip_param=math.inf, entropy_coeff=0.0, use_kl_loss=False,
+                            kl_coeff=0.0, grad_clip=m["grad_clip"],
+                            grad_clip_by="global_norm")
+                  .rl_module(model_config=DefaultModelConfig(
+                      fcnet_hiddens=list(m["hidden"]), fcnet_activation="tanh",
+                      vf_share_layers=False)))
+    else:
+        config = (config.training(lr=3e-4, num_epochs=6, vf_loss_coeff=0.01)
+                  .rl_module(model_config=DefaultModelConfig(
+                      fcnet_hiddens=[32], fcnet_activation="linear", vf_share_layers=True)))
+    algo = config.build_algo() if hasattr(config, "build_algo") else config.build()
+    phases["build_s"] = time.time() - t
+    learner = algo.learner_group._learner
+    module = learner.module["default_policy"]
+    sgd = count_steps(learner._named_optimizers.values())
+    tracker = Tracker(args.target, args.max_steps, args.max_seconds)
+    tracker.start()
+    try:
+        while True:
+            r = algo.train()
+            runners = r.get("env_runners", {})
+            tracker.add_returns(runners.get("bench_episode_returns", []) or [])
+            steps = runners.get("num_env_steps_sampled_lifetime", 0)
+            if tracker.after_iteration(steps):
+                break
+    finally:
+        algo.stop()
+        ray.shutdown()
+    return tracker.result(params=n_params(module), sgd_steps=sgd[0], **phases)
+
+
+def child(args) -> None:
+    seed = args.seed
+    if args.child == "flowrl-local":
+        result = child_flowrl(args, seed, "local")
+    elif args.child == "flowrl-ray":
+        result = child_flowrl(args, seed, "ray")
+    elif args.child == "sb3":
+        result = child_sb3(args, seed)
+    elif args.child == "rllib":
+        result = child_rllib(args, seed)
+    else:
+        raise SystemExit(f"unknown system {args.child!r}; choose from {SYSTEMS}")
+    harness.write_result(result)
+
+
+KEYS = ["steps_per_s", "train_s", "from_start_s", "startup_s", "first_result_s", "env_steps",
+        "params", "sgd_per_1k", "imports_s", "ray_init_s", "build_s", "final_mean"]
+TARGET_KEYS = ["from_start_s"]
+
+
+def report(runs: list[dict], target: float, mode: str) -> None:
+    groups = harness.summarize(runs, KEYS, TARGET_KEYS)
+    base = next((g for g in groups if g.system == BASELINE and g.reached), None)
+    # Throughput is compared between any two groups (each median is over one group);
+    # time from process start only between groups that reached the target.
+    base_speed = next((g.figures["steps_per_s"] for g in groups
+                       if g.system == BASELINE and "steps_per_s" in g.figures), None)
+    rows = []
+    for g in groups:
+        f = g.figures.get
+        speed = harness.ratio(f("steps_per_s"), base_speed)
+        quicker = (harness.ratio(base.figures.get("from_start_s"), f("from_start_s"))
+                   if base and g.reached else math.nan)
+        rows.append([g.system, g.label,
+                     harness.fmt_figure(f("steps_per_s"), "{:,.0f}"),
+                     "-" if math.isnan(speed) else f"{speed:.2f}x",
+                     "-" if math.isnan(quicker) else f"{quicker:.2f}x",
+                     harness.fmt_figure(f("train_s")) + ("" if g.reached is not False
+                                                         else " (budget)"),
+                     harness.fmt_figure(f("from_start_s")),
+                     harness.fmt_figure(f("startup_s")),
+                     harness.fmt_figure(f("first_result_s")),
+                     harness.fmt_figure(f("env_steps"), "{:,.0f}"),
+                     harness.fmt_figure(f("params"), "{:,.0f}"),
+                     harness.fmt_figure(f("sgd_per_1k"), "{:.1f}")])
+    harness.print_table(
+        ["system", "runs", "env steps/s", f"steps/s vs {BASELINE}",
+         f"{BASELINE} from-start / this", f"training to {target:g} s",
+         "from process start s", "start-up s", "first result s", "env steps", "params",
+         "SGD steps/1k env steps"], rows,
+        title=f"PPO CartPole-v1 --{mode}: median [min-max]; 'reached' rows use only the "
+              "runs that reached the target")
+    rows = [[g.system, g.label, *(harness.fmt_figure(g.figures.get(k), "{:.2f}")
+                                  for k in ("imports_s", "ray_init_s", "build_s", "startup_s"))]
+            for g in groups if g.n]
+    harness.print_table(["system", "runs", "imports s", "ray.init s", "build s", "start-up s"],
+                        rows, title="start-up breakdown (seconds)")
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--matched", dest="mode", action="store_const", const="matched")
+    mode.add_argument("--tuned", dest="mode", action="store_const", const="tuned")
+    p.set_defaults(mode="matched")
+    p.add_argument("--systems", nargs="*", default=SYSTEMS, choices=SYSTEMS)
+    p.add_argument("--target", type=float, default=450.0)
+    p.add_argument("--max-steps", type=int, default=300_000)
+    p.add_argument("--max-seconds", type=float, default=180.0)
+    harness.add_arguments(p)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.max_steps, args.max_seconds = min(args.max_steps, 6144), min(args.max_seconds, 30)
+    if args.child:
+        child(args)
+        return
+    s = harness.settings_from(args)
+    child_args = [f"--{args.mode}", "--target", str(args.target), "--max-steps",
+                  str(args.max_steps), "--max-seconds", str(args.max_seconds)]
+    if args.quick:
+        child_args.append("--quick")
+    runs, _ = harness.run_all(f"ppo_cartpole-{args.mode}", os.path.abspath(__file__),
+                              args.systems, s, child_args,
+                              meta={"mode": args.mode, "target": args.target,
+                                    "max_steps": args.max_steps,
+                                    "max_seconds": args.max_seconds, "matched": MATCHED})
+    if args.report:  # the saved run's own target and mode
+        import json
+        meta = json.loads(args.report.read_text())["meta"]
+        args.target, args.mode = meta["target"], meta["mode"]
+    report(runs, args.target, args.mode)
 
 
 if __name__ == "__main__":

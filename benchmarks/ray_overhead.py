@@ -1,61 +1,90 @@
-"""What flowrl's Ray backend costs over a hand-written Ray loop and over ray.util.iter.
+"""What flowrl's Ray gathers cost against the best hand-written Ray loop and ray.util.iter.
 
-Identical trivial actors each return a fresh 200x4 float32 numpy batch per item.
-In ONE Ray session (``ray.init(num_cpus=2)``) the same actors are read by:
+Identical trivial actors each return a fresh 200x4 float32 numpy batch per call.
+Each system runs in its own process (``benchmarks/harness.py``: fresh process per
+system and seed, interleaved, idle CPU) with ``ray.init(num_cpus=2)`` and reads
+the actors in two modes:
 
-- flowrl ``from_actors(actors).gather_async(num_async=2)`` / ``.gather_sync()``
-  (``backend="ray"``);
-- a hand-written Ray loop per mode: async keeps two ``sample.remote()`` calls in
-  flight per actor and does one batched ``ray.wait`` per step (non-blocking first,
-  then blocking for one); sync does ``ray.get([a.sample.remote() for a in actors])``
-  rounds;
-- ``ray.util.iter.from_actors(actors).gather_async(num_async=2)`` / ``.gather_sync()``.
+- ``async``: keep ``--num-async`` calls in flight per actor, take results as they
+  come (flowrl ``gather_async``);
+- ``sync``: rounds of one call per actor, a barrier per round (flowrl ``gather_sync``).
 
-Each measurement times ``--items`` items after a short warm-up; the modes are
-interleaved per repetition and the median of ``--runs`` repetitions is reported
-as items/s, with flowrl's ratio to the hand-written loop and to ray.util.iter.
+Systems:
 
-Run: ``python benchmarks/ray_overhead.py [--actors 4] [--items 4000] [--runs 7]``
+- ``flowrl``: ``from_actors(actors).gather_async(num_async=2)`` / ``.gather_sync()``
+  on ``backend="ray"``;
+- ``hand-wait``: async: one batched ``ray.wait`` over every pending ref per step
+  (non-blocking first, then blocking for one), every ready ref fetched with one
+  ``ray.get``; sync: ``ray.get([a.sample.remote() for a in actors])``;
+- ``hand-rr``: round-robin ``ray.get`` of each actor's oldest call in turn
+  (async: resubmit to that actor at once; sync: submit the round, then get one
+  by one);
+- ``hand-nret``: ``ray.wait(pending, num_returns=len(actors))`` then one
+  ``ray.get`` (sync: ``num_returns`` = the whole round);
+- ``ray.util.iter``: ``from_actors(actors).gather_async(num_async=2)`` /
+  ``.gather_sync()`` (what RLlib 1.x used).
+
+Each mode runs on two actor layouts: ``0cpu`` (4 actors with ``num_cpus=0``, more
+actors than cores) and ``1cpu`` (2 actors with ``num_cpus=1``, one per core).
+Within a process every measurement pulls ``--items`` items after a warm-up and
+is repeated ``--reps`` times (interleaved across modes); between measurements
+every in-flight call is drained (each actor answers a ping, which it runs after
+every call submitted before it). Reported: items/s, median over the harness's
+runs of each run's median; flowrl's ratio to the best hand-written loop of each
+mode and layout, and to ray.util.iter.
+
+    python benchmarks/ray_overhead.py                      # 5 runs per system
+    python benchmarks/ray_overhead.py --quick --no-idle-wait
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import time
-import warnings
 
-import numpy as np
-import ray
-from ray.util.iter import ParallelIteratorWorker
-from ray.util.iter import from_actors as iter_from_actors
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 
-import flowrl
-
-warnings.filterwarnings("ignore", category=DeprecationWarning)
-
+SYSTEMS = ["flowrl", "hand-wait", "hand-rr", "hand-nret", "ray.util.iter"]
+HAND = [s for s in SYSTEMS if s.startswith("hand-")]
+MODES = ["async", "sync"]
+LAYOUTS = {"0cpu": (4, 0), "1cpu": (2, 1)}  # name -> (actors, num_cpus per actor)
 WARMUP = 50
 
 
-class BenchActor(flowrl.ShardHost, ParallelIteratorWorker):
-    """One item = one fresh (200, 4) float32 batch; readable by all three drivers."""
+def _actor_class():
+    import numpy as np
+    from ray.util.iter import ParallelIteratorWorker
 
-    def __init__(self):
-        ParallelIteratorWorker.__init__(self, self._forever, repeat=False)
+    import flowrl
 
-    def sample(self) -> np.ndarray:
-        return np.ones((200, 4), dtype=np.float32)
+    class BenchActor(flowrl.ShardHost, ParallelIteratorWorker):
+        """One item = one fresh (200, 4) float32 batch; readable by every driver."""
 
-    def _forever(self):
-        while True:
-            yield self.sample()
+        def __init__(self):
+            ParallelIteratorWorker.__init__(self, self._forever, repeat=False)
 
-    def shard_items(self):
-        return self._forever()
+        def sample(self):
+            return np.ones((200, 4), dtype=np.float32)
+
+        def ping(self):
+            return True
+
+        def _forever(self):
+            while True:
+                yield self.sample()
+
+        def shard_items(self):
+            return self._forever()
+
+    return BenchActor
 
 
 def timed(it, n: int) -> float:
-    """Items/s of pulling ``n`` items from iterator ``it`` (after a warm-up)."""
+    """Items/s of pulling ``n`` items from iterator ``it`` after a warm-up."""
     for _ in range(WARMUP):
         next(it)
     t = time.perf_counter()
@@ -64,16 +93,10 @@ def timed(it, n: int) -> float:
     return n / (time.perf_counter() - t)
 
 
-def flowrl_rate(actors, mode: str, n: int) -> float:
-    s = flowrl.from_actors(actors)
-    out = s.gather_async(num_async=2) if mode == "async" else s.gather_sync()
-    with flowrl.Plan(out).compile(backend="ray") as run:
-        return timed(run, n)
-
-
-def hand_async(actors):
-    pending = {}
-    for _ in range(2):
+# -- hand-written loops (each keeps its pending refs in `pending` for draining) ---------
+def hand_wait_async(actors, k, pending):
+    import ray
+    for _ in range(k):
         for a in actors:
             pending[a.sample.remote()] = a
     while True:
@@ -87,53 +110,153 @@ def hand_async(actors):
             yield value
 
 
-def hand_sync(actors):
+def hand_rr_async(actors, k, pending):
+    import collections
+
+    import ray
+    queues = [collections.deque() for _ in actors]
+    for _ in range(k):
+        for a, q in zip(actors, queues):
+            ref = a.sample.remote()
+            q.append(ref)
+            pending[ref] = a
     while True:
-        yield from ray.get([a.sample.remote() for a in actors])
+        for a, q in zip(actors, queues):
+            ref = q.popleft()
+            value = ray.get(ref)
+            del pending[ref]
+            new = a.sample.remote()
+            q.append(new)
+            pending[new] = a
+            yield value
 
 
-def hand_rate(actors, mode: str, n: int) -> float:
-    gen = hand_async(actors) if mode == "async" else hand_sync(actors)
+def hand_nret_async(actors, k, pending):
+    import ray
+    for _ in range(k):
+        for a in actors:
+            pending[a.sample.remote()] = a
+    while True:
+        refs = list(pending)
+        ready, _ = ray.wait(refs, num_returns=min(len(actors), len(refs)))
+        for ref, value in zip(ready, ray.get(ready)):
+            a = pending.pop(ref)
+            pending[a.sample.remote()] = a
+            yield value
+
+
+def hand_sync(kind):
+    def loop(actors, _k, pending):
+        import ray
+        while True:
+            refs = [a.sample.remote() for a in actors]
+            pending.update(zip(refs, actors))
+            if kind == "wait":
+                values = ray.get(refs)
+            elif kind == "rr":
+                values = [ray.get(r) for r in refs]
+            else:
+                ready, _ = ray.wait(refs, num_returns=len(refs))
+                values = ray.get(refs)
+            for r in refs:
+                del pending[r]
+            yield from values
+    return loop
+
+
+LOOPS = {("hand-wait", "async"): hand_wait_async, ("hand-rr", "async"): hand_rr_async,
+         ("hand-nret", "async"): hand_nret_async, ("hand-wait", "sync"): hand_sync("wait"),
+         ("hand-rr", "sync"): hand_sync("rr"), ("hand-nret", "sync"): hand_sync("nret")}
+
+
+def measure(system: str, mode: str, actors, n: int, k: int) -> float:
+    """One measurement, then drain every call still in flight on the actors."""
+    import ray
     try:
-        return timed(gen, n)
+        if system == "flowrl":
+            import flowrl
+            s = flowrl.from_actors(actors)
+            out = s.gather_async(num_async=k) if mode == "async" else s.gather_sync()
+            with flowrl.Plan(out).compile(backend="ray") as run:
+                return timed(run, n)
+        if system == "ray.util.iter":
+            from ray.util.iter import from_actors
+            par = from_actors(actors)
+            it = par.gather_async(num_async=k) if mode == "async" else par.gather_sync()
+            return timed(iter(it), n)
+        pending: dict = {}
+        gen = LOOPS[system, mode](actors, k, pending)
+        try:
+            return timed(gen, n)
+        finally:
+            gen.close()
+            if pending:
+                ray.get(list(pending))
     finally:
-        gen.close()
+        ray.get([a.ping.remote() for a in actors])  # actor calls run in order: a drain
 
 
-def iter_rate(actors, mode: str, n: int) -> float:
-    par = iter_from_actors(actors)
-    it = par.gather_async(num_async=2) if mode == "async" else par.gather_sync()
-    return timed(iter(it), n)
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--actors", type=int, default=4)
-    ap.add_argument("--items", type=int, default=4000)
-    ap.add_argument("--runs", type=int, default=7)
-    args = ap.parse_args()
-
+def child(args) -> None:
+    import warnings
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    import ray
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    actors = [ray.remote(num_cpus=0)(BenchActor).remote() for _ in range(args.actors)]
-    ray.get([a.flowrl_ping.remote() for a in actors])
-
-    drivers = {"flowrl": flowrl_rate, "hand-written": hand_rate, "ray.util.iter": iter_rate}
-    rates = {(d, m): [] for d in drivers for m in ("async", "sync")}
-    for _ in range(args.runs):
-        for mode in ("async", "sync"):
-            for d, fn in drivers.items():
-                rates[d, mode].append(fn(actors, mode, args.items))
-
-    print(f"{args.actors} actors, 200x4 float32 per item, {args.items} items x {args.runs} "
-          "runs, ray.init(num_cpus=2); median items/s")
-    print(f"{'mode':<7}{'flowrl':>10}{'hand':>10}{'ray.iter':>10}"
-          f"{'flowrl/hand':>13}{'flowrl/iter':>13}")
-    for mode, label in (("async", "gather_async(num_async=2)"), ("sync", "gather_sync")):
-        med = {d: statistics.median(rates[d, mode]) for d in drivers}
-        print(f"{mode:<7}{med['flowrl']:>10.0f}{med['hand-written']:>10.0f}"
-              f"{med['ray.util.iter']:>10.0f}{med['flowrl'] / med['hand-written']:>13.2f}"
-              f"{med['flowrl'] / med['ray.util.iter']:>13.2f}   {label}")
+    cls = _actor_class()
+    result = {}
+    for layout, (n_actors, cpus) in LAYOUTS.items():
+        actors = [ray.remote(num_cpus=cpus)(cls).remote() for _ in range(n_actors)]
+        ray.get([a.ping.remote() for a in actors])
+        rates = {m: [] for m in MODES}
+        for _ in range(args.reps):
+            for mode in MODES:
+                rates[mode].append(measure(args.child, mode, actors, args.items,
+                                           args.num_async))
+        for mode in MODES:
+            result[f"{mode}_{layout}"] = statistics.median(rates[mode])
+        for a in actors:
+            ray.kill(a)
     ray.shutdown()
+    harness.write_result(result)
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--systems", nargs="*", default=SYSTEMS, choices=SYSTEMS)
+    p.add_argument("--items", type=int, default=4000)
+    p.add_argument("--reps", type=int, default=3, help="measurements per process")
+    p.add_argument("--num-async", type=int, default=2)
+    harness.add_arguments(p)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.items, args.reps = min(args.items, 300), 1
+    if args.child:
+        child(args)
+        return
+    s = harness.settings_from(args)
+    runs, _ = harness.run_all("ray_overhead", os.path.abspath(__file__), args.systems, s,
+                              ["--items", str(args.items), "--reps", str(args.reps),
+                               "--num-async", str(args.num_async)],
+                              meta={"items": args.items, "reps": args.reps,
+                                    "num_async": args.num_async, "layouts": LAYOUTS})
+    keys = [f"{m}_{lay}" for lay in LAYOUTS for m in MODES]
+    groups = {g.system: g for g in harness.summarize(runs, keys)}
+    rows = []
+    for key in keys:
+        hands = {h: groups[h].figures.get(key) for h in HAND if h in groups}
+        best_name = max((h for h in hands if hands[h]), key=lambda h: hands[h][0], default=None)
+        best = hands.get(best_name) if best_name else None
+        fl = groups["flowrl"].figures.get(key) if "flowrl" in groups else None
+        it = groups["ray.util.iter"].figures.get(key) if "ray.util.iter" in groups else None
+        rows.append([key, harness.fmt_figure(fl, "{:,.0f}"),
+                     *(harness.fmt_figure(hands.get(h), "{:,.0f}") for h in HAND),
+                     harness.fmt_figure(it, "{:,.0f}"), best_name or "-",
+                     f"{harness.ratio(fl, best):.2f}x", f"{harness.ratio(fl, it):.2f}x"])
+    n = {g.system: g.n for g in groups.values()}
+    harness.print_table(
+        ["mode_layout", "flowrl", *HAND, "ray.util.iter", "best hand", "flowrl/best hand",
+         "flowrl/iter"], rows,
+        title=f"items/s, median [min-max] over runs {n}; 0cpu: 4 actors num_cpus=0, "
+              "1cpu: 2 actors num_cpus=1; ray.init(num_cpus=2)")
 
 
 if __name__ == "__main__":

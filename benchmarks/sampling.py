@@ -1,72 +1,156 @@
-"""RolloutWorker.sample() throughput against a bare loop over the same env and forward.
+"""flowrl's RolloutWorker.sample() against an independent raw sampling loop (no flowrl code).
 
-Both sides step one gymnasium ``SyncVectorEnv`` (SAME_STEP autoreset) of
-``--num-envs`` envs with one batched ``policy.compute_actions`` per step, in this
-process, with one torch thread. The bare loop stores nothing and postprocesses
-nothing; the worker also records every column, tracks episodes and computes GAE.
-Prints env steps/s (median of ``--reps`` timed repetitions) and the ratio.
+Both step one gymnasium ``SyncVectorEnv`` of ``--num-envs`` CartPole-v1 copies
+(``SAME_STEP`` autoreset) with one batched torch forward per step, one torch
+thread, and the same work:
 
-    python benchmarks/sampling.py --env CartPole-v1 --num-envs 8 --fragment 200 --reps 7
+- ``raw``: a CleanRL-style loop written here with plain gymnasium, numpy and
+  torch: separate 64x64 tanh policy and value MLPs, a categorical action sample,
+  the observation/action/reward/done/log-prob/value columns stored in
+  preallocated ``(T, N)`` arrays, and GAE(0.99, 0.95) over each ``T``-step
+  segment (bootstrapping from ``V(s_T)``);
+- ``flowrl``: ``RolloutWorker("CartPole-v1", policy=PPOPolicy, num_envs=N,
+  rollout_fragment_length=T).sample()``, which also tracks episodes, stores
+  next observations and returns a postprocessed SampleBatch.
+
+One repetition is ``--steps`` env steps (at least 10,000) taken as segments of
+``--fragment`` steps per env, after one warm-up segment. Each system runs in its
+own process per seed (``benchmarks/harness.py``), ``--reps`` repetitions each;
+reported: env steps/s (median over runs of each run's median) and flowrl / raw.
+
+    python benchmarks/sampling.py
+    python benchmarks/sampling.py --quick --no-idle-wait
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
+import sys
 import time
 
-import gymnasium as gym
-import numpy as np
-import torch
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
 
-from flowrl.policies import PPOPolicy
-from flowrl.workers import RolloutWorker
+SYSTEMS = ["raw", "flowrl"]
+MIN_STEPS = 10_000
 
 
-def raw_loop(env: str, num_envs: int, steps: int, policy, seed: int) -> float:
-    venv = gym.vector.SyncVectorEnv([lambda: gym.make(env)] * num_envs,
+def raw_sampler(num_envs: int, fragment: int, seed: int):
+    """A generator of segments: each ``next()`` samples ``num_envs * fragment`` env steps."""
+    import gymnasium as gym
+    import numpy as np
+    import torch
+    from torch import nn
+
+    torch.manual_seed(seed)
+
+    def mlp(out):
+        return nn.Sequential(nn.Linear(4, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(),
+                             nn.Linear(64, out))
+
+    pi, vf = mlp(2), mlp(1)
+    gen = torch.Generator().manual_seed(seed)
+    venv = gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1")] * num_envs,
                                     autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
     obs, _ = venv.reset(seed=seed)
-    start = time.perf_counter()
-    for _ in range(steps):
-        actions, _ = policy.compute_actions(obs)
-        obs, *_ = venv.step(actions)
-    elapsed = time.perf_counter() - start
-    venv.close()
-    return steps * num_envs / elapsed
+    T, N = fragment, num_envs
+    obs_buf = np.empty((T, N, 4), np.float32)
+    act_buf = np.empty((T, N), np.int64)
+    rew_buf = np.empty((T, N), np.float32)
+    done_buf = np.empty((T, N), bool)
+    logp_buf = np.empty((T, N), np.float32)
+    val_buf = np.empty((T, N), np.float32)
+    gamma, lam = 0.99, 0.95
+    while True:
+        for t in range(T):
+            with torch.inference_mode():
+                x = torch.as_tensor(obs, dtype=torch.float32)
+                logits = pi(x)
+                probs = torch.softmax(logits, -1)
+                a = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+                logp = torch.log_softmax(logits, -1).gather(-1, a[:, None]).squeeze(-1)
+                v = vf(x).squeeze(-1)
+            actions = a.numpy()
+            obs_buf[t] = obs
+            obs, rew, term, trunc, _ = venv.step(actions)
+            act_buf[t], rew_buf[t], done_buf[t] = actions, rew, term | trunc
+            logp_buf[t], val_buf[t] = logp.numpy(), v.numpy()
+        with torch.inference_mode():
+            last_v = vf(torch.as_tensor(obs, dtype=torch.float32)).squeeze(-1).numpy()
+        adv = np.empty((T, N), np.float32)
+        running = np.zeros(N, np.float32)
+        for t in reversed(range(T)):
+            next_v = last_v if t == T - 1 else val_buf[t + 1]
+            nonterminal = ~done_buf[t]
+            delta = rew_buf[t] + gamma * next_v * nonterminal - val_buf[t]
+            running = delta + gamma * lam * nonterminal * running
+            adv[t] = running
+        yield {"obs": obs_buf.copy(), "actions": act_buf.copy(), "rewards": rew_buf.copy(),
+               "dones": done_buf.copy(), "logp": logp_buf.copy(), "values": val_buf.copy(),
+               "advantages": adv, "value_targets": adv + val_buf}
 
 
-def worker_loop(worker: RolloutWorker) -> float:
-    start = time.perf_counter()
-    batch = worker.sample()
-    return batch.count / (time.perf_counter() - start)
+def flowrl_sampler(num_envs: int, fragment: int, seed: int):
+    from flowrl.policies import PPOPolicy
+    from flowrl.workers import RolloutWorker
+    worker = RolloutWorker("CartPole-v1", policy=PPOPolicy, num_envs=num_envs,
+                           rollout_fragment_length=fragment, seed=seed)
+    try:
+        while True:
+            yield worker.sample()
+    finally:
+        worker.stop()
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env", default="CartPole-v1")
-    parser.add_argument("--num-envs", type=int, default=8)
-    parser.add_argument("--fragment", type=int, default=200)
-    parser.add_argument("--reps", type=int, default=7)
-    args = parser.parse_args()
+def child(args) -> None:
+    import torch
     torch.set_num_threads(1)
+    make = raw_sampler if args.child == "raw" else flowrl_sampler
+    segments = max(1, -(-args.steps // (args.num_envs * args.fragment)))
+    steps = segments * args.num_envs * args.fragment
+    gen = make(args.num_envs, args.fragment, args.seed)
+    next(gen)  # warm-up: buffers, torch kernels
+    rates = []
+    for _ in range(args.reps):
+        start = time.perf_counter()
+        for _ in range(segments):
+            next(gen)
+        rates.append(steps / (time.perf_counter() - start))
+    gen.close()
+    harness.write_result({"steps_per_s": statistics.median(rates), "steps_per_rep": steps,
+                          "rates": rates})
 
-    worker = RolloutWorker(args.env, policy=PPOPolicy, num_envs=args.num_envs,
-                           rollout_fragment_length=args.fragment, seed=0)
-    policy = worker.get_policy()
-    worker.sample()  # warm-up: buffers, torch kernels
-    raw_loop(args.env, args.num_envs, args.fragment, policy, seed=0)
 
-    raw, flow = [], []
-    for rep in range(args.reps):  # interleave so drifting machine load hits both alike
-        raw.append(raw_loop(args.env, args.num_envs, args.fragment, policy, seed=rep))
-        flow.append(worker_loop(worker))
-    raw_med, flow_med = statistics.median(raw), statistics.median(flow)
-    print(f"env={args.env} num_envs={args.num_envs} fragment={args.fragment} reps={args.reps}")
-    print(f"raw loop          : {raw_med:10.0f} env steps/s  (min {min(raw):.0f}, max {max(raw):.0f})")
-    print(f"RolloutWorker     : {flow_med:10.0f} env steps/s  (min {min(flow):.0f}, max {max(flow):.0f})")
-    print(f"ratio worker/raw  : {flow_med / raw_med:10.2f}x")
-    worker.stop()
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--systems", nargs="*", default=SYSTEMS, choices=SYSTEMS)
+    p.add_argument("--num-envs", type=int, default=8)
+    p.add_argument("--fragment", type=int, default=64)
+    p.add_argument("--steps", type=int, default=MIN_STEPS, help="env steps per repetition")
+    p.add_argument("--reps", type=int, default=5, help="repetitions per process")
+    harness.add_arguments(p)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.reps = 1
+    elif args.steps < MIN_STEPS:
+        p.error(f"--steps {args.steps}: use at least {MIN_STEPS} env steps per repetition")
+    if args.child:
+        child(args)
+        return
+    s = harness.settings_from(args)
+    runs, _ = harness.run_all("sampling", os.path.abspath(__file__), args.systems, s,
+                              ["--num-envs", str(args.num_envs), "--fragment", str(args.fragment),
+                               "--steps", str(args.steps), "--reps", str(args.reps)],
+                              meta=vars(args) | {"results_dir": None})
+    groups = {g.system: g for g in harness.summarize(runs, ["steps_per_s"])}
+    fig = {k: g.figures.get("steps_per_s") for k, g in groups.items()}
+    rows = [[k, groups[k].label, harness.fmt_figure(fig[k], "{:,.0f}")] for k in groups]
+    harness.print_table(["system", "runs", "env steps/s"], rows,
+                        title=f"CartPole-v1, {args.num_envs} envs, segments of {args.fragment} "
+                              f"steps, {args.steps:,}+ steps per repetition")
+    print(f"flowrl / raw: {harness.ratio(fig.get('flowrl'), fig.get('raw')):.2f}x")
 
 
 if __name__ == "__main__":

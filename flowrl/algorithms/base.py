@@ -79,9 +79,9 @@ class AlgorithmConfig:
     for the algorithm's policy), ``policy_mapping_fn`` and ``policies_to_train``.
     ``backend`` is ``"local"`` (in-process workers, the embedded default) or
     ``"ray"`` (remote workers are Ray actors). ``torch_threads`` sets the
-    driver process's torch threads (``torch.set_num_threads``): the default 1 is
-    fastest for small MLPs (two threads on a 2-core machine made CartPole PPO 3x
-    slower); None leaves torch's setting alone.
+    driver process's torch threads (``torch.set_num_threads``): the default 1
+    suits small MLPs, whose ops are too small to split across threads
+    (``benchmarks/ppo_cartpole.py`` measures it); None leaves torch's setting alone.
 
     >>> AlgorithmConfig(env="CartPole-v1", num_workers=-1)
     Traceback (most recent call last):

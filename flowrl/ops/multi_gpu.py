@@ -19,15 +19,17 @@ State: per policy id, the list of tower models and their devices.
 from __future__ import annotations
 
 import copy
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
-import torch
 
 from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
 from flowrl.metrics import LEARN_ON_BATCH_TIMER, LOAD_BATCH_TIMER, get_metrics
 from flowrl.ops.train_ops import _check_sgd, mean_stats, policy_batches, record_trained
+
+if TYPE_CHECKING:  # torch is imported where it is used: `import flowrl.ops` must stay light
+    import torch
 
 
 def tower_devices(num_gpus: float) -> list[torch.device]:
@@ -38,6 +40,7 @@ def tower_devices(num_gpus: float) -> list[torch.device]:
     """
     if num_gpus < 0:
         raise ConfigError(f"MultiGPUTrainOneStep(num_gpus={num_gpus!r}): must be >= 0")
+    import torch
     if num_gpus > 0 and torch.cuda.is_available():
         n = max(1, min(int(num_gpus), torch.cuda.device_count()))
         return [torch.device("cuda", i) for i in range(n)]
@@ -55,6 +58,7 @@ class _Towers:
                        else [copy.deepcopy(policy.model).to(d) for d in devices])
 
     def _sync(self) -> None:
+        import torch
         params = list(self.policy.model.parameters())
         with torch.no_grad():
             for model in self.models:
@@ -63,6 +67,7 @@ class _Towers:
                         p_t.copy_(p)
 
     def step(self, minibatch: SampleBatch) -> dict[str, float]:
+        import torch
         policy, n = self.policy, minibatch.count
         self._sync()
         params = list(policy.model.parameters())

@@ -8,6 +8,9 @@ instances, which the local runtime steps exactly like actors (useful for tests a
 debugging). ``backend="auto"`` picks ``"ray"`` when ``num_workers > 0`` and Ray is
 already initialised, else ``"local"``; flowrl never calls ``ray.init()`` for you.
 
+Ray workers are created in parallel: every actor is submitted first, the local
+worker is built while they start, and the constructor returns once all of them
+are ready (a worker that fails to start raises :class:`~flowrl.errors.WorkerError`).
 Remote workers start with the local worker's weights. ``stop()`` releases only the
 workers this set created (not those passed to :meth:`WorkerSet.from_existing`).
 
@@ -24,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from flowrl.errors import ConfigError
+from flowrl.errors import ConfigError, WorkerError
 from flowrl.workers.rollout_worker import PolicySpec, RolloutWorker
 
 BACKENDS = ("auto", "local", "ray")
@@ -105,19 +108,23 @@ class WorkerSet:
         self.backend = backend
         self.config = config
         kwargs = config.worker_kwargs(policy)
-        self._local = RolloutWorker(env, worker_index=0, **kwargs)
+        self._remotes = []
         if backend == "ray":
-            import ray
-            actor = ray.remote(num_cpus=config.num_cpus_per_worker)(RolloutWorker)
-            self._remotes = [actor.remote(env, worker_index=i, **kwargs,
-                                          torch_threads=config.remote_torch_threads)
-                             for i in range(1, num_workers + 1)]
-        else:
-            self._remotes = [RolloutWorker(env, worker_index=i, **kwargs)
-                             for i in range(1, num_workers + 1)]
-        self._owned = True
-        if self._remotes:
-            self.sync_weights()
+            self._remotes = _submit_ray_workers(env, kwargs, config, num_workers)
+        try:
+            # Ray actors start in parallel with each other and with this build.
+            self._local = RolloutWorker(env, worker_index=0, **kwargs)
+            if backend != "ray":
+                self._remotes = [RolloutWorker(env, worker_index=i, **kwargs)
+                                 for i in range(1, num_workers + 1)]
+            self._owned = True
+            if self._remotes:
+                self.sync_weights()
+            if backend == "ray":
+                _wait_ready(self._remotes)
+        except BaseException:
+            _kill(self._remotes if backend == "ray" else [])
+            raise
 
     @classmethod
     def from_existing(cls, local_worker: RolloutWorker, remote_workers: Sequence = ()) -> "WorkerSet":
@@ -194,6 +201,34 @@ class WorkerSet:
             for w in self._remotes:
                 w.stop()
         self._remotes = []
+
+
+def _submit_ray_workers(env, kwargs: dict, config: WorkerConfig, num_workers: int) -> list:
+    """Submit every remote worker's creation at once; Ray starts them in parallel."""
+    import ray
+    actor = ray.remote(num_cpus=config.num_cpus_per_worker)(RolloutWorker)
+    return [actor.remote(env, worker_index=i, **kwargs, torch_threads=config.remote_torch_threads)
+            for i in range(1, num_workers + 1)]
+
+
+def _wait_ready(remotes: list) -> None:
+    """Block until every remote worker is built (and has the weights sent before)."""
+    import ray
+    from ray.exceptions import RayError
+    refs = [w.flowrl_ping.remote() for w in remotes]
+    for i, ref in enumerate(refs, 1):
+        try:
+            ray.get(ref)
+        except RayError as e:
+            raise WorkerError(f"WorkerSet: remote worker {i} (a Ray actor) failed to start: "
+                              f"{type(e).__name__}: {str(e).strip().splitlines()[-1]}; "
+                              "the env and policy must build in a Ray worker process") from e
+
+
+def _kill(remotes: list) -> None:
+    import ray
+    for w in remotes:
+        ray.kill(w)
 
 
 def _ray_initialized() -> bool:

@@ -1,0 +1,569 @@
+"""Benchmark harness: every system and seed in a fresh process, on an otherwise idle CPU.
+
+Policy:
+
+- Isolation. Each (system, seed) run is its own subprocess: ``python SCRIPT
+  --child SYSTEM --seed SEED ...``. Nothing is warm from an earlier run (imports,
+  Ray, torch kernels), so start-up is measured as a user meets it. Runs are
+  interleaved across systems (seed 0 of every system, then seed 1 ...) and the
+  system order rotates by one per seed, so drifting machine state hits every
+  system alike and no system always goes first.
+- Idle CPU. Before each run the harness waits until the machine's busy CPU
+  (``/proc/stat``, minus the harness's own) stays below ``--idle-threshold``
+  cores for ``--idle-window`` seconds. While a run goes, it samples the machine's
+  busy CPU and the CPU of the run's whole process tree (``/proc/<pid>/stat``,
+  Ray's raylet and workers included); what is left is *foreign* load. A run
+  whose mean foreign load exceeds ``--overlap-mean`` cores, or any
+  ``--overlap-window`` second window of it ``--overlap-peak`` cores, overlapped
+  foreign work: it is kept in the JSON as discarded and repeated (at most
+  ``--max-attempts`` times). ``--no-idle-wait`` skips the wait and keeps
+  overlapped runs (marked ``overlap``): for smoke runs on a loaded machine only;
+  figures taken that way are not valid.
+- Statistics. At least 5 seeds by default. Per system: median and range
+  (min-max) of every figure, and ``reached n/N`` when the runs have a target. A
+  median never mixes runs that reached the target with runs that did not: the
+  two groups get separate rows, and figures tied to the target (time to it)
+  exist only for runs that reached it.
+- Output. A table on stdout and one JSON file per invocation under
+  ``benchmarks/results/`` (``benchmarks/results/smoke/`` for ``--quick``, which
+  git ignores) with every run's raw figures, load samples and settings,
+  rewritten after each run so an interrupted invocation keeps what it measured.
+  ``--report FILE`` re-prints a saved file's table without running anything.
+
+Child protocol: the harness sets ``FLOWRL_BENCH_T0`` (wall-clock time just
+before the process was launched) and ``FLOWRL_BENCH_OUT`` (a path); the child
+calls :func:`since_start` for "time from process start" and :func:`write_result`
+with a dict of figures (numbers, plus ``reached`` when it has a target).
+
+This module imports only the standard library, so a child pays nothing for it.
+Linux only (``/proc``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+RESULTS_DIR = Path(__file__).resolve().parent / "results"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+ENV_T0, ENV_OUT = "FLOWRL_BENCH_T0", "FLOWRL_BENCH_OUT"
+#: Load samples kept per run in the JSON (thinned evenly; the verdict uses all of them).
+MAX_SAMPLES_SAVED = 100
+
+
+# -- child side -----------------------------------------------------------------------
+def since_start() -> float:
+    """Seconds since the harness launched this process (since import when run by hand)."""
+    return time.time() - float(os.environ.get(ENV_T0, _IMPORTED_AT))
+
+
+_IMPORTED_AT = time.time()
+
+
+def write_result(result: dict[str, Any]) -> None:
+    """Hand the run's figures to the harness (printed as JSON when run by hand).
+
+    Non-finite floats become ``null`` (a figure that does not exist, e.g. the time
+    to a target that was not reached).
+    """
+    path = os.environ.get(ENV_OUT)
+    clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v)
+             for k, v in result.items()}
+    text = json.dumps(clean, indent=1, default=float)
+    if path:
+        Path(path).write_text(text)
+    else:
+        print(text)
+
+
+# -- pure logic (unit-tested in tests/test_bench_harness.py) -----------------------------
+def interleaved_order(systems: Sequence[str], seeds: Sequence[int]) -> list[tuple[str, int]]:
+    """Run order: for each seed every system once, the system order rotated per seed.
+
+    >>> interleaved_order(["a", "b", "c"], [0, 1])
+    [('a', 0), ('b', 0), ('c', 0), ('b', 1), ('c', 1), ('a', 1)]
+    """
+    out = []
+    for i, seed in enumerate(seeds):
+        k = i % len(systems) if systems else 0
+        out += [(s, seed) for s in list(systems[k:]) + list(systems[:k])]
+    return out
+
+
+@dataclass
+class Sample:
+    """One reading: wall time, machine busy CPU-seconds and own CPU-seconds (cumulative)."""
+
+    t: float
+    busy: float
+    own: float
+
+
+def foreign_intervals(samples: Sequence[Sample]) -> list[tuple[float, float]]:
+    """``(duration_s, foreign_cores)`` per interval between consecutive samples.
+
+    Foreign cores = (machine busy CPU - own CPU) / wall time, floored at 0 (the
+    two readings are not taken at the same instant).
+
+    >>> foreign_intervals([Sample(0, 0, 0), Sample(1, 1.5, 1.0), Sample(2, 3.5, 3.0)])
+    [(1, 0.5), (1, 0.0)]
+    """
+    out = []
+    for a, b in zip(samples, samples[1:]):
+        dt = b.t - a.t
+        if dt <= 0:
+            continue
+        out.append((dt, max(0.0, ((b.busy - a.busy) - (b.own - a.own)) / dt)))
+    return out
+
+
+def mean_load(intervals: Sequence[tuple[float, float]]) -> float:
+    """Time-weighted mean cores over ``intervals`` (0 for none)."""
+    total = sum(dt for dt, _ in intervals)
+    return sum(dt * c for dt, c in intervals) / total if total > 0 else 0.0
+
+
+def peak_load(intervals: Sequence[tuple[float, float]], window_s: float) -> float:
+    """Highest mean load over any run of consecutive intervals spanning >= ``window_s``
+    (the whole run when it is shorter).
+
+    >>> peak_load([(1, 0.0), (1, 2.0), (1, 0.0), (1, 0.0)], window_s=2)
+    1.0
+    """
+    if not intervals:
+        return 0.0
+    total = sum(dt for dt, _ in intervals)
+    if total <= window_s:
+        return mean_load(intervals)
+    best = 0.0
+    for i in range(len(intervals)):
+        span, work = 0.0, 0.0
+        for dt, c in intervals[i:]:
+            span += dt
+            work += dt * c
+            if span >= window_s:
+                best = max(best, work / span)
+                break
+    return best
+
+
+def overlap_reason(intervals: Sequence[tuple[float, float]], *, mean_cores: float,
+                   peak_cores: float, window_s: float) -> str | None:
+    """Why a run counts as overlapped by foreign load, or None if it ran clean.
+
+    >>> overlap_reason([(1, 0.0)] * 10, mean_cores=0.1, peak_cores=0.5, window_s=2) is None
+    True
+    >>> overlap_reason([(1, 0.0)] * 8 + [(1, 1.0)] * 2, mean_cores=0.5, peak_cores=0.5, window_s=2)
+    'foreign load peaked at 1.00 cores over 2 s (limit 0.5)'
+    """
+    mean = mean_load(intervals)
+    if mean > mean_cores:
+        return f"mean foreign load {mean:.2f} cores (limit {mean_cores})"
+    peak = peak_load(intervals, window_s)
+    if peak > peak_cores:
+        return f"foreign load peaked at {peak:.2f} cores over {window_s:g} s (limit {peak_cores})"
+    return None
+
+
+def median_range(values: Iterable[float]) -> tuple[float, float, float] | None:
+    """``(median, min, max)`` of the finite values, None when there are none.
+
+    >>> median_range([3.0, 1.0, 2.0, float("nan")])
+    (2.0, 1.0, 3.0)
+    """
+    vals = [float(v) for v in values if v is not None and math.isfinite(float(v))]
+    if not vals:
+        return None
+    return statistics.median(vals), min(vals), max(vals)
+
+
+@dataclass
+class Group:
+    """Runs of one system summarised together: all reached, none reached, or untargeted."""
+
+    system: str
+    label: str                      # "reached 4/5", "not reached 1/5" or "5 runs"
+    reached: bool | None
+    n: int
+    figures: dict[str, tuple[float, float, float]] = field(default_factory=dict)
+
+
+def summarize(runs: Sequence[dict], keys: Sequence[str],
+              target_keys: Sequence[str] = ()) -> list[Group]:
+    """Per system (in first-seen order), median and range of ``keys`` over valid runs.
+
+    A run is ``{"system", "valid", "result": {...}}``. When results carry a
+    ``reached`` flag the runs that reached the target and those that did not are
+    summarised as separate groups, never together; ``target_keys`` (e.g. time to
+    target) are left out of the not-reached group. Invalid runs are ignored.
+
+    >>> runs = [{"system": "a", "valid": True, "result": {"reached": r, "sps": s, "t": t}}
+    ...         for r, s, t in [(True, 10, 1.0), (False, 30, 9.0), (True, 20, 3.0)]]
+    >>> [(g.label, g.figures) for g in summarize(runs, ["sps", "t"], target_keys=["t"])]
+    [('reached 2/3', {'sps': (15.0, 10.0, 20.0), 't': (2.0, 1.0, 3.0)}), ('not reached 1/3', {'sps': (30.0, 30.0, 30.0)})]
+    """
+    systems: dict[str, list[dict]] = {}
+    for run in runs:
+        if run.get("valid"):
+            systems.setdefault(run["system"], []).append(run["result"])
+    out = []
+    for system, results in systems.items():
+        n = len(results)
+        targeted = any("reached" in r for r in results)
+        if not targeted:
+            groups = [(f"{n} runs", None, results)]
+        else:
+            hit = [r for r in results if r.get("reached")]
+            miss = [r for r in results if not r.get("reached")]
+            groups = [(f"reached {len(hit)}/{n}", True, hit)]
+            if miss:
+                groups.append((f"not reached {len(miss)}/{n}", False, miss))
+        for label, reached, rs in groups:
+            g = Group(system, label, reached, len(rs))
+            for k in keys:
+                if reached is False and k in target_keys:
+                    continue
+                mr = median_range(r.get(k) for r in rs)
+                if mr is not None:
+                    g.figures[k] = mr
+            out.append(g)
+    return out
+
+
+def fmt_figure(mr: tuple[float, float, float] | None, fmt: str = "{:,.1f}") -> str:
+    """``"median [min-max]"``, or ``"-"``.
+
+    >>> fmt_figure((2.0, 1.0, 3.0))
+    '2.0 [1.0-3.0]'
+    """
+    if mr is None:
+        return "-"
+    med, lo, hi = mr
+    return f"{fmt.format(med)} [{fmt.format(lo)}-{fmt.format(hi)}]"
+
+
+def ratio(a: tuple[float, float, float] | None, b: tuple[float, float, float] | None) -> float:
+    """Ratio of two medians (NaN when either is missing or b is 0)."""
+    if a is None or b is None or b[0] == 0:
+        return math.nan
+    return a[0] / b[0]
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], title: str = "") -> None:
+    """A plain aligned table (no dependency, copies cleanly into notes)."""
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) if rows else len(str(h))
+              for i, h in enumerate(headers)]
+    if title:
+        print(f"\n{title}")
+    line = " | ".join(str(h).ljust(w) for h, w in zip(headers, widths))
+    print(line)
+    print("-|-".join("-" * w for w in widths))
+    for r in rows:
+        print(" | ".join(str(c).ljust(w) for c, w in zip(r, widths)))
+
+
+# -- /proc readings ----------------------------------------------------------------------
+def machine_busy_s() -> float:
+    """CPU-seconds the whole machine has been busy (all cores; idle and iowait excluded)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    total = sum(fields[:8])  # guest time is already inside user
+    return (total - idle) / CLK_TCK
+
+
+def _proc_stat(pid: int) -> tuple[int, float] | None:
+    """``(ppid, utime + stime seconds)`` of ``pid``, None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    rest = text[text.rfind(")") + 2:].split()
+    return int(rest[1]), (int(rest[11]) + int(rest[12])) / CLK_TCK
+
+
+class TreeCpu:
+    """Cumulative CPU-seconds of the process trees under ``roots`` (and their past members).
+
+    Each process's own user+system time is kept at its highest reading, so a
+    process that exits still counts up to its last sample.
+    """
+
+    def __init__(self, roots: Sequence[int]):
+        self.roots = set(roots)
+        self.seen: dict[int, float] = {}
+
+    def members(self) -> set[int]:
+        """Current pids in the trees (roots included)."""
+        parent: dict[int, int] = {}
+        for name in os.listdir("/proc"):
+            if name.isdigit():
+                st = _proc_stat(int(name))
+                if st is not None:
+                    parent[int(name)] = st[0]
+        tree = {p for p in self.roots if p in parent}
+        changed = True
+        while changed:
+            changed = False
+            for pid, pp in parent.items():
+                if pp in tree and pid not in tree:
+                    tree.add(pid)
+                    changed = True
+        return tree
+
+    def read(self) -> float:
+        """Total CPU-seconds so far."""
+        for pid in self.members():
+            st = _proc_stat(pid)
+            if st is not None:
+                self.seen[pid] = max(self.seen.get(pid, 0.0), st[1])
+        return sum(self.seen.values())
+
+
+# -- running ----------------------------------------------------------------------------
+@dataclass
+class Settings:
+    """How the harness runs; see :func:`add_arguments` for each option."""
+
+    seeds: list[int]
+    idle_wait: bool = True
+    idle_threshold: float = 0.1
+    idle_window: float = 3.0
+    idle_timeout: float = 3600.0
+    overlap_mean: float = 0.1
+    overlap_peak: float = 0.5
+    overlap_window: float = 2.0
+    max_attempts: int = 5
+    run_timeout: float = 900.0
+    sample_interval: float = 0.5
+    results_dir: Path = RESULTS_DIR
+    quick: bool = False
+    report_from: Path | None = None
+
+
+def add_arguments(parser: argparse.ArgumentParser, default_seeds: int = 5) -> None:
+    """Add the harness's options (and the hidden ``--child``/``--seed`` child options)."""
+    g = parser.add_argument_group("harness")
+    g.add_argument("--seeds", type=int, default=None,
+                   help=f"seeds per system (default {default_seeds}; 2 with --quick)")
+    g.add_argument("--first-seed", type=int, default=0)
+    g.add_argument("--quick", action="store_true",
+                   help="smoke run: tiny settings, 2 seeds, results under results/smoke/")
+    g.add_argument("--no-idle-wait", action="store_true",
+                   help="do not wait for an idle CPU and keep runs that overlapped foreign "
+                        "load (smoke runs on a busy machine; figures are then not valid)")
+    g.add_argument("--idle-threshold", type=float, default=0.1,
+                   help="cores of foreign load below which the machine counts as idle")
+    g.add_argument("--idle-window", type=float, default=3.0,
+                   help="seconds the machine must stay idle before a run starts")
+    g.add_argument("--idle-timeout", type=float, default=3600.0,
+                   help="give up (error) after waiting this long for an idle machine")
+    g.add_argument("--overlap-mean", type=float, default=0.1,
+                   help="discard a run whose mean foreign load exceeds this many cores")
+    g.add_argument("--overlap-peak", type=float, default=0.5,
+                   help="discard a run whose foreign load over any --overlap-window "
+                        "seconds exceeds this many cores")
+    g.add_argument("--overlap-window", type=float, default=2.0)
+    g.add_argument("--max-attempts", type=int, default=5,
+                   help="attempts per (system, seed) before it is reported as never clean")
+    g.add_argument("--run-timeout", type=float, default=900.0,
+                   help="kill a run after this many seconds")
+    g.add_argument("--results-dir", type=Path, default=None)
+    g.add_argument("--report", type=Path, default=None, metavar="JSON",
+                   help="run nothing: print the table of a saved results file (the "
+                        "benchmark's other options should match the ones it was run with)")
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
+    parser.set_defaults(_default_seeds=default_seeds)
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    """The :class:`Settings` the parsed options describe."""
+    n = args.seeds if args.seeds is not None else (2 if args.quick else args._default_seeds)
+    results = args.results_dir or (RESULTS_DIR / "smoke" if args.quick else RESULTS_DIR)
+    return Settings(seeds=list(range(args.first_seed, args.first_seed + n)),
+                    idle_wait=not args.no_idle_wait, idle_threshold=args.idle_threshold,
+                    idle_window=args.idle_window, idle_timeout=args.idle_timeout,
+                    overlap_mean=args.overlap_mean, overlap_peak=args.overlap_peak,
+                    overlap_window=args.overlap_window, max_attempts=args.max_attempts,
+                    run_timeout=args.run_timeout, results_dir=Path(results), quick=args.quick,
+                    report_from=args.report)
+
+
+def wait_for_idle(s: Settings, log=print) -> float:
+    """Block until foreign load stays below ``s.idle_threshold`` for ``s.idle_window`` s.
+
+    Returns the seconds waited; raises RuntimeError after ``s.idle_timeout``.
+    """
+    start = time.time()
+    me = TreeCpu([os.getpid()])
+    samples: list[Sample] = []
+    told = 0.0
+    while True:
+        samples.append(Sample(time.time(), machine_busy_s(), me.read()))
+        span = samples[-1].t - samples[0].t
+        if span >= s.idle_window:
+            load = mean_load(foreign_intervals(samples))
+            if load < s.idle_threshold:
+                return time.time() - start
+            samples.pop(0)
+            if time.time() - told > 30:
+                log(f"  waiting for an idle CPU: foreign load {load:.2f} cores "
+                    f"(threshold {s.idle_threshold})", flush=True)
+                told = time.time()
+        if time.time() - start > s.idle_timeout:
+            raise RuntimeError(f"the machine was not idle for {s.idle_window} s within "
+                               f"{s.idle_timeout} s (foreign load >= {s.idle_threshold} cores); "
+                               "stop the other work, or raise --idle-threshold/--idle-timeout")
+        time.sleep(s.sample_interval)
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When ``pid`` started (clock ticks since boot), None if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            text = f.read()
+    except OSError:
+        return None
+    return int(text[text.rfind(")") + 2:].split()[19])
+
+
+def _kill_tree(proc: subprocess.Popen, tree: TreeCpu, child_start: int | None) -> None:
+    """Kill the child's process group and every process seen in its tree that is
+    still alive (a Ray process left behind by a crashed run would otherwise load
+    the machine for the runs after it). A pid is only killed if it started no
+    earlier than the child, so a reused pid is left alone."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    for pid in set(tree.seen) | tree.members():
+        if pid in (os.getpid(), proc.pid):
+            continue
+        started = _start_ticks(pid)
+        if started is not None and child_start is not None and started >= child_start:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+    proc.wait()
+
+
+def run_child(script: str, system: str, seed: int, child_args: Sequence[str],
+              s: Settings) -> dict[str, Any]:
+    """One run in a fresh process; returns its record (result, load, timing, log tail)."""
+    fd, out_path = tempfile.mkstemp(prefix="flowrl-bench-", suffix=".json")
+    os.close(fd)
+    log = tempfile.TemporaryFile(mode="w+")
+    argv = [sys.executable, script, "--child", system, "--seed", str(seed), *child_args]
+    t0 = time.time()
+    env = {**os.environ, ENV_T0: repr(t0), ENV_OUT: out_path}
+    proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    child_start = _start_ticks(proc.pid)
+    tree = TreeCpu([proc.pid, os.getpid()])
+    samples = [Sample(t0, machine_busy_s(), tree.read())]
+    timed_out = False
+    while proc.poll() is None:
+        time.sleep(s.sample_interval)
+        samples.append(Sample(time.time(), machine_busy_s(), tree.read()))
+        if time.time() - t0 > s.run_timeout:
+            timed_out = True
+            break
+    wall = time.time() - t0
+    _kill_tree(proc, tree, child_start)  # leftovers only: a finished child has none
+    log.seek(0)
+    tail = log.read()[-3000:]
+    log.close()
+    try:
+        result = json.loads(Path(out_path).read_text() or "null")
+    except (OSError, ValueError):
+        result = None
+    finally:
+        Path(out_path).unlink(missing_ok=True)
+    intervals = foreign_intervals(samples)
+    ok = proc.returncode == 0 and isinstance(result, dict) and not timed_out
+    reason = overlap_reason(intervals, mean_cores=s.overlap_mean, peak_cores=s.overlap_peak,
+                            window_s=s.overlap_window)
+    return {"system": system, "seed": seed, "argv": argv[1:], "ok": ok,
+            "returncode": proc.returncode, "timed_out": timed_out, "wall_s": wall,
+            "own_cpu_s": samples[-1].own - samples[0].own,
+            "foreign_mean_cores": mean_load(intervals),
+            "foreign_peak_cores": peak_load(intervals, s.overlap_window),
+            "overlap": reason, "result": result,
+            "load_samples": [[round(x.t - t0, 2), round(x.busy - samples[0].busy, 2),
+                              round(x.own - samples[0].own, 2)]
+                             for x in samples[::max(1, len(samples) // MAX_SAMPLES_SAVED)]],
+            "log_tail": None if ok else tail}
+
+
+def _git_commit() -> str | None:
+    try:
+        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                              cwd=Path(__file__).parent, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def run_all(name: str, script: str, systems: Sequence[str], s: Settings,
+            child_args: Sequence[str] = (), meta: dict | None = None) -> tuple[list[dict], Path]:
+    """Run every (system, seed) interleaved; returns the run records and the JSON path.
+
+    With ``s.report_from`` set, nothing runs: the saved file's records are returned.
+
+    A run that fails (non-zero exit, no result) is recorded and not repeated; a
+    run that overlapped foreign load is recorded as discarded and repeated up to
+    ``s.max_attempts`` times unless ``s.idle_wait`` is off.
+    """
+    if s.report_from is not None:
+        doc = json.loads(Path(s.report_from).read_text())
+        print(f"report of {s.report_from} ({doc['benchmark']}, started {doc['started_utc']}, "
+              f"commit {doc.get('commit')}): nothing was run")
+        return doc["runs"], Path(s.report_from)
+    s.results_dir.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = s.results_dir / f"{name}-{stamp}.json"
+    doc = {"benchmark": name, "started_utc": stamp, "argv": sys.argv, "commit": _git_commit(),
+           "host": {"cpus": os.cpu_count(), "platform": platform.platform(),
+                    "python": platform.python_version()},
+           "settings": {k: (str(v) if isinstance(v, Path) else v)
+                        for k, v in asdict(s).items()},
+           "systems": list(systems), "meta": meta or {}, "runs": []}
+    order = interleaved_order(systems, s.seeds)
+    if not s.idle_wait:
+        print("NOTE: --no-idle-wait: overlapped runs are kept; these figures are not valid "
+              "measurements", flush=True)
+    for i, (system, seed) in enumerate(order, 1):
+        for attempt in range(1, s.max_attempts + 1):
+            waited = wait_for_idle(s) if s.idle_wait else 0.0
+            rec = run_child(script, system, seed, child_args, s)
+            rec.update(attempt=attempt, idle_wait_s=waited)
+            clean = rec["overlap"] is None or not s.idle_wait
+            rec["valid"] = rec["ok"] and clean
+            doc["runs"].append(rec)
+            path.write_text(json.dumps(doc, indent=1, default=float))
+            status = ("ok" if rec["valid"] else "FAILED" if not rec["ok"]
+                      else f"discarded ({rec['overlap']})")
+            print(f"[{i}/{len(order)}] {system} seed {seed} attempt {attempt}: {status}, "
+                  f"{rec['wall_s']:.1f} s, foreign load {rec['foreign_mean_cores']:.2f} cores",
+                  flush=True)
+            if not rec["ok"]:
+                print("  " + (rec["log_tail"] or "").strip().replace("\n", "\n  ")[-1500:],
+                      flush=True)
+            if rec["ok"] is False or clean:
+                break
+    print(f"raw results: {path}")
+    return doc["runs"], path

@@ -1,0 +1,126 @@
+"""Start-up: time from process start to the first PPO ``train()`` result, per phase.
+
+Systems: ``flowrl-local`` and ``flowrl-ray`` (``PPO(PPOConfig(env="CartPole-v1",
+backend=...))`` with its defaults: 2 workers x 8 envs). Each seed runs in a fresh
+process (``benchmarks/harness.py``), so nothing is warm. Phases, in seconds from
+the process start:
+
+- ``interpreter_s``: Python up and this script's own (stdlib) imports done;
+- ``imports_s``: ``from flowrl.algorithms import PPO, PPOConfig`` (torch, gymnasium,
+  networkx ...);
+- ``ray_init_s``: ``ray.init`` as flowrl calls it (Ray only);
+- ``build_s``: ``PPO(config)``: envs, policies, the plan; on Ray the worker
+  actors (created in parallel, overlapping the local worker's build);
+- ``first_step_s``: one ``sample()`` on the local worker (the first env steps and
+  policy forward);
+- ``first_result_s``: the first ``train()`` result (sampling + SGD of one train
+  batch), counted from process start: the headline figure.
+
+Profiles (single process, not through the harness):
+
+    python benchmarks/startup.py --importtime      # python -X importtime, top modules
+    python benchmarks/startup.py --profile ray     # cProfile of PPO(config) on Ray
+    python benchmarks/startup.py                   # 5 seeds x 2 backends via the harness
+    python benchmarks/startup.py --quick --no-idle-wait
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402
+
+SYSTEMS = ["flowrl-local", "flowrl-ray"]
+PHASES = ["interpreter_s", "imports_s", "ray_init_s", "build_s", "first_step_s",
+          "first_result_s"]
+
+
+def child(args) -> None:
+    backend = args.child.split("-", 1)[1]
+    out = {"interpreter_s": harness.since_start()}
+    from flowrl.algorithms import PPO, PPOConfig
+    out["imports_s"] = harness.since_start()
+    if backend == "ray":
+        from flowrl.algorithms.base import ensure_ray
+        ensure_ray(os.cpu_count() or 1)
+        out["ray_init_s"] = harness.since_start()
+    algo = PPO(PPOConfig(env="CartPole-v1", backend=backend, seed=args.seed))
+    out["build_s"] = harness.since_start()
+    algo.workers.local_worker().sample()
+    out["first_step_s"] = harness.since_start()
+    algo.train()
+    out["first_result_s"] = harness.since_start()
+    algo.stop()
+    harness.write_result(out)
+
+
+def importtime(top: int = 20) -> None:
+    """Print the slowest top-level imports of ``from flowrl.algorithms import PPO``."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-c",
+                           "from flowrl.algorithms import PPO"],
+                          capture_output=True, text=True, check=True)
+    rows = []
+    for line in proc.stderr.splitlines():
+        if not line.startswith("import time:") or "cumulative" in line:
+            continue
+        _, cumulative_us, name = line.split("|")
+        rows.append((int(cumulative_us), name.rstrip()))
+    rows.sort(reverse=True)
+    print(f"cumulative import time (ms), top {top}, of `from flowrl.algorithms import PPO`:")
+    for cum, name in rows[:top]:
+        print(f"{cum / 1000:9.1f}  {name}")
+
+
+def profile(backend: str) -> None:
+    import cProfile
+    import pstats
+
+    from flowrl.algorithms import PPO, PPOConfig
+    if backend == "ray":
+        from flowrl.algorithms.base import ensure_ray
+        t = time.perf_counter()
+        ensure_ray(os.cpu_count() or 1)
+        print(f"ray.init: {time.perf_counter() - t:.2f} s")
+    prof = cProfile.Profile()
+    t = time.perf_counter()
+    prof.enable()
+    algo = PPO(PPOConfig(env="CartPole-v1", backend=backend, seed=0))
+    prof.disable()
+    print(f"PPO(config) on {backend}: {time.perf_counter() - t:.2f} s")
+    pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
+    algo.stop()
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--systems", nargs="*", default=SYSTEMS, choices=SYSTEMS)
+    p.add_argument("--importtime", action="store_true")
+    p.add_argument("--profile", choices=["local", "ray"])
+    harness.add_arguments(p)
+    args = p.parse_args(argv)
+    if args.child:
+        child(args)
+        return
+    if args.importtime:
+        importtime()
+        return
+    if args.profile:
+        profile(args.profile)
+        return
+    s = harness.settings_from(args)
+    runs, _ = harness.run_all("startup", os.path.abspath(__file__), args.systems, s)
+    groups = harness.summarize(runs, PHASES)
+    rows = [[g.system, g.label, *(harness.fmt_figure(g.figures.get(k), "{:.2f}") for k in PHASES)]
+            for g in groups]
+    harness.print_table(["system", "runs", *PHASES], rows,
+                        title="seconds from process start at the end of each phase, "
+                              "median [min-max]")
+
+
+if __name__ == "__main__":
+    main()
