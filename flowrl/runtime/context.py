@@ -38,6 +38,7 @@ class RunContext:
             max_workers=1, thread_name_prefix="flowrl-io"))
     background: set = field(default_factory=set)  # tasks not yet done
     stopping: bool = False
+    local_worker: Any = None  # what get_global_worker() returns in driver-side operators
 
 
 _RUN: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar("flowrl_run",
