@@ -28,7 +28,7 @@ from flowrl.graph.stages import _DROP, ShuffleBuffer, Step, compose_map, operato
 from flowrl.metrics import MetricsContext
 from flowrl.runtime.backend import Backend, Request, Shard
 from flowrl.runtime.concurrency import Splitter, async_union, round_robin
-from flowrl.runtime.context import RunContext
+from flowrl.runtime.context import RunContext, into_loop
 from flowrl.runtime.stats import NodeStats
 
 perf = time.perf_counter
@@ -169,7 +169,11 @@ class Driver:
         source = self._open_source(node)
         if hasattr(source, "__aiter__"):
             it = source.__aiter__()
+            ctx = self.ctx
+            user_code = not getattr(node.params["factory"], "_flowrl_loop_free", False)
             while True:
+                if user_code:
+                    await into_loop(ctx)
                 try:
                     x = await it.__anext__()
                 except StopAsyncIteration:
@@ -237,8 +241,12 @@ class Driver:
 
     async def _op_for_each_async(self, node: Node, st: NodeStats):
         fn = node.params["fn"]
+        ctx = self.ctx
+        user_code = not getattr(fn, "_flowrl_loop_free", False)
         async for x in self._input(node):
             st.items_in += 1
+            if user_code:
+                await into_loop(ctx)
             try:
                 y = await fn(x)
             except Exception as e:

@@ -1,8 +1,9 @@
 """``Run``: a compiled plan executing on a backend, consumed as an iterator.
 
 Policy: ``next(run)`` advances the output iterator by hand first and enters the
-event loop only when something really suspends (see ``runtime/context.py``), or
-when background tasks (pending async inputs) need the loop to make progress. Any
+event loop only when something really suspends or a user coroutine is about to
+run (see ``runtime/context.py``), or when background tasks (pending async inputs)
+need the loop to make progress. Any
 error stops the run and releases what it created before it propagates;
 ``stop()`` is idempotent and releases exactly what this run created: its stages
 on hosts it adopted, and the hosts it made.
@@ -112,16 +113,20 @@ class Run:
         # The hot path: no helper objects, the hand-advance inlined.
         if self._stopped:
             raise StopIteration
-        run_token = _RUN.set(self.ctx)
+        ctx = self.ctx
+        run_token = _RUN.set(ctx)
         metrics_token = _METRICS.set(self.metrics)
         try:
             aw = self._out.__anext__()
-            if self.ctx.background:
+            if ctx.background:
                 return self._in_loop(_await(aw))
+            ctx.by_hand = True
             try:
                 first = aw.send(None)
             except StopIteration as e:
                 return e.value
+            finally:
+                ctx.by_hand = False
             return self._in_loop(finish(aw, first))
         except StopAsyncIteration:
             self.stop()
@@ -203,9 +208,10 @@ class Run:
 
     def _close(self, agen: Any) -> None:
         try:
-            ready, value = try_now(agen.aclose())
+            aw = agen.aclose()
+            ready, value = try_now(self.ctx, aw)
             if not ready:
-                self._in_loop(finish(agen.aclose(), value))
+                self._in_loop(finish(aw, value))
         except (RuntimeError, StopAsyncIteration, GeneratorExit):
             pass  # already finished or closing: nothing left to release
 
