@@ -51,6 +51,7 @@ class RunContext:
     stopping: bool = False
     local_worker: Any = None  # what get_global_worker() returns in driver-side operators
     by_hand: bool = False  # True while driver code is advanced with send(None), not a task
+    polling: int = 0  # Pull.poll calls in progress (a poll must not block)
 
 
 _RUN: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar("flowrl_run",
@@ -68,13 +69,14 @@ def current_run() -> RunContext:
 async def call_blocking(fn: Callable[..., Any], *args: Any) -> Any:
     """Await blocking ``fn(*args)`` without stalling anything that could progress.
 
-    While the driver advances the plan by hand (no event loop running) and no
-    background task is pending, nothing else in the run can move until this
-    returns, so ``fn`` is called right here, saving two thread hand-offs per
+    While the driver advances the plan by hand (no event loop running), no
+    background task is pending and no input is being polled (a poll must not
+    wait: another input may be ready), nothing else in the run can move until
+    this returns, so ``fn`` is called right here, saving two thread hand-offs per
     call; otherwise it runs on the run's I/O thread and the loop stays free.
     """
     ctx = current_run()
-    if not ctx.background and not _loop_running():
+    if not ctx.background and not ctx.polling and not _loop_running():
         return fn(*args)
     return await ctx.loop.run_in_executor(ctx.executor, fn, *args)
 
@@ -201,11 +203,16 @@ class Pull:
                 return False, None
             task, self.task = self.task, None
             return True, task.result()
+        ctx = self.ctx
         aw = self.agen.__anext__()
-        ready, value = try_now(self.ctx, aw)
+        ctx.polling += 1
+        try:
+            ready, value = try_now(ctx, aw)
+        finally:
+            ctx.polling -= 1
         if ready:
             return True, value
-        self.task = spawn(self.ctx, aw, value)
+        self.task = spawn(ctx, aw, value)
         return False, None
 
     async def next(self) -> Any:
