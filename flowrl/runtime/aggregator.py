@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from flowrl.graph.node import Node
-from flowrl.graph.shard_host import ShardHost
+from flowrl.runtime.shard_host import ShardHost
 
 
 @dataclass
@@ -23,12 +23,19 @@ class AggregatorSpec:
     members: list[tuple[Any, Any, str]]  # (host, fused stage, label) of its group
     key: str
     seed: int
+    remote_timeout_s: float | None = None  # the bound of the outer run, for the sub-run
 
     def __getstate__(self):
-        # Ship only what the sub-plan needs: its nodes and their ids.
+        # Ship only what the sub-plan needs: the ids of the nodes reachable from the
+        # aggregate node (its pipeline and the shard side feeding it), never the
+        # driver's nodes (a learner's queue, a local worker) that cannot or should
+        # not travel to an aggregator.
+        from flowrl.graph.plan import collect
+
         state = dict(self.__dict__)
         plan = state.pop("plan")
-        state["ids"] = plan.ids if plan is not None else state.get("ids")
+        if plan is not None:
+            state["ids"] = {n: plan.ids[n] for n in collect(self.node) if n in plan.ids}
         state["plan"] = None
         return state
 
@@ -52,7 +59,8 @@ class AggregatorHost(ShardHost):
         out_node, out_port = spec.node.inputs[0]
         sub = Plan(LocalStream(out_node, out_port), name=spec.key,
                    _boundary=frozenset({entry}), _ids=ids)
-        run = Run(sub, backend=self.backend, seed=spec.seed, _preset={entry: spec.members})
+        run = Run(sub, backend=self.backend, seed=spec.seed,
+                  remote_timeout_s=spec.remote_timeout_s, _preset={entry: spec.members})
         self._runs.append(run)
         try:
             yield from run

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from flowrl.graph.stages import FusedStage
+from flowrl.runtime.stages import FusedStage
 
 
 @dataclass(eq=False)
@@ -57,6 +57,8 @@ class Backend:
     """Base class; see :class:`~flowrl.runtime.local_backend.LocalBackend`."""
 
     name = "base"
+    #: Seconds a remote host may leave a request unanswered (None: unbounded / in-process).
+    remote_timeout_s: float | None = None
 
     def make_item_host(self, source: Any, repeat: bool) -> Any:
         raise TypeError(f"{type(self).__name__} must implement make_item_host")
