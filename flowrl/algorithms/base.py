@@ -19,17 +19,16 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
-import pickle
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
+from flowrl.checkpoint import CHECKPOINT_FILE  # noqa: F401  (re-exported)
 from flowrl.errors import ConfigError, FlowError
 from flowrl.graph.plan import Plan
 from flowrl.graph.stream import LocalStream
 from flowrl.workers import PolicySpec, WorkerConfig, WorkerSet
 
 BACKENDS = ("local", "ray")
-CHECKPOINT_FILE = "algorithm_state.pkl"
 
 
 def _int_ge(lo: int) -> tuple[Callable[[Any], bool], str]:
@@ -155,6 +154,37 @@ def ensure_ray(num_cpus: float) -> None:
         ray.init(num_cpus=int(max(1, num_cpus)), include_dashboard=False, log_to_driver=False)
 
 
+def _global_rng_state() -> dict[str, Any]:
+    import random
+
+    import numpy as np
+    import torch
+    return {"python": random.getstate(), "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state().numpy().copy()}
+
+
+def _set_global_rng_state(state: dict[str, Any] | None) -> None:
+    if not state:
+        return
+    import random
+
+    import numpy as np
+    import torch
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(torch.tensor(state["torch"]))
+
+
+def _config_bytes(config: AlgorithmConfig) -> bytes | None:
+    """The config, cloudpickled (env creators and mapping functions included), or
+    None when something in it does not pickle."""
+    import cloudpickle
+    try:
+        return cloudpickle.dumps(config)
+    except Exception:
+        return None
+
+
 class Algorithm:
     """Base class: subclasses set ``config_class``, ``policy_class``, ``name`` and
     implement ``policy_config(config)`` and ``execution_plan(workers, config)``.
@@ -246,33 +276,75 @@ class Algorithm:
         return self.workers.local_worker().get_policy(policy_id)
 
     # -- checkpoints ---------------------------------------------------------------
+    def extra_state(self) -> dict[str, Any]:
+        """Algorithm-specific picklable state for checkpoints (exploration state,
+        replay buffers, ...); :meth:`save` stores it and :meth:`restore` hands it to
+        :meth:`restore_extra_state`. The default has none."""
+        return {}
+
+    def restore_extra_state(self, state: dict[str, Any]) -> None:
+        """Apply what :meth:`extra_state` returned when the checkpoint was saved."""
+
     def save(self, path: str) -> str:
-        """Write a checkpoint into directory ``path`` (created); returns the file written."""
-        os.makedirs(path, exist_ok=True)
-        state = {"algorithm": self.name, "worker": self.workers.local_worker().get_state(),
-                 "metrics": self._run.metrics.save()}
-        file = os.path.join(path, CHECKPOINT_FILE)
-        tmp = file + ".tmp"
-        with open(tmp, "wb") as f:
-            pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, file)
-        return file
+        """Write a checkpoint into directory ``path`` atomically; returns the file written.
+
+        A checkpoint holds the local worker's state (weights, optimizer state, the
+        policies' RNGs), every remote worker's policy state (their sampling RNGs),
+        the run's metrics (counters, info), the driver's python/numpy/torch global
+        RNG states, the worker seeds, the config (when it pickles, for
+        ``flowrl evaluate``) and :meth:`extra_state`. The write goes aside and is
+        renamed into place (:func:`flowrl.checkpoint.write_checkpoint`): a failed
+        save raises FlowError and leaves an earlier checkpoint at ``path``
+        byte-identical.
+        """
+        from flowrl import checkpoint
+        state = {"algorithm": self.name,
+                 "worker": self.workers.local_worker().get_state(),
+                 "remote_workers": self.workers.foreach_worker(lambda w: w.get_state())[1:],
+                 "metrics": self._run.metrics.save(),
+                 "rng": _global_rng_state(),
+                 "seeds": {"seed": self.config.seed,
+                           "num_workers": len(self.workers.remote_workers())},
+                 "config": _config_bytes(self.config),
+                 "extra": self.extra_state()}
+        return checkpoint.write_checkpoint(path, state)
 
     def restore(self, path: str) -> None:
-        """Load a checkpoint written by :meth:`save` (its directory or file): weights,
-        optimizer state and counters; remote workers get the restored weights."""
-        file = os.path.join(path, CHECKPOINT_FILE) if os.path.isdir(path) else path
-        if not os.path.exists(file):
-            raise ConfigError(f"{self.name}.restore({path!r}): no checkpoint there (expected "
-                              f"{CHECKPOINT_FILE} written by save())")
-        with open(file, "rb") as f:
-            state = pickle.load(f)
+        """Load a checkpoint written by :meth:`save`: its file, its directory, or a
+        directory of numbered checkpoints (the latest complete one).
+
+        Restores weights, optimizer and RNG states, counters and :meth:`extra_state`;
+        remote workers get their saved policy state back (when their number
+        matches) and then the restored weights. Raises ConfigError with a one-line
+        reason (nothing is written anywhere) when the checkpoint is missing,
+        unreadable, from another algorithm or from an incompatible model.
+        """
+        from flowrl import checkpoint
+        state = checkpoint.read_checkpoint(path)
+        where = f"{self.name}.restore({path!r})"
         if state.get("algorithm") != self.name:
-            raise ConfigError(f"{self.name}.restore({path!r}): the checkpoint is from "
-                              f"{state.get('algorithm')!r}, not {self.name!r}")
-        self.workers.local_worker().set_state(state["worker"])
+            raise ConfigError(f"{where}: the checkpoint is from {state.get('algorithm')!r}, "
+                              f"not {self.name!r}")
+        local = self.workers.local_worker()
+        saved_policies = set(state["worker"]["policies"])
+        if saved_policies != set(local.policy_map):
+            raise ConfigError(f"{where}: the checkpoint has policies {sorted(saved_policies)}, "
+                              f"this algorithm {sorted(local.policy_map)}")
+        try:
+            local.set_state(state["worker"])
+        except ConfigError as e:
+            raise ConfigError(f"{where}: the checkpoint's model does not fit this config "
+                              f"({e}); use the model settings it was trained with") from None
+        remotes = state.get("remote_workers") or []
+        if len(remotes) == len(self.workers.remote_workers()):
+            by_index = dict(enumerate(remotes, start=1))
+            self.workers.foreach_worker(
+                lambda w: w.set_state(by_index[w.worker_index]) if w.worker_index in by_index
+                else None)
         self.workers.sync_weights()
         self._run.metrics.restore(state["metrics"])
+        _set_global_rng_state(state.get("rng"))
+        self.restore_extra_state(state.get("extra") or {})
 
     def stop(self) -> None:
         """Stop the run and the workers (idempotent)."""
