@@ -247,8 +247,11 @@ class _Checkpointer:
         except (FlowError, OSError) as e:
             self.skipped += 1
             reason = str(e).splitlines()[0]
-            if reason not in self._reasons:
-                self._reasons.add(reason)
+            from flowrl.checkpoint import checkpoint_name
+            target = os.path.abspath(os.path.join(self.directory, checkpoint_name(iteration)))
+            key = reason.replace(target, "<checkpoint>")   # the same cause at every iteration
+            if key not in self._reasons:
+                self._reasons.add(key)
                 log.warning("checkpoint at iteration %d skipped (later skips for the same "
                             "reason are only counted): %s", iteration, reason)
 
