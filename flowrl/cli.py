@@ -309,7 +309,10 @@ def train(args: argparse.Namespace) -> int:
                           "--stop-timesteps or --stop-iters")
     restored = None
     if args.restore:  # read and checked before anything is built or written
-        restored = checkpoint.read_checkpoint(args.restore)
+        try:
+            restored = checkpoint.read_checkpoint(args.restore)
+        except ConfigError as e:
+            raise ConfigError(f"--restore: {e}") from None
         if restored.get("algorithm") != cls.name:
             raise ConfigError(f"--restore {args.restore!r}: the checkpoint is from "
                               f"{restored.get('algorithm')!r}, not {cls.name!r}")

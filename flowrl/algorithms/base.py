@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
@@ -36,13 +37,91 @@ def _int_ge(lo: int) -> tuple[Callable[[Any], bool], str]:
             f"an int >= {lo}")
 
 
+def _int_between(lo: int, hi: int) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi,
+            f"an int between {lo} and {hi}")
+
+
 def _num(lo: float, hi: float = float("inf"), *, open_lo: bool = False):
+    """A finite number in the range (NaN and infinities never pass)."""
     def ok(v):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             return False
-        return (v > lo if open_lo else v >= lo) and v <= hi
+        try:
+            v = float(v)
+        except OverflowError:  # an int too large for a float
+            return False
+        return math.isfinite(v) and (v > lo if open_lo else v >= lo) and v <= hi
     lo_s = f"> {lo}" if open_lo else f">= {lo}"
-    return ok, (f"a number {lo_s}" if hi == float("inf") else f"a number {lo_s} and <= {hi}")
+    return ok, (f"a finite number {lo_s}" if hi == float("inf")
+                else f"a number {lo_s} and <= {hi}")
+
+
+def _one_of(choices: tuple) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: isinstance(v, str) and v in choices), f"one of {list(choices)}"
+
+
+def _str_dict() -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v),
+            "a dict with str keys")
+
+
+def _sizes() -> tuple[Callable[[Any], bool], str]:
+    def ok(v):
+        return (isinstance(v, (list, tuple)) and len(v) > 0
+                and all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in v))
+    return ok, "the hidden layer sizes, a non-empty list of ints > 0, e.g. (64, 64)"
+
+
+MULTIAGENT_KEYS = ("policies", "policy_mapping_fn", "policies_to_train")
+
+
+def _multiagent() -> tuple[Callable[[Any], bool], str]:
+    def ok(v):
+        if not isinstance(v, dict) or set(v) - set(MULTIAGENT_KEYS):
+            return False
+        policies, fn, train = (v.get(k) for k in MULTIAGENT_KEYS)
+        return ((policies is None or (isinstance(policies, dict)
+                                      and all(isinstance(k, str) for k in policies)))
+                and (fn is None or callable(fn))
+                and (train is None or callable(train) or (
+                    isinstance(train, (list, tuple, set))
+                    and all(isinstance(p, str) for p in train))))
+    return ok, ("a dict with keys among " + ", ".join(MULTIAGENT_KEYS) + " (policies: "
+                "{id: PolicySpec or None}, policy_mapping_fn: a callable, "
+                "policies_to_train: a list of ids)")
+
+
+_MAKE_KWARGS = {"max_episode_steps", "disable_env_checker", "render_mode", "autoreset",
+                "apply_api_compatibility"}
+
+
+def check_env_config(env: Any, env_config: dict, where: str) -> None:
+    """For a registered gymnasium id, a ConfigError naming ``where`` when
+    ``env_config`` has a key the env's constructor does not take (found from its
+    signature, without building the env)."""
+    if not isinstance(env, str) or not env_config:
+        return
+    import inspect
+
+    import gymnasium as gym
+    try:
+        spec = gym.spec(env)
+        creator = spec.entry_point
+        if isinstance(creator, str):
+            creator = gym.envs.registration.load_env_creator(creator)
+        params = inspect.signature(creator).parameters.values()
+    except Exception:  # an entry point that cannot be inspected: the env decides
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    accepted = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    accepted |= _MAKE_KWARGS
+    unknown = sorted(set(env_config) - accepted)
+    if unknown:
+        raise ConfigError(f"{where}: {env!r} takes no argument {unknown[0]!r}; it takes "
+                          f"{sorted(accepted - _MAKE_KWARGS)} (and gymnasium.make's "
+                          f"{sorted(_MAKE_KWARGS)})")
 
 
 def _or_none(check):
@@ -112,6 +191,8 @@ class AlgorithmConfig:
         "lr": _num(0, open_lo=True), "gamma": _num(0, 1), "num_gpus": _num(0),
         "num_cpus_per_worker": _num(0), "timesteps_per_iteration": _int_ge(0),
         "min_time_s_per_reporting": _num(0), "torch_threads": _or_none(_int_ge(1)),
+        "backend": _one_of(BACKENDS), "seed": _or_none(_int_between(0, 2**32 - 1)),
+        "model": _sizes(), "env_config": _str_dict(), "multiagent": _multiagent(),
     }
 
     def __post_init__(self) -> None:
@@ -121,21 +202,9 @@ class AlgorithmConfig:
                 value = getattr(self, f)
                 if not ok(value):
                     raise ConfigError(f"{name}.{f}={value!r}: must be {what}")
-        if self.backend not in BACKENDS:
-            raise ConfigError(f"{name}.backend={self.backend!r}: choose one of {list(BACKENDS)}")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
-            raise ConfigError(f"{name}.seed={self.seed!r}: must be an int or None")
-        model = self.model
-        if isinstance(model, int) or not all(isinstance(h, int) and not isinstance(h, bool)
-                                             and h > 0 for h in model) or not len(model):
-            raise ConfigError(f"{name}.model={model!r}: give the hidden layer sizes, e.g. (64, 64)")
-        self.model = tuple(model)
-        unknown = sorted(set(self.multiagent) - {"policies", "policy_mapping_fn",
-                                                 "policies_to_train"})
-        if unknown:
-            raise ConfigError(f"{name}.multiagent has unknown keys {unknown}; use policies, "
-                              "policy_mapping_fn, policies_to_train")
+        self.model = tuple(self.model)
         check_env(self.env, f"{name}.env")
+        check_env_config(self.env, self.env_config, f"{name}.env_config")
 
     def replace(self, **changes: Any) -> "AlgorithmConfig":
         """A validated copy with ``changes`` applied."""
@@ -363,4 +432,4 @@ class Algorithm:
         return f"{type(self).__name__}(env={self.config.env!r}, backend={self.config.backend!r})"
 
 
-__all__ = ["Algorithm", "AlgorithmConfig", "check_env", "ensure_ray"]
+__all__ = ["Algorithm", "AlgorithmConfig", "check_env", "check_env_config", "ensure_ray"]
