@@ -145,3 +145,9 @@ def test_restore_refuses_other_algorithms_and_models(tmp_path):
     with PG(PGConfig(**small_pg(model=(8,)))) as other:
         with pytest.raises(ConfigError, match="model does not fit"):
             other.restore(str(tmp_path / "pg"))
+    (tmp_path / "hand").mkdir()
+    (tmp_path / "hand" / checkpoint.CHECKPOINT_FILE).write_bytes(
+        pickle.dumps({"format": checkpoint.FORMAT_VERSION, "algorithm": "pg"}))
+    with PG(PGConfig(**small_pg())) as pg:
+        with pytest.raises(ConfigError, match="lacks.*not written by Algorithm.save"):
+            pg.restore(str(tmp_path / "hand"))

@@ -8,16 +8,20 @@ ConfigError naming the field), a policy class, and a static
 the :class:`~flowrl.Plan` (``algo.plan``) and compiles it into a run.
 ``train()`` is one reporting step of that run (``next(run)``).
 
-Checkpoints (:meth:`Algorithm.save` / :meth:`Algorithm.restore`) hold the local
-worker's state (weights, optimizer state, RNG, e.g. PPO's KL coefficient) and
-the run's metrics (counters, info: iteration, total time), so a restored
-algorithm, in this process or a fresh one, continues where the saved one was.
+Checkpoints (:meth:`Algorithm.save` / :meth:`Algorithm.restore`, written
+atomically by :mod:`flowrl.checkpoint`) hold the local worker's state (weights,
+optimizer state, RNG, e.g. PPO's KL coefficient), the remote workers' policy
+states, the run's metrics (counters, info: iteration, total time), the driver's
+global RNG states, the config and the subclass's :meth:`Algorithm.extra_state`
+(exploration state, replay buffers), so a restored algorithm, in this process or
+a fresh one, continues where the saved one was.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import math
 import os
 from dataclasses import dataclass, field
@@ -394,6 +398,10 @@ class Algorithm:
         if state.get("algorithm") != self.name:
             raise ConfigError(f"{where}: the checkpoint is from {state.get('algorithm')!r}, "
                               f"not {self.name!r}")
+        missing = sorted({"worker", "metrics"} - set(state))
+        if missing or not isinstance(state["worker"], dict) or "policies" not in state["worker"]:
+            raise ConfigError(f"{where}: the checkpoint lacks {missing or ['worker.policies']}; "
+                              "it was not written by Algorithm.save()")
         local = self.workers.local_worker()
         saved_policies = set(state["worker"]["policies"])
         if saved_policies != set(local.policy_map):
@@ -410,6 +418,11 @@ class Algorithm:
             self.workers.foreach_worker(
                 lambda w: w.set_state(by_index[w.worker_index]) if w.worker_index in by_index
                 else None)
+        elif self.workers.remote_workers():
+            logging.getLogger("flowrl").info(
+                "%s: the checkpoint has %d remote workers' states, this run %d workers; "
+                "their samplers start from the config's seed", where, len(remotes),
+                len(self.workers.remote_workers()))
         self.workers.sync_weights()
         self._run.metrics.restore(state["metrics"])
         _set_global_rng_state(state.get("rng"))
