@@ -180,8 +180,9 @@ def prune_checkpoints(directory: str, keep: int) -> list[str]:
 
 
 def resolve_checkpoint(path: str) -> str:
-    """The state file behind ``path``: a state file, a checkpoint directory, or a
-    checkpoint directory of numbered checkpoints (its latest complete one).
+    """The state file behind ``path``: a state file, a checkpoint directory, a
+    directory of numbered checkpoints (its latest complete one), or a
+    ``flowrl train`` run directory (the latest in its ``checkpoint/``).
     ConfigError with a one-line reason when there is none."""
     if os.path.isfile(path):
         return path
@@ -190,7 +191,7 @@ def resolve_checkpoint(path: str) -> str:
     file = os.path.join(path, CHECKPOINT_FILE)
     if os.path.isfile(file):
         return file
-    latest = latest_checkpoint(path)
+    latest = latest_checkpoint(path) or latest_checkpoint(os.path.join(path, "checkpoint"))
     if latest is None:
         raise ConfigError(f"no checkpoint at {path!r}: it holds neither {CHECKPOINT_FILE} nor "
                           "a complete checkpoint_NNNNNN/ directory")

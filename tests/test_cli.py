@@ -143,6 +143,7 @@ def test_evaluate_prints_mean_and_std(trained, capsys):
     assert main(["evaluate", str(trained / "checkpoint"), "--episodes", "3", "--seed", "0"]) == 0
     out = capsys.readouterr().out
     assert "pg CartPole-v1: 3 episodes, mean return" in out and "+-" in out
+    assert main(["evaluate", str(trained), "--episodes", "1"]) == 0     # a run directory
     assert main(["evaluate", str(trained / "nothing")]) == 2
     assert "no checkpoint at" in capsys.readouterr().err
 

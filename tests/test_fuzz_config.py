@@ -6,12 +6,15 @@ without touching this file) and for every ``flowrl train`` flag. The outcome mus
 be a ConfigError naming the field, or a config that builds and trains one short
 step (when that step is cheap: local backend, small batches, quick reporting);
 any other exception fails the test, and the per-test timeout catches hangs.
+``FLOWRL_FUZZ_EXAMPLES=200 python -m pytest tests/test_fuzz_config.py`` fuzzes
+deeper (random rather than derandomized draws).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+import os
 
 import pytest
 import torch
@@ -22,10 +25,16 @@ from flowrl.algorithms import ALGORITHMS
 from flowrl.cli import main
 from flowrl.errors import ConfigError
 
+DEEP = int(os.environ.get("FLOWRL_FUZZ_EXAMPLES", 0))
+
 # Small settings every fuzzed config starts from (only fields the config has).
 SMALL = {"env": "CartPole-v1", "num_workers": 0, "num_envs_per_worker": 1,
          "rollout_fragment_length": 16, "train_batch_size": 32, "sgd_minibatch_size": 16,
          "num_sgd_iter": 1, "seed": 0}
+
+# Per-algorithm additions to SMALL, for algorithms whose small settings differ (an
+# algorithm that needs remote workers, a replay warm-up to shorten, ...).
+SMALL_BY_ALGO: dict[str, dict] = {}
 
 ENV_IDS = ["CartPole-v1", "Pendulum-v1", "MountainCarContinuous-v0", "Acrobot-v1",
            "FrozenLake-v1", "NoSuchEnv-v0", ""]
@@ -65,13 +74,18 @@ def keep_torch_threads():
 
 
 @pytest.mark.parametrize("algo, field", FIELDS)
-@settings(max_examples=8, deadline=None, derandomize=True,
+@settings(max_examples=DEEP or 8, deadline=None, derandomize=not DEEP,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(value=values)
 def test_every_config_field(algo, field, value):
     cls = ALGORITHMS[algo]
     names = {f.name for f in dataclasses.fields(cls.config_class)}
-    base = {k: v for k, v in SMALL.items() if k in names}
+    base = {k: v for k, v in {**SMALL, **SMALL_BY_ALGO.get(algo, {})}.items() if k in names}
+    try:
+        cls.config_class(**base)
+    except ConfigError as e:
+        pytest.fail(f"the small settings for {algo} are invalid ({e}); add what it needs to "
+                    "SMALL_BY_ALGO in this file")
     try:
         config = cls.config_class(**{**base, field: value})
     except ConfigError as e:
@@ -105,7 +119,7 @@ FLAGS = {
 }
 
 
-@settings(max_examples=20, deadline=None, derandomize=True,
+@settings(max_examples=DEEP or 20, deadline=None, derandomize=not DEEP,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(flags=st.dictionaries(st.sampled_from(sorted(FLAGS)), st.just(None), min_size=1,
                              max_size=3).flatmap(
@@ -134,7 +148,7 @@ def test_every_cli_flag(flags, tmp_path_factory, capsys, monkeypatch):
         assert any(name in last for name in names), (argv, last)
 
 
-@settings(max_examples=10, deadline=None, derandomize=True,
+@settings(max_examples=DEEP or 10, deadline=None, derandomize=not DEEP,
           suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(path=st.text(max_size=5), episodes=flag_values, seed=flag_values)
 def test_every_evaluate_flag(path, episodes, seed, tmp_path_factory, capsys, monkeypatch):

@@ -46,8 +46,15 @@ def _int_between(lo: int, hi: int) -> tuple[Callable[[Any], bool], str]:
             f"an int between {lo} and {hi}")
 
 
-def _num(lo: float, hi: float = float("inf"), *, open_lo: bool = False):
-    """A finite number in the range (NaN and infinities never pass)."""
+# Numeric config fields stay within this magnitude unless a field says otherwise:
+# beyond it float32 maths on the learner (squared gradients, clipping norms)
+# overflows, and training dies with NaNs instead of a ConfigError.
+MAX_MAGNITUDE = 1e6
+
+
+def _num(lo: float, hi: float = MAX_MAGNITUDE, *, open_lo: bool = False):
+    """A finite number in ``[lo, hi]`` (``(lo, hi]`` with ``open_lo``); NaN and
+    infinities never pass."""
     def ok(v):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             return False
@@ -57,8 +64,7 @@ def _num(lo: float, hi: float = float("inf"), *, open_lo: bool = False):
             return False
         return math.isfinite(v) and (v > lo if open_lo else v >= lo) and v <= hi
     lo_s = f"> {lo}" if open_lo else f">= {lo}"
-    return ok, (f"a finite number {lo_s}" if hi == float("inf")
-                else f"a number {lo_s} and <= {hi}")
+    return ok, f"a number {lo_s} and <= {hi:g}"
 
 
 def _one_of(choices: tuple) -> tuple[Callable[[Any], bool], str]:
@@ -85,14 +91,16 @@ def _multiagent() -> tuple[Callable[[Any], bool], str]:
         if not isinstance(v, dict) or set(v) - set(MULTIAGENT_KEYS):
             return False
         policies, fn, train = (v.get(k) for k in MULTIAGENT_KEYS)
-        return ((policies is None or (isinstance(policies, dict)
-                                      and all(isinstance(k, str) for k in policies)))
+        return ((policies is None or (isinstance(policies, dict) and all(
+                    isinstance(k, str) and (spec is None or isinstance(spec, PolicySpec)
+                                            or callable(spec))
+                    for k, spec in policies.items())))
                 and (fn is None or callable(fn))
                 and (train is None or callable(train) or (
                     isinstance(train, (list, tuple, set))
                     and all(isinstance(p, str) for p in train))))
     return ok, ("a dict with keys among " + ", ".join(MULTIAGENT_KEYS) + " (policies: "
-                "{id: PolicySpec or None}, policy_mapping_fn: a callable, "
+                "{id: PolicySpec, policy class or None}, policy_mapping_fn: a callable, "
                 "policies_to_train: a list of ids)")
 
 
@@ -192,7 +200,7 @@ class AlgorithmConfig:
     checks: ClassVar[dict[str, tuple]] = {
         "num_workers": _int_ge(0), "num_envs_per_worker": _int_ge(1),
         "rollout_fragment_length": _int_ge(1), "train_batch_size": _int_ge(1),
-        "lr": _num(0, open_lo=True), "gamma": _num(0, 1), "num_gpus": _num(0),
+        "lr": _num(0, 10, open_lo=True), "gamma": _num(0, 1), "num_gpus": _num(0),
         "num_cpus_per_worker": _num(0), "timesteps_per_iteration": _int_ge(0),
         "min_time_s_per_reporting": _num(0), "torch_threads": _or_none(_int_ge(1)),
         "backend": _one_of(BACKENDS), "seed": _or_none(_int_between(0, 2**32 - 1)),
