@@ -83,6 +83,12 @@ def _number(text: str) -> float:
     return value
 
 
+def _path(text: str) -> str:
+    if "\x00" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} holds a NUL character; give a file path")
+    return text
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="flowrl", description="Distributed RL training loops "
                                 "as dataflow plans.")
@@ -92,7 +98,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="algorithm: " + ", ".join(sorted(_algorithms())) +
                    " (or 'algo:' in --config)")
     t.add_argument("--env", default=None, help="gymnasium env id, e.g. CartPole-v1")
-    t.add_argument("--config", default=None, metavar="FILE.yaml",
+    t.add_argument("--config", type=_path, default=None, metavar="FILE.yaml",
                    help="experiment spec: algo, env, stop, config (see tuned_examples/)")
     t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a config field (value parsed as YAML); repeatable")
@@ -103,20 +109,20 @@ def _parser() -> argparse.ArgumentParser:
                    help="stop when episode_reward_mean >= R (default: the env's threshold)")
     t.add_argument("--stop-timesteps", type=_int_at_least(1), default=None)
     t.add_argument("--stop-iters", type=_int_at_least(1), default=None)
-    t.add_argument("--checkpoint-dir", default=None, help="where checkpoints go "
+    t.add_argument("--checkpoint-dir", type=_path, default=None, help="where checkpoints go "
                    "(default: <run dir>/checkpoint)")
     t.add_argument("--checkpoint-freq", type=_int_at_least(0), default=0, metavar="N",
                    help="also checkpoint every N iterations (0: only at the end)")
     t.add_argument("--keep-checkpoints", type=_int_at_least(1), default=None, metavar="K",
                    help="keep only the newest K checkpoints (default: all)")
-    t.add_argument("--restore", default=None, help="checkpoint, or checkpoint directory "
+    t.add_argument("--restore", type=_path, default=None, help="checkpoint, or checkpoint directory "
                    "(its latest checkpoint), to continue from")
-    t.add_argument("--run-dir", default="runs", help="parent of the run directory")
+    t.add_argument("--run-dir", type=_path, default="runs", help="parent of the run directory")
     t.add_argument("--seed", type=int, default=None)
     t.add_argument("--no-tensorboard", action="store_true", help="no TensorBoard event files")
     t.add_argument("--quiet", action="store_true", help="no live display")
     e = sub.add_parser("evaluate", help="play episodes with a checkpoint's policy")
-    e.add_argument("checkpoint", help="checkpoint, or checkpoint directory (its latest)")
+    e.add_argument("checkpoint", type=_path, help="checkpoint, or checkpoint directory (its latest)")
     e.add_argument("--episodes", type=_int_at_least(1), default=10)
     e.add_argument("--seed", type=int, default=None)
     e.add_argument("--explore", action="store_true",
@@ -127,7 +133,7 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--num-workers", type=_int_at_least(0), default=2)
     pl.add_argument("--format", choices=["dot", "svg", "png"], default=None,
                     help="default: from -o's suffix, else dot")
-    pl.add_argument("-o", "--output", default=None, help="file to write (default: stdout)")
+    pl.add_argument("-o", "--output", type=_path, default=None, help="file to write (default: stdout)")
     return p
 
 
@@ -427,6 +433,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _error(str(e), EXIT_USAGE)
     except FlowError as e:
         return _error(str(e), EXIT_FAILED)
+    except OSError as e:  # a run directory or output file that cannot be written
+        where = f"{e.filename}: " if e.filename else ""
+        return _error(f"cannot write {where}{e.strerror or e}", EXIT_FAILED)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
 

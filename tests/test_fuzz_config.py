@@ -112,7 +112,7 @@ FLAGS = {
     "--checkpoint-freq": flag_values, "--keep-checkpoints": flag_values,
     "--seed": flag_values, "--env": st.sampled_from(ENV_IDS), "--restore": st.text(max_size=5),
     "--config": st.text(max_size=5), "--checkpoint-dir": st.text(max_size=5),
-    "--run-dir": st.text(max_size=5),
+    "--run-dir": st.text(max_size=5) | st.just("\x00"),
     "--set": st.builds(lambda k, v: f"{k}={v}",
                        st.sampled_from(sorted({f for _, f in FIELDS}) + ["lr_rate", "stop.x"]),
                        st.text(max_size=5)),
@@ -157,6 +157,23 @@ def test_every_evaluate_flag(path, episodes, seed, tmp_path_factory, capsys, mon
     assert main(argv) == 2                   # nothing to evaluate there: a usage error
     err = capsys.readouterr().err
     assert "error" in err and "Traceback" not in err
+
+
+@settings(max_examples=DEEP or 10, deadline=None, derandomize=not DEEP,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(algo=st.sampled_from(sorted(ALGORITHMS) + ["x"]), env=st.sampled_from(ENV_IDS),
+       workers=st.integers(-2, 3).map(str) | st.text(max_size=3),
+       fmt=st.sampled_from(["dot", "svg", "png", "x"]), out=st.text(max_size=5))
+def test_every_plan_flag(algo, env, workers, fmt, out, tmp_path_factory, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path_factory.mktemp("plan"))
+    argv = ["plan", algo, f"--env={env}", f"--num-workers={workers}", "--format", fmt,
+            f"-o={out}"]
+    code = main(argv)
+    err = capsys.readouterr().err
+    assert code in (0, 1, 2), (argv, code, err)
+    if code == 1:            # run-time failures: no Graphviz, or -o cannot be written
+        assert "Graphviz" in err or "cannot write" in err, (argv, err)
+    assert "Traceback" not in err
 
 
 def test_nan_and_inf_are_rejected_by_name():
