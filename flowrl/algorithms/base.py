@@ -8,28 +8,32 @@ ConfigError naming the field), a policy class, and a static
 the :class:`~flowrl.Plan` (``algo.plan``) and compiles it into a run.
 ``train()`` is one reporting step of that run (``next(run)``).
 
-Checkpoints (:meth:`Algorithm.save` / :meth:`Algorithm.restore`) hold the local
-worker's state (weights, optimizer state, RNG, e.g. PPO's KL coefficient) and
-the run's metrics (counters, info: iteration, total time), so a restored
-algorithm, in this process or a fresh one, continues where the saved one was.
+Checkpoints (:meth:`Algorithm.save` / :meth:`Algorithm.restore`, written
+atomically by :mod:`flowrl.checkpoint`) hold the local worker's state (weights,
+optimizer state, RNG, e.g. PPO's KL coefficient), the remote workers' policy
+states, the run's metrics (counters, info: iteration, total time), the driver's
+global RNG states, the config and the subclass's :meth:`Algorithm.extra_state`
+(exploration state, replay buffers), so a restored algorithm, in this process or
+a fresh one, continues where the saved one was.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
+import math
 import os
-import pickle
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
+from flowrl.checkpoint import CHECKPOINT_FILE  # noqa: F401  (re-exported)
 from flowrl.errors import ConfigError, FlowError
 from flowrl.graph.plan import Plan
 from flowrl.graph.stream import LocalStream
 from flowrl.workers import PolicySpec, WorkerConfig, WorkerSet
 
 BACKENDS = ("local", "ray")
-CHECKPOINT_FILE = "algorithm_state.pkl"
 
 
 def _int_ge(lo: int) -> tuple[Callable[[Any], bool], str]:
@@ -37,13 +41,99 @@ def _int_ge(lo: int) -> tuple[Callable[[Any], bool], str]:
             f"an int >= {lo}")
 
 
-def _num(lo: float, hi: float = float("inf"), *, open_lo: bool = False):
+def _int_between(lo: int, hi: int) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi,
+            f"an int between {lo} and {hi}")
+
+
+# Numeric config fields stay within this magnitude unless a field says otherwise:
+# beyond it float32 maths on the learner (squared gradients, clipping norms)
+# overflows, and training dies with NaNs instead of a ConfigError.
+MAX_MAGNITUDE = 1e6
+
+
+def _num(lo: float, hi: float = MAX_MAGNITUDE, *, open_lo: bool = False):
+    """A finite number in ``[lo, hi]`` (``(lo, hi]`` with ``open_lo``); NaN and
+    infinities never pass."""
     def ok(v):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             return False
-        return (v > lo if open_lo else v >= lo) and v <= hi
+        try:
+            v = float(v)
+        except OverflowError:  # an int too large for a float
+            return False
+        return math.isfinite(v) and (v > lo if open_lo else v >= lo) and v <= hi
     lo_s = f"> {lo}" if open_lo else f">= {lo}"
-    return ok, (f"a number {lo_s}" if hi == float("inf") else f"a number {lo_s} and <= {hi}")
+    return ok, f"a number {lo_s} and <= {hi:g}"
+
+
+def _one_of(choices: tuple) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: isinstance(v, str) and v in choices), f"one of {list(choices)}"
+
+
+def _str_dict() -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v),
+            "a dict with str keys")
+
+
+def _sizes() -> tuple[Callable[[Any], bool], str]:
+    def ok(v):
+        return (isinstance(v, (list, tuple)) and len(v) > 0
+                and all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in v))
+    return ok, "the hidden layer sizes, a non-empty list of ints > 0, e.g. (64, 64)"
+
+
+MULTIAGENT_KEYS = ("policies", "policy_mapping_fn", "policies_to_train")
+
+
+def _multiagent() -> tuple[Callable[[Any], bool], str]:
+    def ok(v):
+        if not isinstance(v, dict) or set(v) - set(MULTIAGENT_KEYS):
+            return False
+        policies, fn, train = (v.get(k) for k in MULTIAGENT_KEYS)
+        return ((policies is None or (isinstance(policies, dict) and all(
+                    isinstance(k, str) and (spec is None or isinstance(spec, PolicySpec)
+                                            or callable(spec))
+                    for k, spec in policies.items())))
+                and (fn is None or callable(fn))
+                and (train is None or callable(train) or (
+                    isinstance(train, (list, tuple, set))
+                    and all(isinstance(p, str) for p in train))))
+    return ok, ("a dict with keys among " + ", ".join(MULTIAGENT_KEYS) + " (policies: "
+                "{id: PolicySpec, policy class or None}, policy_mapping_fn: a callable, "
+                "policies_to_train: a list of ids)")
+
+
+_MAKE_KWARGS = {"max_episode_steps", "disable_env_checker", "render_mode", "autoreset",
+                "apply_api_compatibility"}
+
+
+def check_env_config(env: Any, env_config: dict, where: str) -> None:
+    """For a registered gymnasium id, a ConfigError naming ``where`` when
+    ``env_config`` has a key the env's constructor does not take (found from its
+    signature, without building the env)."""
+    if not isinstance(env, str) or not env_config:
+        return
+    import inspect
+
+    import gymnasium as gym
+    try:
+        spec = gym.spec(env)
+        creator = spec.entry_point
+        if isinstance(creator, str):
+            creator = gym.envs.registration.load_env_creator(creator)
+        params = inspect.signature(creator).parameters.values()
+    except Exception:  # an entry point that cannot be inspected: the env decides
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    accepted = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    accepted |= _MAKE_KWARGS
+    unknown = sorted(set(env_config) - accepted)
+    if unknown:
+        raise ConfigError(f"{where}: {env!r} takes no argument {unknown[0]!r}; it takes "
+                          f"{sorted(accepted - _MAKE_KWARGS)} (and gymnasium.make's "
+                          f"{sorted(_MAKE_KWARGS)})")
 
 
 def _or_none(check):
@@ -110,9 +200,11 @@ class AlgorithmConfig:
     checks: ClassVar[dict[str, tuple]] = {
         "num_workers": _int_ge(0), "num_envs_per_worker": _int_ge(1),
         "rollout_fragment_length": _int_ge(1), "train_batch_size": _int_ge(1),
-        "lr": _num(0, open_lo=True), "gamma": _num(0, 1), "num_gpus": _num(0),
+        "lr": _num(0, 10, open_lo=True), "gamma": _num(0, 1), "num_gpus": _num(0),
         "num_cpus_per_worker": _num(0), "timesteps_per_iteration": _int_ge(0),
         "min_time_s_per_reporting": _num(0), "torch_threads": _or_none(_int_ge(1)),
+        "backend": _one_of(BACKENDS), "seed": _or_none(_int_between(0, 2**32 - 1)),
+        "model": _sizes(), "env_config": _str_dict(), "multiagent": _multiagent(),
     }
 
     def __post_init__(self) -> None:
@@ -122,21 +214,9 @@ class AlgorithmConfig:
                 value = getattr(self, f)
                 if not ok(value):
                     raise ConfigError(f"{name}.{f}={value!r}: must be {what}")
-        if self.backend not in BACKENDS:
-            raise ConfigError(f"{name}.backend={self.backend!r}: choose one of {list(BACKENDS)}")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
-            raise ConfigError(f"{name}.seed={self.seed!r}: must be an int or None")
-        model = self.model
-        if isinstance(model, int) or not all(isinstance(h, int) and not isinstance(h, bool)
-                                             and h > 0 for h in model) or not len(model):
-            raise ConfigError(f"{name}.model={model!r}: give the hidden layer sizes, e.g. (64, 64)")
-        self.model = tuple(model)
-        unknown = sorted(set(self.multiagent) - {"policies", "policy_mapping_fn",
-                                                 "policies_to_train"})
-        if unknown:
-            raise ConfigError(f"{name}.multiagent has unknown keys {unknown}; use policies, "
-                              "policy_mapping_fn, policies_to_train")
+        self.model = tuple(self.model)
         check_env(self.env, f"{name}.env")
+        check_env_config(self.env, self.env_config, f"{name}.env_config")
 
     def replace(self, **changes: Any) -> "AlgorithmConfig":
         """A validated copy with ``changes`` applied."""
@@ -153,6 +233,37 @@ def ensure_ray(num_cpus: float) -> None:
         ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
     else:
         ray.init(num_cpus=int(max(1, num_cpus)), include_dashboard=False, log_to_driver=False)
+
+
+def _global_rng_state() -> dict[str, Any]:
+    import random
+
+    import numpy as np
+    import torch
+    return {"python": random.getstate(), "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state().numpy().copy()}
+
+
+def _set_global_rng_state(state: dict[str, Any] | None) -> None:
+    if not state:
+        return
+    import random
+
+    import numpy as np
+    import torch
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(torch.tensor(state["torch"]))
+
+
+def _config_bytes(config: AlgorithmConfig) -> bytes | None:
+    """The config, cloudpickled (env creators and mapping functions included), or
+    None when something in it does not pickle."""
+    import cloudpickle
+    try:
+        return cloudpickle.dumps(config)
+    except Exception:
+        return None
 
 
 class Algorithm:
@@ -247,33 +358,84 @@ class Algorithm:
         return self.workers.local_worker().get_policy(policy_id)
 
     # -- checkpoints ---------------------------------------------------------------
+    def extra_state(self) -> dict[str, Any]:
+        """Algorithm-specific picklable state for checkpoints (exploration state,
+        replay buffers, ...); :meth:`save` stores it and :meth:`restore` hands it to
+        :meth:`restore_extra_state`. The default has none."""
+        return {}
+
+    def restore_extra_state(self, state: dict[str, Any]) -> None:
+        """Apply what :meth:`extra_state` returned when the checkpoint was saved."""
+
     def save(self, path: str) -> str:
-        """Write a checkpoint into directory ``path`` (created); returns the file written."""
-        os.makedirs(path, exist_ok=True)
-        state = {"algorithm": self.name, "worker": self.workers.local_worker().get_state(),
-                 "metrics": self._run.metrics.save()}
-        file = os.path.join(path, CHECKPOINT_FILE)
-        tmp = file + ".tmp"
-        with open(tmp, "wb") as f:
-            pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, file)
-        return file
+        """Write a checkpoint into directory ``path`` atomically; returns the file written.
+
+        A checkpoint holds the local worker's state (weights, optimizer state, the
+        policies' RNGs), every remote worker's policy state (their sampling RNGs),
+        the run's metrics (counters, info), the driver's python/numpy/torch global
+        RNG states, the worker seeds, the config (when it pickles, for
+        ``flowrl evaluate``) and :meth:`extra_state`. The write goes aside and is
+        renamed into place (:func:`flowrl.checkpoint.write_checkpoint`): a failed
+        save raises FlowError and leaves an earlier checkpoint at ``path``
+        byte-identical.
+        """
+        from flowrl import checkpoint
+        state = {"algorithm": self.name,
+                 "worker": self.workers.local_worker().get_state(),
+                 "remote_workers": self.workers.foreach_worker(lambda w: w.get_state())[1:],
+                 "metrics": self._run.metrics.save(),
+                 "rng": _global_rng_state(),
+                 "seeds": {"seed": self.config.seed,
+                           "num_workers": len(self.workers.remote_workers())},
+                 "config": _config_bytes(self.config),
+                 "extra": self.extra_state()}
+        return checkpoint.write_checkpoint(path, state)
 
     def restore(self, path: str) -> None:
-        """Load a checkpoint written by :meth:`save` (its directory or file): weights,
-        optimizer state and counters; remote workers get the restored weights."""
-        file = os.path.join(path, CHECKPOINT_FILE) if os.path.isdir(path) else path
-        if not os.path.exists(file):
-            raise ConfigError(f"{self.name}.restore({path!r}): no checkpoint there (expected "
-                              f"{CHECKPOINT_FILE} written by save())")
-        with open(file, "rb") as f:
-            state = pickle.load(f)
+        """Load a checkpoint written by :meth:`save`: its file, its directory, or a
+        directory of numbered checkpoints (the latest complete one).
+
+        Restores weights, optimizer and RNG states, counters and :meth:`extra_state`;
+        remote workers get their saved policy state back (when their number
+        matches) and then the restored weights. Raises ConfigError with a one-line
+        reason (nothing is written anywhere) when the checkpoint is missing,
+        unreadable, from another algorithm or from an incompatible model.
+        """
+        from flowrl import checkpoint
+        state = checkpoint.read_checkpoint(path)
+        where = f"{self.name}.restore({path!r})"
         if state.get("algorithm") != self.name:
-            raise ConfigError(f"{self.name}.restore({path!r}): the checkpoint is from "
-                              f"{state.get('algorithm')!r}, not {self.name!r}")
-        self.workers.local_worker().set_state(state["worker"])
+            raise ConfigError(f"{where}: the checkpoint is from {state.get('algorithm')!r}, "
+                              f"not {self.name!r}")
+        missing = sorted({"worker", "metrics"} - set(state))
+        if missing or not isinstance(state["worker"], dict) or "policies" not in state["worker"]:
+            raise ConfigError(f"{where}: the checkpoint lacks {missing or ['worker.policies']}; "
+                              "it was not written by Algorithm.save()")
+        local = self.workers.local_worker()
+        saved_policies = set(state["worker"]["policies"])
+        if saved_policies != set(local.policy_map):
+            raise ConfigError(f"{where}: the checkpoint has policies {sorted(saved_policies)}, "
+                              f"this algorithm {sorted(local.policy_map)}")
+        try:
+            local.set_state(state["worker"])
+        except ConfigError as e:
+            raise ConfigError(f"{where}: the checkpoint's model does not fit this config "
+                              f"({e}); use the model settings it was trained with") from None
+        remotes = state.get("remote_workers") or []
+        if len(remotes) == len(self.workers.remote_workers()):
+            by_index = dict(enumerate(remotes, start=1))
+            self.workers.foreach_worker(
+                lambda w: w.set_state(by_index[w.worker_index]) if w.worker_index in by_index
+                else None)
+        elif self.workers.remote_workers():
+            logging.getLogger("flowrl").info(
+                "%s: the checkpoint has %d remote workers' states, this run %d workers; "
+                "their samplers start from the config's seed", where, len(remotes),
+                len(self.workers.remote_workers()))
         self.workers.sync_weights()
         self._run.metrics.restore(state["metrics"])
+        _set_global_rng_state(state.get("rng"))
+        self.restore_extra_state(state.get("extra") or {})
 
     def stop(self) -> None:
         """Stop the run and the workers (idempotent)."""
@@ -292,4 +454,4 @@ class Algorithm:
         return f"{type(self).__name__}(env={self.config.env!r}, backend={self.config.backend!r})"
 
 
-__all__ = ["Algorithm", "AlgorithmConfig", "check_env", "ensure_ray"]
+__all__ = ["Algorithm", "AlgorithmConfig", "check_env", "check_env_config", "ensure_ray"]
