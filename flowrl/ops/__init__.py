@@ -7,7 +7,7 @@ the counters and timers it touches.
 """
 
 from flowrl.ops.metric_ops import (CollectMetrics, OncePerTimeInterval, OncePerTimestepsElapsed,
-                                   StandardMetricsReporting)
+                                   StandardMetricsReporting, collect_metrics, summarize_episodes)
 from flowrl.ops.multi_gpu import MultiGPUTrainOneStep
 from flowrl.ops.queues import Dequeue, Enqueue
 from flowrl.ops.rollout_ops import (ConcatBatches, ParallelRollouts, SelectExperiences,
@@ -18,4 +18,5 @@ from flowrl.ops.train_ops import TrainOneStep, UpdateKL
 __all__ = ["Dequeue", "Enqueue", "ConcatBatches", "ParallelRollouts", "SelectExperiences",
            "StandardizeFields", "rollout_shards", "synchronous_parallel_sample",
            "TrainOneStep", "UpdateKL", "MultiGPUTrainOneStep", "StandardMetricsReporting",
-           "CollectMetrics", "OncePerTimeInterval", "OncePerTimestepsElapsed"]
+           "CollectMetrics", "OncePerTimeInterval", "OncePerTimestepsElapsed",
+           "collect_metrics", "summarize_episodes"]

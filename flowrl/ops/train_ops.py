@@ -25,15 +25,18 @@ from flowrl.metrics import (AGENT_STEPS_TRAINED_COUNTER, LEARN_ON_BATCH_TIMER, L
 Batch = SampleBatch | MultiAgentBatch
 
 
-def policy_batches(worker, batch: Batch) -> dict[str, SampleBatch]:
-    """``{policy_id: rows}`` of ``batch`` for the policies ``worker`` trains (non-empty)."""
+def policy_batches(worker, batch: Batch, policies: Sequence[str] | None = None
+                   ) -> dict[str, SampleBatch]:
+    """``{policy_id: rows}`` of ``batch`` for ``policies`` (default: the ones ``worker``
+    trains), non-empty ones only."""
     if isinstance(batch, SampleBatch):
         if len(worker.policy_map) != 1:
             raise ConfigError("a plain SampleBatch is ambiguous for a worker with policies "
                               f"{sorted(worker.policy_map)}; pass a MultiAgentBatch")
         batch = batch.as_multi_agent(next(iter(worker.policy_map)))
+    trained = worker.policies_to_train if policies is None else policies
     return {pid: b for pid, b in batch.policy_batches.items()
-            if pid in worker.policies_to_train and b.count > 0}
+            if pid in trained and b.count > 0}
 
 
 def mean_stats(stats: list[dict[str, float]]) -> dict[str, float]:
@@ -49,19 +52,21 @@ def mean_stats(stats: list[dict[str, float]]) -> dict[str, float]:
 
 
 def do_minibatch_sgd(worker, batch: Batch, *, num_sgd_iter: int, sgd_minibatch_size: int,
-                     rng: np.random.Generator) -> dict[str, dict]:
+                     rng: np.random.Generator, policies: Sequence[str] | None = None
+                     ) -> dict[str, dict]:
     """``num_sgd_iter`` epochs over shuffled minibatches of ``sgd_minibatch_size`` rows,
     one ``worker.learn_on_batch`` per minibatch; returns per policy the mean stats of
     the last epoch (as RLlib 1.x). The worker's policies should be built to take one
     step per ``learn_on_batch`` (``num_sgd_iter=1``, whole batch)."""
     info: dict[str, dict] = {}
-    for pid, rows in policy_batches(worker, batch).items():
+    for pid, rows in policy_batches(worker, batch, policies).items():
         size = min(sgd_minibatch_size, rows.count) if sgd_minibatch_size > 0 else rows.count
         epoch: list[dict] = []
         for _ in range(num_sgd_iter):
             epoch = []
             for mb in rows.minibatches(size, seed=rng, shuffle=size < rows.count):
-                epoch.append(worker.learn_on_batch(MultiAgentBatch({pid: mb}, mb.count))[pid])
+                epoch.append(worker.learn_on_batch(MultiAgentBatch({pid: mb}, mb.count),
+                                                   policies=[pid])[pid])
         info[pid] = mean_stats(epoch)
     return info
 
@@ -92,8 +97,9 @@ class TrainOneStep:
 
     With ``num_sgd_iter > 1`` or ``sgd_minibatch_size > 0`` it runs minibatch SGD
     (:func:`do_minibatch_sgd`; shuffling seeded by ``seed``), else one
-    ``learn_on_batch`` on the whole batch with the policy's own settings. Then
-    remote workers get the new weights of ``policies`` (default: all).
+    ``learn_on_batch`` on the whole batch with the policy's own settings. It
+    trains exactly ``policies`` (default: the local worker's ``policies_to_train``),
+    then remote workers get the new weights of ``policies`` (default: all).
     Returns ``(batch, info)`` with ``info = {policy_id: stats}``.
 
     Metrics: ``LEARN_ON_BATCH_TIMER`` ("learn", units: env steps),
@@ -129,9 +135,10 @@ class TrainOneStep:
         with timer:
             if self.num_sgd_iter > 1 or self.sgd_minibatch_size > 0:
                 info = do_minibatch_sgd(worker, batch, num_sgd_iter=self.num_sgd_iter,
-                                        sgd_minibatch_size=self.sgd_minibatch_size, rng=self.rng)
+                                        sgd_minibatch_size=self.sgd_minibatch_size, rng=self.rng,
+                                        policies=self.policies)
             else:
-                info = worker.learn_on_batch(batch)
+                info = worker.learn_on_batch(batch, policies=self.policies)
         timer.push_units_processed(batch.env_steps())
         record_trained(metrics, batch, info, self.workers, self.policies)
         return batch, info

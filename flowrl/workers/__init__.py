@@ -1,8 +1,10 @@
 """Rollout workers and worker sets: where experience is collected."""
 
 from flowrl.workers.multi_agent_env import MultiAgentEnv, make_multi_agent
+from flowrl.workers.multi_agent_sampler import Episode
+from flowrl.workers.pettingzoo_env import PettingZooEnv
 from flowrl.workers.rollout_worker import PolicySpec, RolloutWorker
 from flowrl.workers.worker_set import WorkerConfig, WorkerSet
 
 __all__ = ["RolloutWorker", "PolicySpec", "WorkerSet", "WorkerConfig", "MultiAgentEnv",
-           "make_multi_agent"]
+           "make_multi_agent", "Episode", "PettingZooEnv"]

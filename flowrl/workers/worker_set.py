@@ -53,7 +53,7 @@ class WorkerConfig:
     explore: bool = True
     policy_config: dict = field(default_factory=dict)
     policies: dict[str, PolicySpec] | None = None
-    policy_mapping_fn: Callable[[Any], str] | None = None
+    policy_mapping_fn: Callable[..., str] | None = None
     policies_to_train: Sequence[str] | None = None
     num_cpus_per_worker: float = 1.0
     remote_torch_threads: int | None = 1
@@ -170,9 +170,32 @@ class WorkerSet:
             results += [fn(w) for w in self._remotes]
         return results
 
-    def foreach_policy(self, fn: Callable[[Any, str], Any]) -> list:
-        """``fn(policy, policy_id)`` for every policy of every worker, flattened."""
-        return [r for rs in self.foreach_worker(lambda w: w.foreach_policy(fn)) for r in rs]
+    def foreach_remote_worker(self, fn: Callable[[RolloutWorker], Any]) -> list:
+        """``[fn(w) for each remote worker]`` in worker order (waits for all)."""
+        if self.backend == "ray":
+            import ray
+            return ray.get([w.apply.remote(fn) for w in self._remotes])
+        return [fn(w) for w in self._remotes]
+
+    def foreach_policy(self, fn: Callable[..., Any], **kwargs: Any) -> list:
+        """``fn(policy, policy_id, **kwargs)`` for every policy of every worker, flattened
+        (local worker first, then remotes in order).
+
+        Ray: ``fn`` and ``kwargs`` travel to the remote workers with ONE ``ray.put``
+        (large arguments such as weights are serialized once, as in the seeds'
+        ``sync_ensemble``); the call waits for every worker.
+        """
+        results = self._local.foreach_policy(fn, **kwargs)
+        if not self._remotes:
+            return results
+        if self.backend == "ray":
+            import ray
+            ref = ray.put((fn, kwargs))
+            per_worker = ray.get([w.apply.remote(_foreach_policy_packed, ref)
+                                  for w in self._remotes])
+        else:
+            per_worker = [w.foreach_policy(fn, **kwargs) for w in self._remotes]
+        return results + [r for rs in per_worker for r in rs]
 
     def trainable_policies(self) -> list[str]:
         """Ids of the policies the local worker trains."""
@@ -194,6 +217,11 @@ class WorkerSet:
             for w in self._remotes:
                 w.stop()
         self._remotes = []
+
+
+def _foreach_policy_packed(worker: RolloutWorker, packed: tuple) -> list:
+    fn, kwargs = packed
+    return worker.foreach_policy(fn, **kwargs)
 
 
 def _ray_initialized() -> bool:
