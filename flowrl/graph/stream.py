@@ -494,7 +494,7 @@ def from_actors(hosts: Sequence[Any], *, name: str | None = None) -> ParallelStr
     >>> flowrl.Plan(from_actors([Squares(3), Squares(2)]).gather_sync()).compile().take(9)
     [0, 0, 1, 1, 4]
     """
-    from flowrl.graph.shard_host import ShardHost
+    from flowrl.runtime.shard_host import ShardHost
 
     hosts = list(hosts)
     if not hosts:

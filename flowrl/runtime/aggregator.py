@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from flowrl.graph.node import Node
-from flowrl.graph.shard_host import ShardHost
+from flowrl.runtime.shard_host import ShardHost
 
 
 @dataclass

@@ -4,7 +4,8 @@ Policy: a request runs when it is waited for. ``wait_all`` runs the requests in
 the order given (deterministic). ``wait_any`` picks which shard completes next
 with a seeded ``random.Random``, so async gathers really interleave shards in a
 reproducible completion order rather than draining shard 0 first. Shard code
-runs with no current metrics, exactly as it would on an actor.
+runs with no current run or metrics (only its host is current), exactly as it
+would on an actor.
 
 State: ``_queued`` maps each host to its FIFO of requests not yet run (a host
 serves requests in submission order).
@@ -16,8 +17,9 @@ import random
 from collections import deque
 from typing import Any
 
-from flowrl.graph.shard_host import ItemsHost
-from flowrl.metrics import using_metrics
+from flowrl.runtime.shard_host import ItemsHost
+from flowrl.metrics import _CURRENT as _METRICS
+from flowrl.runtime.context import _RUN
 from flowrl.runtime.backend import Backend, Request, Shard
 
 
@@ -36,7 +38,7 @@ class LocalBackend(Backend):
         return AggregatorHost(spec, backend="local")
 
     def install(self, shards: list[Shard]) -> None:
-        with using_metrics(None):
+        with shard_side():
             for s in shards:
                 s.host.flowrl_install(s.key, s.stage)
 
@@ -49,7 +51,7 @@ class LocalBackend(Backend):
         queue = self._queued[id(req.shard)]
         while not req.done:
             head = queue.popleft()
-            with using_metrics(None):
+            with shard_side():
                 try:
                     head.set_result(head.shard.host.flowrl_pull(head.shard.key, head.n))
                 except Exception as e:  # noqa: BLE001 - surfaced by result()
@@ -72,7 +74,7 @@ class LocalBackend(Backend):
     def release(self, shards: list[Shard]) -> None:
         for s in shards:
             self._queued.pop(id(s), None)
-            with using_metrics(None):
+            with shard_side():
                 s.host.flowrl_uninstall(s.key)
 
     def item_counts(self, shards: list[Shard]) -> list[dict[str, int]]:
@@ -83,3 +85,17 @@ class LocalBackend(Backend):
             close = getattr(h, "flowrl_close", None)
             if close is not None:
                 close()
+
+
+class shard_side:
+    """Run shard code as on an actor: no current run, no current metrics."""
+
+    __slots__ = ("tokens",)
+
+    def __enter__(self) -> None:
+        self.tokens = (_RUN.set(None), _METRICS.set(None))
+
+    def __exit__(self, *exc) -> None:
+        run, metrics = self.tokens
+        _METRICS.reset(metrics)
+        _RUN.reset(run)

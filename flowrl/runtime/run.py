@@ -79,14 +79,17 @@ class Run:
     """
 
     def __init__(self, plan: "Plan", backend: str = "auto", seed: int = 0, *,
-                 _preset: dict | None = None):
+                 local_worker: Any = None, _preset: dict | None = None):
         self.plan = plan
         self._backend = make_backend(plan, backend, seed)
         self.backend = self._backend.name
         compiled = compile_plan(plan, ships=self.backend == "ray")
         self.metrics = MetricsContext()
         self.loop = asyncio.new_event_loop()
-        self.ctx = RunContext(self.loop)
+        # One I/O thread per gather: each has at most one blocking Ray wait in flight.
+        self.ctx = RunContext(self.loop, concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(1, len(compiled.slots)), thread_name_prefix="flowrl-io"),
+            local_worker=local_worker)
         self._stopped = False
         self._final_stats: dict | None = None
         self._helper: concurrent.futures.ThreadPoolExecutor | None = None
