@@ -25,10 +25,17 @@ from flowrl.errors import FlowError
 
 @dataclass
 class RunContext:
+    """A run's loop, its I/O threads for blocking Ray waits, and its pending tasks.
+
+    ``executor`` serves only blocking Ray waits (``call_blocking``); the runtime
+    sizes it to one thread per gather, each of which has at most one such wait in
+    flight, so one wait can never hold up another. Queue bridges use no thread.
+    """
+
     loop: asyncio.AbstractEventLoop
     executor: concurrent.futures.ThreadPoolExecutor = field(
         default_factory=lambda: concurrent.futures.ThreadPoolExecutor(
-            max_workers=4, thread_name_prefix="flowrl-io"))
+            max_workers=1, thread_name_prefix="flowrl-io"))
     background: set = field(default_factory=set)  # tasks not yet done
     stopping: bool = False
 
@@ -43,12 +50,6 @@ def current_run() -> RunContext:
         raise FlowError("no flowrl run is executing here; this helper is only available "
                         "inside operators of a running plan")
     return ctx
-
-
-async def run_in_thread(fn: Callable[..., Any], *args: Any) -> Any:
-    """Await ``fn(*args)`` run on the run's I/O thread pool (for blocking calls)."""
-    ctx = current_run()
-    return await ctx.loop.run_in_executor(ctx.executor, fn, *args)
 
 
 async def call_blocking(fn: Callable[..., Any], *args: Any) -> Any:

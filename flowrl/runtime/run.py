@@ -86,7 +86,9 @@ class Run:
         compiled = compile_plan(plan, ships=self.backend == "ray")
         self.metrics = MetricsContext()
         self.loop = asyncio.new_event_loop()
-        self.ctx = RunContext(self.loop)
+        # One I/O thread per gather: each has at most one blocking Ray wait in flight.
+        self.ctx = RunContext(self.loop, concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(1, len(compiled.slots)), thread_name_prefix="flowrl-io"))
         self._stopped = False
         self._final_stats: dict | None = None
         self._helper: concurrent.futures.ThreadPoolExecutor | None = None
