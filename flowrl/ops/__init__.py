@@ -6,6 +6,7 @@ learner-thread queues (:mod:`~flowrl.ops.queues`). Each operator's docstring lis
 the counters and timers it touches.
 """
 
+from flowrl.ops.decentralized import ForwardUpdates, LocalComputeUpdates, LocalTrainOneStep
 from flowrl.ops.gradient_ops import (ApplyGradients, AsyncGradients, AverageGradients,
                                      ComputeGradients)
 from flowrl.ops.learner_thread import LearnerThread
@@ -24,4 +25,5 @@ __all__ = ["Dequeue", "Enqueue", "ConcatBatches", "ParallelRollouts", "SelectExp
            "TrainOneStep", "UpdateKL", "MultiGPUTrainOneStep", "StandardMetricsReporting",
            "CollectMetrics", "OncePerTimeInterval", "OncePerTimestepsElapsed",
            "ComputeGradients", "AsyncGradients", "ApplyGradients", "AverageGradients",
-           "LearnerThread", "MixInReplay", "collect_metrics", "summarize_episodes"]
+           "LearnerThread", "MixInReplay", "collect_metrics", "summarize_episodes",
+           "LocalTrainOneStep", "LocalComputeUpdates", "ForwardUpdates"]

@@ -448,6 +448,7 @@ class TorchPolicy:
                 raise ConfigError(f"{type(self).__name__}.set_weights: {k!r} has shape "
                                   f"{np.shape(v)}, expected {tuple(own[k].shape)}")
         self.model.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in weights.items()})
+        self._asp_base = {k: np.asarray(v) for k, v in weights.items()}  # ASP: deltas from here
 
     def get_state(self) -> dict[str, Any]:
         """Weights, optimizer state and sampling RNG state, for checkpoints."""
@@ -462,6 +463,34 @@ class TorchPolicy:
         self.optimizer.load_state_dict(_to_torch_tree(state["optimizer"]))
         self.generator.set_state(torch.tensor(state["generator"]))
         self._np_rng.bit_generator.state = state["np_rng"]
+
+    # -- ASP-style significant updates (flowrl.ops.LocalComputeUpdates) -----------
+    def asp_accumulate_grads(self) -> None:
+        """Bring the pending parameter deltas up to date: ``current - base``, where the
+        base is the weights of the last :meth:`set_weights` plus every delta already
+        sent or received (before any, the weights at the first call)."""
+        current = self.get_weights()
+        if getattr(self, "_asp_base", None) is None:
+            self._asp_base = current
+        self._asp_delta = {k: current[k] - self._asp_base[k] for k in current}
+
+    def asp_get_updates(self, threshold: float) -> tuple[dict[str, np.ndarray], int]:
+        """``({param: delta where |delta| > threshold, else 0}, num_nonzero)`` of the
+        pending deltas; what is returned counts as sent (joins the base), the rest
+        stays pending and keeps accumulating."""
+        self.asp_accumulate_grads()
+        updates = {k: np.where(np.abs(d) > threshold, d, 0).astype(d.dtype)
+                   for k, d in self._asp_delta.items()}
+        self._asp_base = {k: self._asp_base[k] + u for k, u in updates.items()}
+        return updates, int(sum(np.count_nonzero(u) for u in updates.values()))
+
+    def asp_apply_updates(self, updates: dict[str, np.ndarray]) -> None:
+        """Add another worker's ``updates`` (from :meth:`asp_get_updates`) to the
+        weights and the base, leaving this policy's own pending deltas pending."""
+        self.asp_accumulate_grads()
+        base = {k: self._asp_base[k] + updates.get(k, 0) for k in self._asp_base}
+        self.set_weights({k: w + updates.get(k, 0) for k, w in self.get_weights().items()})
+        self._asp_base = base
 
 
 __all__ = ["TorchPolicy", "ActorCriticModel", "LoadedBatch"]

@@ -177,6 +177,24 @@ class WorkerSet:
             return ray.get([w.apply.remote(fn) for w in self._remotes])
         return [fn(w) for w in self._remotes]
 
+    def apply_to_remotes(self, fn: Callable[[RolloutWorker, Any], Any], payload: Any, *,
+                         skip: int | None = None) -> None:
+        """``fn(worker, payload)`` on every remote worker except the one whose
+        ``worker_index`` is ``skip``; not awaited. Ray: ``payload`` is ``ray.put``
+        once and the calls run in submission order on each actor (so a later
+        ``sample()`` sees the change)."""
+        targets = [w for i, w in enumerate(self._remotes, start=1) if i != skip]
+        if not targets:
+            return
+        if self.backend == "ray":
+            import ray
+            ref = ray.put(payload)
+            for w in targets:
+                w.apply.remote(fn, ref)
+        else:
+            for w in targets:
+                fn(w, payload)
+
     def foreach_policy(self, fn: Callable[..., Any], **kwargs: Any) -> list:
         """``fn(policy, policy_id, **kwargs)`` for every policy of every worker, flattened
         (local worker first, then remotes in order).
