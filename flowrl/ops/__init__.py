@@ -13,6 +13,7 @@ from flowrl.ops.learner_thread import LearnerThread
 from flowrl.ops.metric_ops import (CollectMetrics, OncePerTimeInterval, OncePerTimestepsElapsed,
                                    StandardMetricsReporting, collect_metrics, summarize_episodes)
 from flowrl.ops.mixin_replay import MixInReplay
+from flowrl.ops.model_based import set_policy_with_env_fn, sync_ensemble, sync_stats
 from flowrl.ops.multi_gpu import MultiGPUTrainOneStep
 from flowrl.ops.queues import Dequeue, Enqueue
 from flowrl.ops.rollout_ops import (ConcatBatches, ParallelRollouts, SelectExperiences,
@@ -26,4 +27,5 @@ __all__ = ["Dequeue", "Enqueue", "ConcatBatches", "ParallelRollouts", "SelectExp
            "CollectMetrics", "OncePerTimeInterval", "OncePerTimestepsElapsed",
            "ComputeGradients", "AsyncGradients", "ApplyGradients", "AverageGradients",
            "LearnerThread", "MixInReplay", "collect_metrics", "summarize_episodes",
-           "LocalTrainOneStep", "LocalComputeUpdates", "ForwardUpdates"]
+           "LocalTrainOneStep", "LocalComputeUpdates", "ForwardUpdates", "sync_ensemble",
+           "sync_stats", "set_policy_with_env_fn"]
