@@ -197,7 +197,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     >>> buf.update_priorities(np.array([0, 1, 2, 3]), np.array([1.0, 1.0, 1.0, 5.0]))
     4
     >>> s = buf.sample(2000)
-    >>> round(float(np.mean(s["obs"] == 3)), 1), float(s["weights"].min()), float(s["weights"].max())
+    >>> round(float(np.mean(s["obs"] == 3)), 1), round(float(s["weights"].min()), 3), float(s["weights"].max())
     (0.6, 0.2, 1.0)
     >>> buf.add(SampleBatch(obs=[4]))                  # overwrites row id 0 in slot 0
     >>> buf.update_priorities(np.array([0]), np.array([9.0]), row_ids=np.array([0]))
