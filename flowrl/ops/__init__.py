@@ -10,6 +10,8 @@ from flowrl.ops.metric_ops import (CollectMetrics, OncePerTimeInterval, OncePerT
                                    StandardMetricsReporting)
 from flowrl.ops.multi_gpu import MultiGPUTrainOneStep
 from flowrl.ops.queues import Dequeue, Enqueue
+from flowrl.ops.replay_ops import (LearningStarts, Replay, StoreToReplayBuffer,
+                                   UpdateReplayPriorities, UpdateTargetNetwork)
 from flowrl.ops.rollout_ops import (ConcatBatches, ParallelRollouts, SelectExperiences,
                                     StandardizeFields, rollout_shards,
                                     synchronous_parallel_sample)
@@ -18,4 +20,6 @@ from flowrl.ops.train_ops import TrainOneStep, UpdateKL
 __all__ = ["Dequeue", "Enqueue", "ConcatBatches", "ParallelRollouts", "SelectExperiences",
            "StandardizeFields", "rollout_shards", "synchronous_parallel_sample",
            "TrainOneStep", "UpdateKL", "MultiGPUTrainOneStep", "StandardMetricsReporting",
-           "CollectMetrics", "OncePerTimeInterval", "OncePerTimestepsElapsed"]
+           "CollectMetrics", "OncePerTimeInterval", "OncePerTimestepsElapsed",
+           "StoreToReplayBuffer", "LearningStarts", "Replay", "UpdateTargetNetwork",
+           "UpdateReplayPriorities"]
