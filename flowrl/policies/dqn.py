@@ -226,7 +226,10 @@ class DQNPolicy:
         if isinstance(self.observation_space, gym.spaces.Discrete):
             return nn.functional.one_hot(torch.as_tensor(obs, dtype=torch.long).reshape(-1),
                                          self._obs_dim).float()
-        return torch.as_tensor(obs.reshape(len(obs), self._obs_dim), dtype=torch.float32)
+        obs = obs.reshape(len(obs), self._obs_dim)
+        if not obs.flags.writeable:  # arrays from Ray's object store are read-only
+            obs = obs.copy()
+        return torch.as_tensor(obs, dtype=torch.float32)
 
     def q_values(self, obs_batch) -> np.ndarray:
         """``Q(s, ·)`` of the online network, shape ``(B, num_actions)``."""
@@ -281,9 +284,9 @@ class DQNPolicy:
     def _td(self, batch: SampleBatch) -> torch.Tensor:
         obs = self._obs_tensor(batch[SB.OBS])
         next_obs = self._obs_tensor(batch[SB.NEXT_OBS])
-        actions = torch.as_tensor(np.asarray(batch[SB.ACTIONS]), dtype=torch.long)
-        rewards = torch.as_tensor(np.asarray(batch[SB.REWARDS], dtype=np.float32))
-        discount = torch.as_tensor(np.asarray(batch[N_STEP_DISCOUNT], dtype=np.float32))
+        actions = torch.tensor(np.asarray(batch[SB.ACTIONS]), dtype=torch.long)
+        rewards = torch.tensor(np.asarray(batch[SB.REWARDS], dtype=np.float32))
+        discount = torch.tensor(np.asarray(batch[N_STEP_DISCOUNT], dtype=np.float32))
         q = self.model(obs).gather(1, actions.unsqueeze(1)).squeeze(1)
         with torch.no_grad():
             q_next_target = self.target_model(next_obs)
@@ -309,7 +312,7 @@ class DQNPolicy:
             raise ConfigError("DQNPolicy.learn_on_batch got an empty batch")
         td, q = self._td(batch)
         w = batch.get("weights")
-        w = torch.ones_like(td) if w is None else torch.as_tensor(np.asarray(w, np.float32))
+        w = torch.ones_like(td) if w is None else torch.tensor(np.asarray(w, np.float32))
         loss = (w * huber(td)).mean()
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
