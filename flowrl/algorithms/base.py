@@ -321,11 +321,23 @@ class Algorithm:
         return self.workers.local_worker().get_policy(policy_id)
 
     # -- checkpoints ---------------------------------------------------------------
+    def extra_state(self) -> dict:
+        """Algorithm-specific picklable state for checkpoints (default: none).
+
+        Subclasses override it (e.g. DQN: exploration state, replay buffers);
+        :meth:`save` stores it and :meth:`restore` hands it to
+        :meth:`restore_extra_state`.
+        """
+        return {}
+
+    def restore_extra_state(self, state: dict) -> None:
+        """Restore what :meth:`extra_state` returned (default: nothing to do)."""
+
     def save(self, path: str) -> str:
         """Write a checkpoint into directory ``path`` (created); returns the file written."""
         os.makedirs(path, exist_ok=True)
         state = {"algorithm": self.name, "worker": self.workers.local_worker().get_state(),
-                 "metrics": self._run.metrics.save()}
+                 "metrics": self._run.metrics.save(), "extra": self.extra_state()}
         file = os.path.join(path, CHECKPOINT_FILE)
         tmp = file + ".tmp"
         with open(tmp, "wb") as f:
@@ -348,6 +360,7 @@ class Algorithm:
         self.workers.local_worker().set_state(state["worker"])
         self.workers.sync_weights()
         self._run.metrics.restore(state["metrics"])
+        self.restore_extra_state(state.get("extra", {}))
 
     def stop(self) -> None:
         """Stop the run and the workers (idempotent)."""

@@ -16,6 +16,8 @@ from flowrl.ops.mixin_replay import MixInReplay
 from flowrl.ops.model_based import set_policy_with_env_fn, sync_ensemble, sync_stats
 from flowrl.ops.multi_gpu import MultiGPUTrainOneStep
 from flowrl.ops.queues import Dequeue, Enqueue
+from flowrl.ops.replay_ops import (LearningStarts, Replay, StoreToReplayBuffer,
+                                   UpdateReplayPriorities, UpdateTargetNetwork)
 from flowrl.ops.rollout_ops import (ConcatBatches, ParallelRollouts, SelectExperiences,
                                     StandardizeFields, rollout_shards,
                                     synchronous_parallel_sample)
@@ -28,4 +30,5 @@ __all__ = ["Dequeue", "Enqueue", "ConcatBatches", "ParallelRollouts", "SelectExp
            "ComputeGradients", "AsyncGradients", "ApplyGradients", "AverageGradients",
            "LearnerThread", "MixInReplay", "collect_metrics", "summarize_episodes",
            "LocalTrainOneStep", "LocalComputeUpdates", "ForwardUpdates", "sync_ensemble",
-           "sync_stats", "set_policy_with_env_fn"]
+           "sync_stats", "set_policy_with_env_fn", "StoreToReplayBuffer", "LearningStarts",
+           "Replay", "UpdateTargetNetwork", "UpdateReplayPriorities"]
