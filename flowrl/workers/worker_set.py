@@ -21,6 +21,7 @@ workers this set created (not those passed to :meth:`WorkerSet.from_existing`).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -237,6 +238,64 @@ class WorkerSet:
         self._remotes = []
 
 
+class MultiWorkerSet:
+    """Several :class:`WorkerSet` s built alike, for plans that drive more than one
+    (e.g. training workers and separate evaluation workers, as RLlib 1.x's
+    ``MultiWorkerSet``).
+
+    ``mws[i]`` is set ``i`` (``len(mws)`` sets); each has ``num_workers_per_set``
+    remote workers. Worker seeds differ across sets (set ``i`` adds ``10_000 * i``
+    to ``config.seed``). ``stop()`` stops every set.
+
+    >>> from flowrl.policies import PGPolicy
+    >>> mws = MultiWorkerSet(2, "CartPole-v1", PGPolicy, WorkerConfig(seed=0),
+    ...                      num_workers_per_set=1, backend="local")
+    >>> len(mws), [len(ws.remote_workers()) for ws in mws]
+    (2, [1, 1])
+    >>> mws.stop()
+    """
+
+    def __init__(self, num_sets: int, env, policy: Callable[..., Any] | None = None,
+                 config: WorkerConfig | None = None, *, num_workers_per_set: int = 0,
+                 backend: str = "auto"):
+        if isinstance(num_sets, bool) or not isinstance(num_sets, int) or num_sets < 1:
+            raise ConfigError(f"MultiWorkerSet(num_sets={num_sets!r}): must be an int >= 1")
+        config = config or WorkerConfig()
+        self._sets: list[WorkerSet] = []
+        try:
+            for i in range(num_sets):
+                seed = None if config.seed is None else config.seed + 10_000 * i
+                self._sets.append(WorkerSet(env, policy, dataclasses.replace(config, seed=seed),
+                                            num_workers=num_workers_per_set, backend=backend))
+        except BaseException:
+            self.stop()
+            raise
+
+    def __len__(self) -> int:
+        return len(self._sets)
+
+    def __getitem__(self, index: int) -> WorkerSet:
+        return self._sets[index]
+
+    def __iter__(self):
+        return iter(self._sets)
+
+    def sync_weights(self, source: int = 0, policies: Sequence[str] | None = None) -> None:
+        """Copy set ``source``'s local-worker weights (of ``policies``; default all) to
+        every other set's local worker, then have every set broadcast to its remote
+        workers (:meth:`WorkerSet.sync_weights`)."""
+        weights = self._sets[source].local_worker().get_weights(policies)
+        for i, ws in enumerate(self._sets):
+            if i != source:
+                ws.local_worker().set_weights(weights)
+            ws.sync_weights(policies)
+
+    def stop(self) -> None:
+        """Stop every set (each stops only the workers it created)."""
+        for ws in self._sets:
+            ws.stop()
+
+
 def _foreach_policy_packed(worker: RolloutWorker, packed: tuple) -> list:
     fn, kwargs = packed
     return worker.foreach_policy(fn, **kwargs)
@@ -250,4 +309,4 @@ def _ray_initialized() -> bool:
     return ray.is_initialized()
 
 
-__all__ = ["WorkerSet", "WorkerConfig"]
+__all__ = ["WorkerSet", "WorkerConfig", "MultiWorkerSet"]
