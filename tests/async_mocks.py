@@ -36,3 +36,18 @@ class MockWorker(flowrl.ShardHost):
 
     def set_weights(self, weights) -> None:
         self.weights = np.array(weights)
+
+
+def slow_cartpole(env_config: dict):
+    """CartPole whose every step sleeps ``env_config["sleep_s"]`` seconds (a fixed
+    per-step cost: the env, not the machine, is the bottleneck)."""
+    import time
+
+    import gymnasium as gym
+
+    class Slow(gym.Wrapper):
+        def step(self, action):
+            time.sleep(env_config.get("sleep_s", 0.001))
+            return self.env.step(action)
+
+    return Slow(gym.make("CartPole-v1"))
