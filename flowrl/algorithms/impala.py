@@ -301,9 +301,9 @@ def async_learner_plan(workers, config: IMPALAConfig, learner: LearnerThread,
     enqueue_op = (gather_experiences(workers, config, name)
                   .for_each(StartLearner(learner), name=f"{name}/start_learner")
                   .for_each(Enqueue(learner.inqueue, check=learner.check, label=label),
-                            name=f"{name}/enqueue"))
+                            name=f"{name}/learner_thread.inqueue"))
     dequeue_op = (Dequeue(learner.outqueue, check=learner.check, label=label,
-                          name=f"{name}/learner_thread")
+                          name=f"{name}/learner_thread.outqueue")
                   .for_each(RecordLearnerResult(learner), name=f"{name}/record_trained"))
     if after_train is not None:
         dequeue_op = dequeue_op.for_each(after_train, name=f"{name}/after_train")
