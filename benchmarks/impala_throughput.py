@@ -61,6 +61,18 @@ def flowrl_impala(workers: int, aggregators: int, args) -> tuple[float, float]:
         algo.stop()
 
 
+def _find(result: dict, key: str) -> int:
+    """The first ``key`` anywhere in RLlib's nested result dict (its place moves
+    between RLlib versions and API stacks); 0 when absent."""
+    stack = [result]
+    while stack:
+        d = stack.pop(0)
+        if key in d and isinstance(d[key], (int, float)):
+            return int(d[key])
+        stack += [v for v in d.values() if isinstance(v, dict)]
+    return 0
+
+
 def rllib_algo(name: str, workers: int, args) -> float:
     from ray.rllib.algorithms.appo import APPOConfig
     from ray.rllib.algorithms.impala import IMPALAConfig
@@ -76,9 +88,7 @@ def rllib_algo(name: str, workers: int, args) -> float:
     algo = config.build_algo() if hasattr(config, "build_algo") else config.build()
 
     def sampled(result: dict) -> int:
-        runners = result.get("env_runners", {})
-        return int(runners.get("num_env_steps_sampled_lifetime")
-                   or result.get("num_env_steps_sampled_lifetime") or 0)
+        return _find(result, "num_env_steps_sampled_lifetime")
 
     try:
         end = time.perf_counter() + args.warmup

@@ -85,15 +85,31 @@ def test_train_batch_100_reaches_1000_on_ray_with_two_fake_gpus(ray_session):
         _wait_for(algo, 1000, 1000)
 
 
+def _alive_actors(class_name: str) -> set[str]:
+    from ray._private import state  # the GCS actor table (no dashboard in tests)
+    return {a["ActorID"] for a in state.actors().values()
+            if a["State"] == "ALIVE" and class_name in str(a.get("ActorClassName", ""))}
+
+
 @pytest.mark.parametrize("backend", ["local", RAY])
 def test_multi_tier_aggregation_with_one_aggregator(backend, request):
-    with _impala(_backend(backend, request), num_aggregation_workers=1, train_batch_size=100,
+    backend = _backend(backend, request)
+    before = _alive_actors("AggregatorHost") if backend == "ray" else set()
+    with _impala(backend, num_aggregation_workers=1, train_batch_size=100,
                  replay_proportion=0.5, replay_buffer_num_slots=4) as algo:
         info = _wait_for(algo, 1000, 1000)
         dot = algo.plan.to_dot()
-        assert "impala/aggregate" in dot and "cluster_aggregators" in dot.replace(" ", "_")
-    # Replayed batches are trained, not counted as sampled.
+        assert "impala/aggregate" in dot and "subgraph cluster_aggregators" in dot
+        if backend == "ray":
+            assert len(_alive_actors("AggregatorHost") - before) == 1
+    # Replayed batches are trained, not counted as sampled; stop released the aggregator.
     assert info["num_steps_trained"] > info["num_steps_sampled"] - 500
+    if backend == "ray":
+        import time
+        deadline = time.monotonic() + 60
+        while _alive_actors("AggregatorHost") - before and time.monotonic() < deadline:
+            time.sleep(0.5)  # ray.kill is asynchronous; the GCS table follows shortly
+        assert not _alive_actors("AggregatorHost") - before
 
 
 def test_multi_tier_aggregation_bad_config():
@@ -159,5 +175,17 @@ def test_quick_learning_progress(cls, config):
         first = algo.train()["episode_reward_mean"]
         best = max(algo.train()["episode_reward_mean"] for _ in range(7))
         assert best > first + 10, (first, best)
+    finally:
+        algo.stop()
+
+
+def test_appo_kl_loss_adapts_the_coefficient():
+    algo = APPO(APPOConfig(env="CartPole-v1", num_workers=1, train_batch_size=100,
+                           use_kl_loss=True, kl_target=1.0, seed=0))
+    try:
+        for _ in range(3):
+            result = algo.train()
+        assert "kl" in result["info"]["learner"]["default_policy"]
+        assert algo.get_policy().kl_coeff < 1.0  # KLs far below the target halve it
     finally:
         algo.stop()
