@@ -21,6 +21,7 @@ concurrently: ``Concurrently([enqueue, dequeue], mode="async", output_indexes=[1
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -196,16 +197,23 @@ class CountAggregatedSampled:
 
 
 class StartLearner:
-    """Start the learner thread with the first item (building a plan starts nothing)."""
+    """Start the learner thread with the first item (building a plan starts nothing).
+
+    Async: each call gives the run's loop a turn while learner results wait, so a
+    sampling side that is always ready (in-process workers) cannot keep the
+    dequeue side of ``Concurrently(mode="async")`` from being woken.
+    """
 
     def __init__(self, learner: LearnerThread):
         self.learner = learner
 
-    def __call__(self, item: Any) -> Any:
-        if not self.learner.is_alive() and not self.learner.stopped:
-            if self.learner.ident is None:
-                self.learner.start()
-        self.learner.check()
+    async def __call__(self, item: Any) -> Any:
+        learner = self.learner
+        if learner.ident is None and not learner.stopped:
+            learner.start()
+        learner.check()
+        if learner.outqueue.qsize():
+            await asyncio.sleep(0)
         return item
 
 
@@ -293,9 +301,9 @@ def async_learner_plan(workers, config: IMPALAConfig, learner: LearnerThread,
     enqueue_op = (gather_experiences(workers, config, name)
                   .for_each(StartLearner(learner), name=f"{name}/start_learner")
                   .for_each(Enqueue(learner.inqueue, check=learner.check, label=label),
-                            name=f"{name}/enqueue"))
+                            name=f"{name}/learner_thread.inqueue"))
     dequeue_op = (Dequeue(learner.outqueue, check=learner.check, label=label,
-                          name=f"{name}/learner_thread")
+                          name=f"{name}/learner_thread.outqueue")
                   .for_each(RecordLearnerResult(learner), name=f"{name}/record_trained"))
     if after_train is not None:
         dequeue_op = dequeue_op.for_each(after_train, name=f"{name}/after_train")

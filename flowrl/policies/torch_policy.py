@@ -216,6 +216,8 @@ class TorchPolicy:
         if isinstance(self.observation_space, gym.spaces.Discrete):
             return nn.functional.one_hot(torch.as_tensor(obs, dtype=torch.long).reshape(-1),
                                          self._obs_dim).float()
+        if not obs.flags.writeable:  # from Ray's object store; torch wants writable memory
+            obs = obs.copy()
         return torch.as_tensor(obs.reshape(len(obs), self._obs_dim), dtype=torch.float32)
 
     def compute_actions(self, obs_batch, explore: bool = True) -> tuple[np.ndarray, dict]:

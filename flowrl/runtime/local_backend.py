@@ -1,6 +1,9 @@
 """The in-process backend: shard hosts are Python objects stepped by the driver.
 
-Policy: a request runs when it is waited for. ``wait_all`` runs the requests in
+Policy: every shard host and every aggregator gets its own copy of the code
+shipped to it, made as Ray ships it to an actor (a cloudpickle round trip, see
+:func:`own_copy`), so a stateful callable (``ConcatBatches``) keeps one state per
+shard or aggregator, as it does on Ray. A request runs when it is waited for. ``wait_all`` runs the requests in
 the order given (deterministic). ``wait_any`` picks which shard completes next
 with a seeded ``random.Random``, so async gathers really interleave shards in a
 reproducible completion order rather than draining shard 0 first. Shard code
@@ -13,11 +16,15 @@ serves requests in submission order).
 
 from __future__ import annotations
 
+import io
+import pickle
 import random
 from collections import deque
 from typing import Any
 
-from flowrl.runtime.shard_host import ItemsHost
+import cloudpickle
+
+from flowrl.runtime.shard_host import ItemsHost, ShardHost
 from flowrl.metrics import _CURRENT as _METRICS
 from flowrl.runtime.context import _RUN
 from flowrl.runtime.backend import Backend, Request, Shard
@@ -35,12 +42,12 @@ class LocalBackend(Backend):
 
     def make_aggregator_host(self, spec: Any) -> Any:
         from flowrl.runtime.aggregator import AggregatorHost
-        return AggregatorHost(spec, backend="local")
+        return AggregatorHost(own_copy(spec), backend="local")
 
     def install(self, shards: list[Shard]) -> None:
         with shard_side():
             for s in shards:
-                s.host.flowrl_install(s.key, s.stage)
+                s.host.flowrl_install(s.key, own_copy(s.stage))
 
     def submit(self, shard: Shard, n: int) -> Request:
         req = Request(shard, n)
@@ -99,3 +106,51 @@ class shard_side:
         run, metrics = self.tokens
         _METRICS.reset(metrics)
         _RUN.reset(run)
+
+
+class _ShipPickler(cloudpickle.CloudPickler):
+    """cloudpickle that keeps in-process ShardHosts by reference (they stand for actor
+    handles, which Ray pickles as references too)."""
+
+    def __init__(self, file: Any, hosts: list[Any]):
+        super().__init__(file)
+        self.hosts = hosts
+
+    def persistent_id(self, obj: Any) -> Any:
+        if isinstance(obj, ShardHost):
+            self.hosts.append(obj)
+            return len(self.hosts) - 1
+        return None
+
+
+class _ShipUnpickler(pickle.Unpickler):
+    def __init__(self, file: Any, hosts: list[Any]):
+        super().__init__(file)
+        self.hosts = hosts
+
+    def persistent_load(self, pid: Any) -> Any:
+        return self.hosts[pid]
+
+
+def own_copy(obj: Any) -> Any:
+    """A copy of ``obj`` as an actor would receive it, in-process ShardHosts shared.
+
+    Code that cannot be pickled could not be shipped to an actor either; it is
+    returned as is (shared), since the local backend has no process to ship to.
+
+    >>> class Count:
+    ...     def __init__(self): self.n = 0
+    ...     def __call__(self, x): self.n += 1; return self.n
+    >>> c = Count(); c(0)
+    1
+    >>> copy = own_copy(c); copy(0), c.n
+    (2, 1)
+    """
+    hosts: list[Any] = []
+    buf = io.BytesIO()
+    try:
+        _ShipPickler(buf, hosts).dump(obj)
+        buf.seek(0)
+        return _ShipUnpickler(buf, hosts).load()
+    except Exception:  # noqa: BLE001 - unpicklable: nothing to ship, keep the original
+        return obj
