@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 import logging
 import math
 import os
@@ -32,8 +33,10 @@ from flowrl.errors import ConfigError, FlowError
 from flowrl.graph.plan import Plan
 from flowrl.graph.stream import LocalStream
 from flowrl.workers import PolicySpec, WorkerConfig, WorkerSet
+from flowrl.workers.rollout_worker import as_policy_spec
 
 BACKENDS = ("local", "ray")
+COUNT_STEPS_BY = ("env_steps", "agent_steps")
 
 
 def _int_ge(lo: int) -> tuple[Callable[[Any], bool], str]:
@@ -83,25 +86,28 @@ def _sizes() -> tuple[Callable[[Any], bool], str]:
     return ok, "the hidden layer sizes, a non-empty list of ints > 0, e.g. (64, 64)"
 
 
-MULTIAGENT_KEYS = ("policies", "policy_mapping_fn", "policies_to_train")
+MULTIAGENT_KEYS = ("policies", "policy_mapping_fn", "policies_to_train", "count_steps_by")
 
 
 def _multiagent() -> tuple[Callable[[Any], bool], str]:
     def ok(v):
         if not isinstance(v, dict) or set(v) - set(MULTIAGENT_KEYS):
             return False
-        policies, fn, train = (v.get(k) for k in MULTIAGENT_KEYS)
+        policies, fn, train = (v.get(k) for k in MULTIAGENT_KEYS[:3])
         return ((policies is None or (isinstance(policies, dict) and all(
                     isinstance(k, str) and (spec is None or isinstance(spec, PolicySpec)
-                                            or callable(spec))
+                                            or callable(spec)
+                                            or (isinstance(spec, tuple) and len(spec) == 4))
                     for k, spec in policies.items())))
                 and (fn is None or callable(fn))
                 and (train is None or callable(train) or (
                     isinstance(train, (list, tuple, set))
                     and all(isinstance(p, str) for p in train))))
     return ok, ("a dict with keys among " + ", ".join(MULTIAGENT_KEYS) + " (policies: "
-                "{id: PolicySpec, policy class or None}, policy_mapping_fn: a callable, "
-                "policies_to_train: a list of ids)")
+                "{id: PolicySpec, the seeds' (policy_class, obs_space, act_space, config) "
+                "4-tuple, a policy class or None}, policy_mapping_fn: a callable, "
+                "policies_to_train: a list of ids, count_steps_by: 'env_steps' or "
+                "'agent_steps')")
 
 
 _MAKE_KWARGS = {"max_episode_steps", "disable_env_checker", "render_mode", "autoreset",
@@ -165,8 +171,11 @@ class AlgorithmConfig:
     """Fields shared by every algorithm (RLlib 1.x names where one exists).
 
     ``model`` is the hidden layer sizes of the policy and value MLPs;
-    ``multiagent`` may hold ``policies`` (id -> PolicySpec, policy class or None
-    for the algorithm's policy), ``policy_mapping_fn`` and ``policies_to_train``.
+    ``multiagent`` may hold ``policies`` (id -> PolicySpec, the seeds' 4-tuple
+    ``(policy_class, obs_space, act_space, config)``, a policy class, or None; a
+    None class means the algorithm's policy), ``policy_mapping_fn(agent_id,
+    episode)``, ``policies_to_train`` and ``count_steps_by`` (``"env_steps"`` or
+    ``"agent_steps"``).
     ``backend`` is ``"local"`` (in-process workers, the embedded default) or
     ``"ray"`` (remote workers are Ray actors). ``torch_threads`` sets the
     driver process's torch threads (``torch.set_num_threads``): the default 1
@@ -215,12 +224,26 @@ class AlgorithmConfig:
                 if not ok(value):
                     raise ConfigError(f"{name}.{f}={value!r}: must be {what}")
         self.model = tuple(self.model)
+        by = self.multiagent.get("count_steps_by", "env_steps")
+        if by not in COUNT_STEPS_BY:
+            raise ConfigError(f"{name}.multiagent['count_steps_by']={by!r}: choose one of "
+                              f"{list(COUNT_STEPS_BY)}")
         check_env(self.env, f"{name}.env")
         check_env_config(self.env, self.env_config, f"{name}.env_config")
+
+    @property
+    def count_steps_by(self) -> str:
+        """``multiagent["count_steps_by"]`` (default ``"env_steps"``): how plans count
+        batch sizes (e.g. ``ConcatBatches(count_steps_by=...)``)."""
+        return self.multiagent.get("count_steps_by", "env_steps")
 
     def replace(self, **changes: Any) -> "AlgorithmConfig":
         """A validated copy with ``changes`` applied."""
         return dataclasses.replace(self, **changes)
+
+
+def _validate_worker_env(validate: Callable[[Any, int], None], worker) -> None:
+    validate(worker.env, worker.worker_index)
 
 
 def ensure_ray(num_cpus: float) -> None:
@@ -289,11 +312,26 @@ class Algorithm:
         if config.torch_threads is not None:
             import torch
             torch.set_num_threads(config.torch_threads)
-        if config.backend == "ray" and config.num_workers > 0:
-            ensure_ray(max(os.cpu_count() or 1, config.num_workers * config.num_cpus_per_worker))
-        self.workers = WorkerSet(config.env, self.policy_class, self.worker_config(config),
-                                 num_workers=config.num_workers, backend=config.backend)
+        self.workers = None
         try:
+            policy_class = self._hook("get_policy_class", self.get_policy_class, config)
+            self._policy_class = policy_class if policy_class is not None else self.policy_class
+            if self._policy_class is None and not config.multiagent.get("policies"):
+                raise ConfigError(f"{self.name}: no policy class: get_policy_class returned None "
+                                  "and the algorithm has no default policy; return a policy "
+                                  "class or set multiagent.policies")
+            self._hook("before_init", self.before_init)
+            if config.backend == "ray" and config.num_workers > 0:
+                ensure_ray(max(os.cpu_count() or 1,
+                               config.num_workers * config.num_cpus_per_worker))
+            self.workers = self._hook(
+                "make_workers", self.make_workers, env=config.env,
+                policy_class=self._policy_class,
+                worker_config=self.worker_config(config, self._policy_class),
+                num_workers=config.num_workers, backend=config.backend)
+            validate = type(self).validate_env
+            self._hook("validate_env", self.workers.foreach_worker,
+                       functools.partial(_validate_worker_env, validate))
             output = self.execution_plan(self.workers, config)
             if not isinstance(output, LocalStream):
                 raise FlowError(f"{type(self).__name__}.execution_plan must return a LocalStream "
@@ -301,12 +339,51 @@ class Algorithm:
             self.plan = Plan(output, name=self.name)
             self._run = self.plan.compile(backend="auto", seed=config.seed or 0,
                                           local_worker=self.workers.local_worker())
+            self._hook("after_init", self.after_init)
         except BaseException:
-            self.workers.stop()
+            if getattr(self, "_run", None) is not None:
+                self._run.stop()
+            if self.workers is not None:
+                self.workers.stop()
             raise
         self.last_result: dict | None = None
 
-    # -- hooks for subclasses ----------------------------------------------------
+    def _hook(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except FlowError as e:
+            if name in str(e):
+                raise
+            raise type(e)(f"{self.name}: hook {name} raised: {e}") from e
+        except Exception as e:
+            raise ConfigError(f"{self.name}: hook {name} raised {type(e).__name__}: {e}; fix "
+                              f"the {name} hook or the config it checks") from e
+
+    # -- build_trainer-style hooks (override in subclasses or via build_algorithm) --
+    @staticmethod
+    def get_policy_class(config: AlgorithmConfig) -> Any:
+        """The policy class to use for ``config``; None means ``policy_class``.
+        Called first."""
+        return None
+
+    def before_init(self) -> None:
+        """Called after ``get_policy_class``, before the workers are built."""
+
+    def make_workers(self, *, env: Any, policy_class: Any, worker_config: WorkerConfig,
+                     num_workers: int, backend: str) -> WorkerSet:
+        """Build the :class:`WorkerSet` (override to customize; RLlib's ``_make_workers``)."""
+        return WorkerSet(env, policy_class, worker_config, num_workers=num_workers,
+                         backend=backend)
+
+    @staticmethod
+    def validate_env(env: Any, worker_index: int) -> None:
+        """Check each worker's env (``worker.env``) where the worker lives, local worker
+        first then every remote one; raise to reject it. A staticmethod: it runs in
+        the worker's process, without the algorithm."""
+
+    def after_init(self) -> None:
+        """Called last, once the workers, the plan and its run exist."""
+
     @classmethod
     def policy_config(cls, config: AlgorithmConfig) -> dict[str, Any]:
         """The policy's keyword hyperparameters, from the typed config."""
@@ -317,17 +394,17 @@ class Algorithm:
         raise NotImplementedError("subclasses build their plan here")
 
     @classmethod
-    def worker_config(cls, config: AlgorithmConfig) -> WorkerConfig:
+    def worker_config(cls, config: AlgorithmConfig, policy_class: Any = None) -> WorkerConfig:
+        """The :class:`WorkerConfig` for ``config``; multi-agent policies with no class
+        get ``policy_class`` (default: the algorithm's ``policy_class``)."""
+        policy_class = policy_class if policy_class is not None else cls.policy_class
         policy_config = cls.policy_config(config)
         ma = config.multiagent
         policies = None
         if ma.get("policies"):
             policies = {}
-            for pid, spec in ma["policies"].items():
-                if spec is None:
-                    spec = PolicySpec(cls.policy_class)
-                elif not isinstance(spec, PolicySpec):
-                    spec = PolicySpec(spec)
+            for pid, value in ma["policies"].items():
+                spec = as_policy_spec(pid, value, default_class=policy_class)
                 policies[pid] = dataclasses.replace(spec, config={**policy_config, **spec.config})
         return WorkerConfig(
             env_config=config.env_config, num_envs_per_worker=config.num_envs_per_worker,
@@ -454,4 +531,61 @@ class Algorithm:
         return f"{type(self).__name__}(env={self.config.env!r}, backend={self.config.backend!r})"
 
 
-__all__ = ["Algorithm", "AlgorithmConfig", "check_env", "check_env_config", "ensure_ray"]
+HOOKS = ("get_policy_class", "validate_env", "before_init", "after_init", "make_workers")
+_STATIC_HOOKS = ("get_policy_class", "validate_env")
+
+
+def build_algorithm(name: str, default_config: type, default_policy: Any,
+                    execution_plan: Callable[[WorkerSet, Any], LocalStream],
+                    **hooks: Callable[..., Any]) -> type:
+    """An :class:`Algorithm` subclass from parts, for users porting RLlib's
+    ``build_trainer``.
+
+    ``default_config`` is the config class (an :class:`AlgorithmConfig` subclass),
+    ``default_policy`` the policy class (may be None when ``get_policy_class``
+    always answers or every multi-agent policy names its class),
+    ``execution_plan(workers, config) -> LocalStream`` of result dicts. ``hooks``
+    may be ``get_policy_class(config)``, ``validate_env(env, worker_index)``,
+    ``before_init(algo)``, ``after_init(algo)`` and ``make_workers(algo, *, env,
+    policy_class, worker_config, num_workers, backend)``; they run in the order
+    get_policy_class, before_init, (make_workers), validate_env on every worker,
+    after_init. A hook that raises is a ConfigError naming it.
+
+    >>> from flowrl.algorithms.pg import PG, PGConfig
+    >>> from flowrl.policies import PGPolicy
+    >>> seen = []
+    >>> MyPG = build_algorithm("my_pg", PGConfig, PGPolicy, PG.execution_plan,
+    ...                        after_init=lambda algo: seen.append(algo.name))
+    >>> algo = MyPG(env="CartPole-v1", train_batch_size=100, rollout_fragment_length=100)
+    >>> MyPG.name, seen, algo.train()["timesteps_total"]
+    ('my_pg', ['my_pg'], 100)
+    >>> algo.stop()
+    """
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"build_algorithm(name={name!r}): give a non-empty string")
+    if not (isinstance(default_config, type) and issubclass(default_config, AlgorithmConfig)):
+        raise ConfigError(f"build_algorithm({name!r}, default_config={default_config!r}): give "
+                          "the config class, an AlgorithmConfig subclass")
+    if not callable(execution_plan):
+        raise ConfigError(f"build_algorithm({name!r}, execution_plan={execution_plan!r}): give "
+                          "a function execution_plan(workers, config) -> LocalStream")
+    unknown = sorted(set(hooks) - set(HOOKS))
+    if unknown:
+        raise ConfigError(f"build_algorithm({name!r}): unknown hooks {unknown}; the hooks are "
+                          f"{list(HOOKS)}")
+    attrs: dict[str, Any] = {"name": name, "config_class": default_config,
+                             "policy_class": default_policy,
+                             "execution_plan": staticmethod(execution_plan),
+                             "__doc__": f"Algorithm {name!r} built with build_algorithm."}
+    for hook, fn in hooks.items():
+        if fn is None:
+            continue
+        if not callable(fn):
+            raise ConfigError(f"build_algorithm({name!r}, {hook}={fn!r}): a hook must be callable")
+        attrs[hook] = staticmethod(fn) if hook in _STATIC_HOOKS else fn
+    class_name = "".join(part.capitalize() for part in name.replace("-", "_").split("_")) or "Algo"
+    return type(class_name, (Algorithm,), attrs)
+
+
+__all__ = ["Algorithm", "AlgorithmConfig", "check_env", "check_env_config", "ensure_ray",
+           "build_algorithm", "HOOKS"]
