@@ -168,7 +168,8 @@ class Plan:
         from flowrl.graph.dot import render
         return render(self, path, stats)
 
-    def compile(self, backend: str = "auto", *, seed: int = 0, local_worker=None):
+    def compile(self, backend: str = "auto", *, seed: int = 0, local_worker=None,
+                remote_timeout_s: float | None = 600.0):
         """Compile into a :class:`~flowrl.runtime.run.Run` on ``backend``.
 
         ``"local"`` runs in-process, ``"ray"`` on Ray actors, ``"auto"`` picks Ray when
@@ -176,9 +177,14 @@ class Plan:
         completion-order scheduler for async gathers. ``local_worker`` is what
         :func:`flowrl.workers.get_global_worker` returns inside the run's
         driver-side operators (an algorithm passes its WorkerSet's local worker).
+        ``remote_timeout_s`` bounds how long a remote host (a Ray actor) may leave a
+        request unanswered: past it the run fails with a WorkerError naming the
+        stuck shard (``None``: no bound). In-process hosts run on the driver's
+        thread and cannot be bounded.
         """
         from flowrl.runtime.run import Run
-        return Run(self, backend=backend, seed=seed, local_worker=local_worker)
+        return Run(self, backend=backend, seed=seed, local_worker=local_worker,
+                   remote_timeout_s=remote_timeout_s)
 
     def __repr__(self) -> str:
         return f"Plan({self.name!r}, {len(self.nodes)} nodes, output={self.output_id!r})"

@@ -23,6 +23,7 @@ class AggregatorSpec:
     members: list[tuple[Any, Any, str]]  # (host, fused stage, label) of its group
     key: str
     seed: int
+    remote_timeout_s: float | None = None  # the bound of the outer run, for the sub-run
 
     def __getstate__(self):
         # Ship only what the sub-plan needs: the ids of the nodes reachable from the
@@ -58,7 +59,8 @@ class AggregatorHost(ShardHost):
         out_node, out_port = spec.node.inputs[0]
         sub = Plan(LocalStream(out_node, out_port), name=spec.key,
                    _boundary=frozenset({entry}), _ids=ids)
-        run = Run(sub, backend=self.backend, seed=spec.seed, _preset={entry: spec.members})
+        run = Run(sub, backend=self.backend, seed=spec.seed,
+                  remote_timeout_s=spec.remote_timeout_s, _preset={entry: spec.members})
         self._runs.append(run)
         try:
             yield from run

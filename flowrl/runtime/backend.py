@@ -57,6 +57,8 @@ class Backend:
     """Base class; see :class:`~flowrl.runtime.local_backend.LocalBackend`."""
 
     name = "base"
+    #: Seconds a remote host may leave a request unanswered (None: unbounded / in-process).
+    remote_timeout_s: float | None = None
 
     def make_item_host(self, source: Any, repeat: bool) -> Any:
         raise TypeError(f"{type(self).__name__} must implement make_item_host")

@@ -84,7 +84,7 @@ class Driver:
                 members = [(self.hosts[s.source][s.index][0], FusedStage.from_spec(s.stage),
                             f"{self.ids[s.source]}[{s.index}]") for s in group]
                 spec = AggregatorSpec(self.plan, src, members, f"{self.key}/agg{j}",
-                                      self.seed + j)
+                                      self.seed + j, self.backend.remote_timeout_s)
                 hosts.append((self.backend.make_aggregator_host(spec), True))
             return hosts
         return [(self.backend.make_item_host(part, src.params["repeat"]), True)

@@ -32,6 +32,13 @@ Policy:
   the earlier requests to its shard are (the driver relies on per-shard
   completion order). ``wait_all`` (a sync round, submitted just before) is one
   blocking ``ray.get`` over the round, which waits and fetches in one call.
+- Bounds. Every wait on a remote host is bounded by ``remote_timeout_s``
+  (``plan.compile(remote_timeout_s=...)``): a shard's oldest pending request
+  counts from when it was submitted or the shard's previous reply came, whichever
+  is later; once one has gone unanswered that long, the run fails with a
+  :class:`~flowrl.errors.WorkerError` naming the stuck shard and the setting,
+  even while other shards keep answering. Installs are bounded the same way;
+  stop-time calls by :data:`STOP_WAIT_S`.
 - Errors. A shard-side :class:`~flowrl.errors.OperatorError` (``RayTaskError``
   whose cause is one) is raised as itself, remote traceback text kept, chained
   from the Ray error; any other remote exception becomes an OperatorError naming
@@ -43,17 +50,19 @@ Policy:
   created is killed and its death awaited, all bounded by :data:`STOP_WAIT_S`.
 
 State: ``_methods`` / ``_slot_methods`` (per shard, its cached pull methods),
-``_seq`` (submission counter: the order of requests to a shard) and
+``_seq`` (submission counter: the order of requests to a shard), ``_replied``
+(per shard, when its last reply was collected) and
 ``_aggregators`` (ids of the aggregator handles this backend made, which need a
 ``flowrl_close`` before they are killed).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import ray
-from ray.exceptions import RayActorError, RayError, RayTaskError
+from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from flowrl.errors import ConfigError, FlowError, OperatorError, WorkerError
@@ -90,12 +99,13 @@ def remote_class(cls: type) -> Any:
 class RayRequest(Request):
     """A request whose result is the object ``ref`` of a ``flowrl_pull`` call."""
 
-    __slots__ = ("ref", "seq")
+    __slots__ = ("ref", "seq", "sent")
 
     def __init__(self, shard: Shard, n: int, ref: ray.ObjectRef, seq: int):
         super().__init__(shard, n)
         self.ref = ref
         self.seq = seq
+        self.sent = time.monotonic()
 
 
 def translate_error(shard: Shard, e: BaseException) -> BaseException:
@@ -128,12 +138,25 @@ def translate_error(shard: Shard, e: BaseException) -> BaseException:
     return err
 
 
-def _wait_all(refs: list) -> None:
-    ray.wait(refs, num_returns=len(refs))
+def _wait_all(refs: list, timeout: float | None) -> None:
+    ray.wait(refs, num_returns=len(refs), timeout=timeout)
 
 
-def _wait_one(refs: list) -> tuple[list, list]:
-    return ray.wait(refs, num_returns=1)
+def _get_within(refs: list, timeout: float | None) -> list:
+    return ray.get(refs, timeout=timeout)
+
+
+def _wait_one(refs: list, timeout: float | None) -> tuple[list, list]:
+    return ray.wait(refs, num_returns=1, timeout=timeout)
+
+
+def stuck_error(labels: list[str], timeout: float) -> WorkerError:
+    """The WorkerError for shards that left a request unanswered for ``timeout`` s."""
+    which = ", ".join(sorted(set(labels)))
+    return WorkerError(
+        f"shard host {which} has not answered a request for {timeout:g} s "
+        f"(remote_timeout_s={timeout:g}): it is stuck (an env hanging in step, a deadlock) "
+        "or far too slow; find out why, or raise plan.compile(remote_timeout_s=...)")
 
 
 def _heads(requests: list[RayRequest]) -> list[RayRequest]:
@@ -170,8 +193,10 @@ class RayBackend(Backend):
 
     name = "ray"
 
-    def __init__(self) -> None:
+    def __init__(self, remote_timeout_s: float | None = None) -> None:
         ensure_ray()
+        self.remote_timeout_s = remote_timeout_s
+        self._replied: dict[Shard, float] = {}
         self._methods: dict[Shard, Any] = {}
         self._slot_methods: dict[Shard, Any] = {}
         self._nodes: list[str] | None = None  # alive node ids, read at the first item host
@@ -238,14 +263,20 @@ class RayBackend(Backend):
         # Requests of a round were submitted just now: waiting and fetching is one
         # blocking ray.get (a non-blocking ray.wait first would almost never help).
         try:
-            values = await self._block(ray.get, refs)
+            values = await self._block(_get_within, refs, self._time_left(pending))
+        except GetTimeoutError:
+            ready = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0])
+            raise stuck_error([r.shard.label for r in pending if r.ref not in ready],
+                              self.remote_timeout_s) from None
         except Exception:  # noqa: BLE001 - some failed: let all finish, resolve one by one
-            await self._block(_wait_all, refs)
+            await self._block(_wait_all, refs, self._time_left(pending))
             self._collect(pending)
             return
+        now = time.monotonic()
         for r, v in zip(pending, values):
             r.set_result(v)
             r.ref = None
+            self._replied[r.shard] = now
 
     async def wait_any(self, requests: list[Request]) -> None:
         """Return once some shard's oldest pending request is done.
@@ -259,27 +290,56 @@ class RayBackend(Backend):
         refs = [r.ref for r in requests]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
         done = _in_order(requests, ready) if ready else []
-        if not done:
+        while not done:
             heads = _heads(requests)
-            first, _ = await self._block(_wait_one, [r.ref for r in heads])
+            self._check_stuck(heads)
+            first, _ = await self._block(_wait_one, [r.ref for r in heads],
+                                         self._time_left(heads))
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
             done = _in_order(requests, set(ready).union(first))
+        if self.remote_timeout_s is not None:  # a stuck shard among answering ones
+            self._check_stuck(_heads([r for r in requests if r not in done]))
         self._collect(done)
 
-    async def _block(self, fn: Any, refs: list) -> Any:
-        """Blocking ``fn(refs)`` (a ray.wait/ray.get), never stalling other inputs."""
-        return await call_blocking(fn, refs)
+    def _since(self, r: RayRequest) -> float:
+        """When request ``r`` started waiting: sent, or its shard's last reply if later."""
+        return max(r.sent, self._replied.get(r.shard, 0.0))
+
+    def _time_left(self, heads: list[RayRequest]) -> float | None:
+        """Seconds until the first of ``heads`` (oldest per shard) exceeds the bound."""
+        if self.remote_timeout_s is None:
+            return None
+        oldest = min(self._since(r) for r in heads)
+        return max(0.0, oldest + self.remote_timeout_s - time.monotonic())
+
+    def _check_stuck(self, heads: list[RayRequest]) -> None:
+        limit = self.remote_timeout_s
+        if limit is None or not heads:
+            return
+        now = time.monotonic()
+        stuck = [r.shard.label for r in heads if now - self._since(r) >= limit]
+        if stuck:
+            raise stuck_error(stuck, limit)
+
+    async def _block(self, fn: Any, *args: Any) -> Any:
+        """Blocking ``fn(*args)`` (a ray.wait/ray.get), never stalling other inputs."""
+        return await call_blocking(fn, *args)
 
     def _collect(self, requests: list[RayRequest]) -> None:
         """Fetch the (ready) results of ``requests`` with one ``ray.get``."""
+        now = time.monotonic()
+        for r in requests:
+            self._replied[r.shard] = now
+        limit = self.remote_timeout_s
         try:
-            values = ray.get([r.ref for r in requests])
+            values = ray.get([r.ref for r in requests], timeout=limit)
         except Exception:  # noqa: BLE001 - some failed: resolve one by one
             for r in requests:
                 try:
-                    r.set_result(ray.get(r.ref))
+                    r.set_result(ray.get(r.ref, timeout=limit))
                 except Exception as e:  # noqa: BLE001 - surfaced by result()
-                    r.set_error(translate_error(r.shard, e))
+                    r.set_error(stuck_error([r.shard.label], limit)
+                                if isinstance(e, GetTimeoutError) else translate_error(r.shard, e))
                 r.ref = None
             return
         for r, v in zip(requests, values):
@@ -287,15 +347,22 @@ class RayBackend(Backend):
             r.ref = None
 
     def _fetch(self, calls: list[tuple[Shard, Any]]) -> list[Any]:
-        """``ray.get`` every ref of ``calls``; raise the first failure, translated."""
+        """``ray.get`` every ref of ``calls`` (bounded); raise the first failure, translated."""
+        refs = [ref for _, ref in calls]
         try:
-            return ray.get([ref for _, ref in calls])
+            return ray.get(refs, timeout=self.remote_timeout_s)
+        except GetTimeoutError:
+            ready = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0])
+            raise stuck_error([s.label for s, ref in calls if ref not in ready],
+                              self.remote_timeout_s) from None
         except Exception:  # noqa: BLE001 - find and translate the failing call
             pass
         out = []
         for shard, ref in calls:
             try:
-                out.append(ray.get(ref))
+                out.append(ray.get(ref, timeout=self.remote_timeout_s))
+            except GetTimeoutError:
+                raise stuck_error([shard.label], self.remote_timeout_s) from None
             except Exception as e:  # noqa: BLE001
                 raise translate_error(shard, e) from e
         return out
@@ -350,6 +417,7 @@ class RayBackend(Backend):
     def stop(self) -> None:
         self._methods.clear()
         self._slot_methods.clear()
+        self._replied.clear()
 
 
 def _kill(handle: Any) -> None:

@@ -34,13 +34,25 @@ if TYPE_CHECKING:
     from flowrl.graph.plan import Plan
 
 BACKENDS = ("auto", "local", "ray")
+#: Default bound, in seconds, on how long a request to a remote host may go unanswered.
+REMOTE_TIMEOUT_S = 600.0
 
 
 def uses_ray_actors(plan: "Plan") -> bool:
     return any(n.op == "from_actors" and n.params["remote"] for n in plan.nodes)
 
 
-def make_backend(plan: "Plan", backend: str, seed: int):
+def check_remote_timeout(value: Any) -> None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or not value > 0):
+        raise ConfigError(f"compile(remote_timeout_s={value!r}): must be a number of seconds > 0 "
+                          "(how long a remote host may leave a request unanswered before the "
+                          "run fails with a WorkerError), or None for no bound")
+
+
+def make_backend(plan: "Plan", backend: str, seed: int,
+                 remote_timeout_s: float | None = REMOTE_TIMEOUT_S):
+    check_remote_timeout(remote_timeout_s)
     if backend not in BACKENDS:
         raise ConfigError(f"compile(backend={backend!r}): unknown backend; use one of "
                           f"{list(BACKENDS)}")
@@ -53,7 +65,7 @@ def make_backend(plan: "Plan", backend: str, seed: int):
         from flowrl.runtime.local_backend import LocalBackend
         return LocalBackend(seed)
     from flowrl.runtime.ray_backend import RayBackend
-    return RayBackend()
+    return RayBackend(remote_timeout_s=remote_timeout_s)
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
@@ -81,9 +93,10 @@ class Run:
     """
 
     def __init__(self, plan: "Plan", backend: str = "auto", seed: int = 0, *,
-                 local_worker: Any = None, _preset: dict | None = None):
+                 local_worker: Any = None, remote_timeout_s: float | None = REMOTE_TIMEOUT_S,
+                 _preset: dict | None = None):
         self.plan = plan
-        self._backend = make_backend(plan, backend, seed)
+        self._backend = make_backend(plan, backend, seed, remote_timeout_s)
         self.backend = self._backend.name
         compiled = compile_plan(plan, ships=self.backend == "ray")
         self.metrics = MetricsContext()
