@@ -352,6 +352,16 @@ class IMPALA(Algorithm):
         self.learner_thread = make_learner_thread(workers, config, self.name)
         return async_learner_plan(workers, config, self.learner_thread, self.name)
 
+    def save(self, path: str) -> str:
+        """A checkpoint (see :meth:`Algorithm.save`), taken between learner updates."""
+        with self.learner_thread.lock:
+            return super().save(path)
+
+    def restore(self, path: str) -> None:
+        """Load a checkpoint (see :meth:`Algorithm.restore`) between learner updates."""
+        with self.learner_thread.lock:
+            super().restore(path)
+
     def stop(self) -> None:
         """Stop the run, the learner thread and the workers (idempotent)."""
         learner = getattr(self, "learner_thread", None)
