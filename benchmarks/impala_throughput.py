@@ -10,8 +10,9 @@ worker, learner queue), in one process on one Ray session:
 - flowrl IMPALA with tree aggregation (``num_aggregation_workers``);
 - RLlib IMPALA and APPO (when ``ray[rllib]`` is installed and not ``--no-rllib``).
 
-Each measurement warms up for ``--warmup`` seconds, then counts env steps sampled
-over ``--seconds`` of wall time. It prints steps/s, flowrl's learner utilization
+Each measurement warms up for ``--warmup`` seconds once sampling has begun (RLlib's
+env runners take a while to start), then counts env steps sampled over
+``--seconds`` of wall time. It prints steps/s, flowrl's learner utilization
 (the learner thread's busy fraction) and the ratio flowrl / RLlib.
 
     python benchmarks/impala_throughput.py                    # 2, 4, 8 workers
@@ -91,8 +92,13 @@ def rllib_algo(name: str, workers: int, args) -> float:
         return _find(result, "num_env_steps_sampled_lifetime")
 
     try:
-        end = time.perf_counter() + args.warmup
         result = algo.train()
+        deadline = time.perf_counter() + 600
+        while not sampled(result):  # RLlib's env runners take a while to start sampling
+            if time.perf_counter() > deadline:
+                raise RuntimeError(f"RLlib {name} sampled nothing in 600 s")
+            result = algo.train()
+        end = time.perf_counter() + args.warmup
         while time.perf_counter() < end:
             result = algo.train()
         start_steps, t0 = sampled(result), time.perf_counter()

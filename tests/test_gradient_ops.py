@@ -7,7 +7,7 @@ import pytest
 
 import flowrl
 from async_mocks import MockWorker
-from flowrl.errors import ConfigError, FlowError, OperatorError
+from flowrl.errors import ConfigError, OperatorError
 from flowrl.metrics import (APPLY_GRADS_TIMER, COMPUTE_GRADS_TIMER, GRAD_WAIT_TIMER,
                             STEPS_SAMPLED_COUNTER, STEPS_TRAINED_COUNTER, WORKER_UPDATE_TIMER)
 from flowrl.ops import (ApplyGradients, AsyncGradients, AverageGradients, ComputeGradients,

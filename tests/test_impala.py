@@ -189,3 +189,14 @@ def test_appo_kl_loss_adapts_the_coefficient():
         assert algo.get_policy().kl_coeff < 1.0  # KLs far below the target halve it
     finally:
         algo.stop()
+
+
+def test_save_and_restore_between_learner_updates(tmp_path):
+    with _impala("local", train_batch_size=100) as algo:
+        algo.train()
+        algo.save(str(tmp_path))
+        trained = algo.metrics.counters["num_steps_trained"]
+    with _impala("local", train_batch_size=100) as again:
+        again.restore(str(tmp_path))
+        assert again.metrics.counters["num_steps_trained"] == trained
+        assert again.train()["info"]["num_steps_trained"] > trained

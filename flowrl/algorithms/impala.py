@@ -29,9 +29,9 @@ from flowrl.algorithms.base import Algorithm, AlgorithmConfig, _int_ge, _num, _o
 from flowrl.batch import concat_samples
 from flowrl.errors import ConfigError
 from flowrl.graph.stream import Concurrently, LocalStream
-from flowrl.metrics import (LEARNER_INFO, STEPS_SAMPLED_COUNTER, AGENT_STEPS_SAMPLED_COUNTER,
-                            STEPS_TRAINED_COUNTER, AGENT_STEPS_TRAINED_COUNTER,
-                            WORKER_UPDATE_TIMER, get_metrics)
+from flowrl.metrics import (AGENT_STEPS_SAMPLED_COUNTER, AGENT_STEPS_TRAINED_COUNTER,
+                            LEARN_ON_BATCH_TIMER, LEARNER_INFO, STEPS_SAMPLED_COUNTER,
+                            STEPS_TRAINED_COUNTER, WORKER_UPDATE_TIMER, get_metrics)
 from flowrl.ops import (Dequeue, Enqueue, LearnerThread, MixInReplay, ParallelRollouts,
                         StandardMetricsReporting, rollout_shards)
 from flowrl.ops.gradient_ops import send_weights
@@ -218,10 +218,18 @@ class StartLearner:
 
 
 class RecordLearnerResult:
-    """Driver-side after Dequeue: trained counters, learner info and utilization."""
+    """Driver-side after Dequeue: trained counters, learner info and timing.
+
+    Metrics: ``STEPS_TRAINED_COUNTER`` (and agent steps) grow by each result's
+    count; ``info[LEARNER_INFO]`` is its stats; ``LEARN_ON_BATCH_TIMER`` gets the
+    learner thread's training time since the previous result (units: steps), so
+    results carry ``learn_time_ms``/``learn_throughput``; ``info["learner_queue"]``
+    holds :meth:`~flowrl.ops.LearnerThread.stats` (queue size, utilization).
+    """
 
     def __init__(self, learner: LearnerThread):
         self.learner = learner
+        self._busy = 0.0
 
     def __call__(self, item: tuple) -> tuple:
         count, info = item[0], item[1]
@@ -229,6 +237,11 @@ class RecordLearnerResult:
         metrics.counters[STEPS_TRAINED_COUNTER] += count
         metrics.counters[AGENT_STEPS_TRAINED_COUNTER] += count
         metrics.info[LEARNER_INFO] = info
+        busy = self.learner.busy_s
+        timer = metrics.timers[LEARN_ON_BATCH_TIMER]
+        timer.push(busy - self._busy)
+        timer.push_units_processed(count)
+        self._busy = busy
         metrics.info["learner_queue"] = self.learner.stats()
         return item
 
@@ -338,6 +351,16 @@ class IMPALA(Algorithm):
     def execution_plan(self, workers, config: IMPALAConfig) -> LocalStream:
         self.learner_thread = make_learner_thread(workers, config, self.name)
         return async_learner_plan(workers, config, self.learner_thread, self.name)
+
+    def save(self, path: str) -> str:
+        """A checkpoint (see :meth:`Algorithm.save`), taken between learner updates."""
+        with self.learner_thread.lock:
+            return super().save(path)
+
+    def restore(self, path: str) -> None:
+        """Load a checkpoint (see :meth:`Algorithm.restore`) between learner updates."""
+        with self.learner_thread.lock:
+            super().restore(path)
 
     def stop(self) -> None:
         """Stop the run, the learner thread and the workers (idempotent)."""

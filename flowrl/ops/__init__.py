@@ -1,8 +1,10 @@
 """RL operators built on plan streams (RLlib 1.x names and meanings).
 
 Rollouts (:mod:`~flowrl.ops.rollout_ops`), training (:mod:`~flowrl.ops.train_ops`,
-:mod:`~flowrl.ops.multi_gpu`), reporting (:mod:`~flowrl.ops.metric_ops`) and
-learner-thread queues (:mod:`~flowrl.ops.queues`). Each operator's docstring lists
+:mod:`~flowrl.ops.multi_gpu`), gradients (:mod:`~flowrl.ops.gradient_ops`),
+reporting (:mod:`~flowrl.ops.metric_ops`), learner threads and their queues
+(:mod:`~flowrl.ops.learner_thread`, :mod:`~flowrl.ops.queues`) and replay mix-in
+(:mod:`~flowrl.ops.mixin_replay`). Each operator's docstring lists
 the counters and timers it touches.
 """
 
