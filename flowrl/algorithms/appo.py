@@ -37,7 +37,7 @@ class APPOConfig(IMPALAConfig):
     >>> APPOConfig(env="CartPole-v1", clip_param=0)
     Traceback (most recent call last):
     ...
-    flowrl.errors.ConfigError: APPOConfig.clip_param=0: must be a number > 0
+    flowrl.errors.ConfigError: APPOConfig.clip_param=0: must be a number > 0 and <= 1e+06
     """
 
     vtrace: bool = False

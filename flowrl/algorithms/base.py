@@ -97,7 +97,7 @@ def _multiagent() -> tuple[Callable[[Any], bool], str]:
         return ((policies is None or (isinstance(policies, dict) and all(
                     isinstance(k, str) and (spec is None or isinstance(spec, PolicySpec)
                                             or callable(spec)
-                                            or (isinstance(spec, tuple) and len(spec) == 4))
+                                            or isinstance(spec, tuple))  # checked at build
                     for k, spec in policies.items())))
                 and (fn is None or callable(fn))
                 and (train is None or callable(train) or (

@@ -21,7 +21,6 @@ concurrently: ``Concurrently([enqueue, dequeue], mode="async", output_indexes=[1
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -197,23 +196,17 @@ class CountAggregatedSampled:
 
 
 class StartLearner:
-    """Start the learner thread with the first item (building a plan starts nothing).
-
-    Async: each call gives the run's loop a turn while learner results wait, so a
-    sampling side that is always ready (in-process workers) cannot keep the
-    dequeue side of ``Concurrently(mode="async")`` from being woken.
-    """
+    """Start the learner thread with the first item (building a plan starts nothing),
+    and fail the run at once if it has died since."""
 
     def __init__(self, learner: LearnerThread):
         self.learner = learner
 
-    async def __call__(self, item: Any) -> Any:
+    def __call__(self, item: Any) -> Any:
         learner = self.learner
         if learner.ident is None and not learner.stopped:
             learner.start()
         learner.check()
-        if learner.outqueue.qsize():
-            await asyncio.sleep(0)
         return item
 
 
