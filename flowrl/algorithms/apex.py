@@ -112,6 +112,9 @@ class ApeXConfig(DQNConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.num_workers < 1:
+            raise ConfigError("ApeXConfig.num_workers=0: Ape-X samples on remote workers; "
+                              "set num_workers >= 1 (or use DQN)")
         per_shard = self.buffer_size // self.num_replay_buffer_shards
         if self.learning_starts > per_shard:
             raise ConfigError(f"ApeXConfig.learning_starts={self.learning_starts}: must be <= "
@@ -308,9 +311,6 @@ class ApeX(DQN):
     @staticmethod
     def execution_plan(workers, config: ApeXConfig, *, algo: "ApeX | None" = None) -> LocalStream:
         n = config.num_workers
-        if n < 1:
-            raise ConfigError("ApeXConfig.num_workers=0: Ape-X samples on remote workers; "
-                              "set num_workers >= 1 (or use DQN)")
         workers.foreach_worker(lambda w: _set_apex_epsilon(w, n))
         shards = config.num_replay_buffer_shards
         actors = create_replay_actors(
