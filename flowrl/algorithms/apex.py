@@ -199,11 +199,19 @@ class ApeXLearnerThread(threading.Thread):
         return actor, batch, td, info
 
     def check(self) -> bool:
-        """True while the thread runs; raises a FlowError naming it once it died."""
+        """True while the thread runs (or has not started); raises a FlowError naming
+        it once it died."""
         if self.error is not None:
             raise FlowError(f"{self.name} (the Ape-X learner thread) died: "
                             f"{type(self.error).__name__}: {self.error}") from self.error
-        return self.is_alive() or self._stopping
+        return self.is_alive() or self._stopping or self.ident is None
+
+    def __call__(self, item: Any) -> Any:
+        """As a plan op before ``Enqueue``: start the thread with the first item
+        (building a plan starts nothing); returns the item."""
+        if self.ident is None and not self._stopping:
+            self.start()
+        return item
 
     def stop(self) -> None:
         """Ask the thread to end after its current step (idempotent)."""
@@ -337,6 +345,7 @@ class ApeX(DQN):
                             name="apex/learning_starts"))
         replay_op = (Replay(actors=actors, num_async=4, name="apex/replay")
                      .zip_with_source_actor(name="apex/zip_replay_actor")
+                     .for_each(learner, name="apex/start_learner")
                      .for_each(Enqueue(learner.inqueue), name="apex/enqueue"))
         update_op = (Dequeue(learner.outqueue, check=learner.check, name="apex/dequeue")
                      .for_each(_RecordLearnerOutput(), name="apex/record_learner")
@@ -350,7 +359,6 @@ class ApeX(DQN):
                               output_indexes=[2],
                               round_robin_weights=apex_weights(config),
                               name="apex/concurrently")
-        learner.start()
         return StandardMetricsReporting(
             merged, workers, min_time_s_per_reporting=config.min_time_s_per_reporting,
             timesteps_per_iteration=config.timesteps_per_iteration)
@@ -391,7 +399,7 @@ class ApeX(DQN):
         if run is not None:
             run.stop()
         self._stop_replay()
-        if self.learner is not None and self.learner.is_alive():
+        if self.learner is not None and self.learner.ident is not None:
             self.learner.join(timeout=30)
         self.workers.stop()
 
