@@ -160,3 +160,69 @@ def test_local_and_ray_agree(ray_session, pool, plan_spec):
         # only order-preserving operators follow an async gather, and Concurrently
         # keeps each input's order, so every shard's (tag's) sequence is the same
         assert per_tag(actual) == per_tag(expected)
+
+
+# ------------------------------------------------------------------ stateful callables
+
+class Numbering:
+    """A stateful operator: numbers the items it has seen (per copy)."""
+
+    def __init__(self):
+        self.seen = 0
+
+    def __call__(self, x):
+        self.seen += 1
+        return x[0], x[1], self.seen
+
+
+def test_each_shard_has_its_own_copy_of_a_stateful_callable(ray_session, pool):
+    data = [[(i, 10 * i + k) for k in range(3)] for i in range(3)]
+    local_hosts = [DataHost() for _ in range(3)]
+    for h, items in zip(local_hosts, data):
+        h.load(items)
+    ray_session.get([h.load.remote(items) for h, items in zip(pool, data)])
+    numbering = Numbering()
+
+    def plan(hosts):
+        return flowrl.from_actors(hosts).for_each(numbering).gather_sync()
+
+    with Plan(plan(local_hosts)).compile(backend="local") as run:
+        expected = run.take(100)
+    with Plan(plan(pool[:3])).compile(backend="ray") as run:
+        actual = run.take(100)
+    assert actual == expected
+    assert [n for *_, n in expected] == [1, 1, 1, 2, 2, 2, 3, 3, 3]  # one count per shard
+    assert numbering.seen == 0  # the plan's own object was never run
+
+
+def test_concat_batches_in_an_aggregation_pipeline(ray_session, pool):
+    """ConcatBatches keeps one buffer per aggregator on both backends: no batch mixes groups."""
+    from flowrl.batch import SampleBatch
+    from flowrl.ops import ConcatBatches
+
+    data = [[SampleBatch(shard=[i] * 3, row=[100 * i + 3 * k + j for j in range(3)])
+             for k in range(4)] for i in range(POOL)]
+    local_hosts = [DataHost() for _ in range(POOL)]
+    for h, items in zip(local_hosts, data):
+        h.load(items)
+    ray_session.get([h.load.remote(items) for h, items in zip(pool, data)])
+
+    def plan(hosts):
+        return (flowrl.from_actors(hosts)
+                .aggregate(2, lambda g: g.combine(ConcatBatches(min_batch_size=7)))
+                .gather_async())
+
+    def summary(batches):
+        groups = [sorted({int(s) % 2 for s in b["shard"]}) for b in batches]
+        rows = collections.Counter(int(r) for b in batches for r in b["row"])
+        return sorted(len(b) for b in batches), groups, rows
+
+    with Plan(plan(local_hosts)).compile(backend="local") as run:
+        local_sizes, local_groups, local_rows = summary(run.take(100))
+    with Plan(plan(pool)).compile(backend="ray") as run:
+        ray_sizes, ray_groups, ray_rows = summary(run.take(100))
+    # 24 rows per group in 3-row batches: two 9-row batches each, 6 rows left buffered
+    assert local_sizes == ray_sizes == [9, 9, 9, 9]
+    assert all(len(g) == 1 for g in local_groups + ray_groups)  # never two groups in one batch
+    assert sum(local_rows.values()) == sum(ray_rows.values()) == 36
+    assert max(local_rows.values()) == max(ray_rows.values()) == 1  # no row duplicated

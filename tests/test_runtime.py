@@ -36,29 +36,6 @@ def test_enqueue_applies_backpressure_and_drops_nothing():
     run.stop()
 
 
-def test_learner_thread_round_trip_through_queues():
-    inq, outq = queue.Queue(maxsize=2), queue.Queue()
-
-    def learner():
-        while (x := inq.get()) is not None:
-            outq.put(x * 10)
-
-    thread = threading.Thread(target=learner, daemon=True)
-    thread.start()
-    enqueue = flowrl.from_range(20, 2).gather_sync().for_each(Enqueue(inq))
-    results = Dequeue(outq, check=thread.is_alive)
-    with Plan(Concurrently([enqueue, results], mode="async", output_indexes=[1])).compile() as run:
-        assert sorted(run.take(20)) == [10 * i for i in range(20)]
-    inq.put(None)
-
-
-def test_dequeue_fails_when_the_producer_died():
-    run = Plan(Dequeue(queue.Queue(), check=lambda: False)).compile()
-    with pytest.raises(OperatorError, match=r"'dequeue'.*check\(\) reports the producer") as info:
-        next(run)
-    assert isinstance(info.value.__cause__, FlowError)
-
-
 def test_stop_while_waiting_on_an_empty_queue_is_prompt():
     waiting = Dequeue(queue.Queue())
     finite = flowrl.from_iterable(lambda: [1, 2, 3])

@@ -188,7 +188,8 @@ class Algorithm:
                 raise FlowError(f"{type(self).__name__}.execution_plan must return a LocalStream "
                                 f"of result dicts, got {output!r}")
             self.plan = Plan(output, name=self.name)
-            self._run = self.plan.compile(backend="auto", seed=config.seed or 0)
+            self._run = self.plan.compile(backend="auto", seed=config.seed or 0,
+                                          local_worker=self.workers.local_worker())
         except BaseException:
             self.workers.stop()
             raise

@@ -4,7 +4,7 @@ Nothing here imports Ray or torch; building a plan has no side effects.
 """
 
 from flowrl.graph.plan import Plan
-from flowrl.graph.shard_host import ShardHost
+from flowrl.runtime.shard_host import ShardHost
 from flowrl.graph.stream import (Concurrently, LocalStream, ParallelStream, from_actors,
                                  from_items, from_iterable, from_iterators, from_range)
 

@@ -1,10 +1,11 @@
 """Compiling a Plan: shard slots, fused stages, driver-side fusion, pickling checks.
 
-The result is plain data (:class:`Compiled`) that any backend's runtime executes:
+The result is plain data (:class:`Compiled`) that any backend's runtime executes
+(``runtime/stages.py`` turns each :class:`StageSpec` into the code that runs it):
 
 - every consumer of a ParallelStream (a gather, or an aggregator's input) gets its
   list of :class:`ShardSlot`: which source shard it reads and the maximal chain of
-  shard-local operators fused into one :class:`~flowrl.graph.stages.FusedStage`;
+  shard-local operators to fuse into one stage there (a :class:`StageSpec`);
 - every aggregate node gets its round-robin groups of upstream slots;
 - every run of driver-side one-to-one operators is fused into one call;
 - with ``ships=True`` (Ray), everything shipped to an actor must pickle, checked
@@ -21,7 +22,6 @@ import cloudpickle
 from flowrl.errors import PlanError
 from flowrl.graph.node import LOCAL, MAP_OPS, SHARD_LOCAL_OPS, SOURCE, Node
 from flowrl.graph.plan import Plan
-from flowrl.graph.stages import FusedStage, Step
 
 GATHER_OPS = frozenset({"gather_sync", "batch_across_shards", "gather_async",
                         "aggregator_input"})
@@ -30,12 +30,40 @@ SYNC_DRIVER_OPS = frozenset({"for_each", "filter", "batch", "flatten", "combine"
 
 
 @dataclass(frozen=True)
+class Step:
+    """One operator of a fused stage: op name, node id, label and parameters."""
+
+    op: str
+    node_id: str
+    label: str
+    params: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """A chain of operators fused into one stage over shard ``shard_index`` of a source.
+
+    ``shard_index`` offsets the seeds of seeded shuffles so shards differ but replay.
+    """
+
+    source_id: str
+    source_label: str
+    steps: tuple[Step, ...] = ()
+    shard_index: int = 0
+
+    def then(self, step: Step) -> "StageSpec":
+        """This chain followed by ``step``."""
+        return StageSpec(self.source_id, self.source_label, self.steps + (step,),
+                         self.shard_index)
+
+
+@dataclass(frozen=True)
 class ShardSlot:
     """Shard ``index`` of ``source`` (a source or aggregate node) with its fused stage."""
 
     source: Node
     index: int
-    stage: FusedStage
+    stage: StageSpec
 
 
 @dataclass
@@ -55,7 +83,7 @@ def _step(plan: Plan, node: Node) -> Step:
 def shard_slots(plan: Plan, node: Node) -> list[ShardSlot]:
     """The shards a consumer of ParallelStream ``node`` reads, in shard order."""
     if node.kind == SOURCE or node.op == "aggregate":
-        return [ShardSlot(node, i, FusedStage(plan.ids[node], node.label, [], i))
+        return [ShardSlot(node, i, StageSpec(plan.ids[node], node.label, (), i))
                 for i in range(node.num_shards)]
     if node.op == "union":
         return [s for parent, _ in node.inputs for s in shard_slots(plan, parent)]
@@ -63,9 +91,7 @@ def shard_slots(plan: Plan, node: Node) -> list[ShardSlot]:
         upstream = shard_slots(plan, node.inputs[0][0])
         return [upstream[i] for i in node.params["indices"]]
     if node.op in SHARD_LOCAL_OPS:
-        return [ShardSlot(s.source, s.index,
-                          FusedStage(s.stage.source_id, s.stage.source_label,
-                                     s.stage.steps + [_step(plan, node)], s.index))
+        return [ShardSlot(s.source, s.index, s.stage.then(_step(plan, node)))
                 for s in shard_slots(plan, node.inputs[0][0])]
     raise PlanError(f"{plan.ids[node]!r} ({node.op}) cannot feed a gather")
 
@@ -101,7 +127,7 @@ def is_sync_source(node: Node) -> bool:
 def _sync_segments(plan: Plan, out: Compiled) -> set[Node]:
     """Fuse each synchronous from_iterable with the sync operators after it.
 
-    The segment runs as one FusedStage on the driver (the same code shards run),
+    The segment runs as one fused stage on the driver (the same code shards run),
     so a chain like for_each/filter/batch/flatten costs one generator stack per
     item instead of one async generator per operator. Returns the fused nodes.
     """
@@ -122,11 +148,12 @@ def _sync_segments(plan: Plan, out: Compiled) -> set[Node]:
     return fused
 
 
-def stage_for_segment(plan: Plan, segment: list[Node]) -> FusedStage:
+def stage_for_segment(plan: Plan, segment: list[Node]) -> StageSpec:
+    """The stage running a synchronous source segment (``shuffle`` as ``local_shuffle``)."""
     source, ops = segment[0], segment[1:]
-    steps = [Step("local_shuffle" if n.op == "shuffle" else n.op, plan.ids[n], n.label,
-                  dict(n.params)) for n in ops]
-    return FusedStage(plan.ids[source], source.label, steps)
+    steps = tuple(Step("local_shuffle" if n.op == "shuffle" else n.op, plan.ids[n], n.label,
+                       dict(n.params)) for n in ops)
+    return StageSpec(plan.ids[source], source.label, steps)
 
 
 def check_picklable(compiled: Compiled) -> None:

@@ -168,15 +168,17 @@ class Plan:
         from flowrl.graph.dot import render
         return render(self, path, stats)
 
-    def compile(self, backend: str = "auto", *, seed: int = 0):
+    def compile(self, backend: str = "auto", *, seed: int = 0, local_worker=None):
         """Compile into a :class:`~flowrl.runtime.run.Run` on ``backend``.
 
         ``"local"`` runs in-process, ``"ray"`` on Ray actors, ``"auto"`` picks Ray when
         any source is a Ray actor handle. ``seed`` drives the local backend's
-        completion-order scheduler for async gathers.
+        completion-order scheduler for async gathers. ``local_worker`` is what
+        :func:`flowrl.workers.get_global_worker` returns inside the run's
+        driver-side operators (an algorithm passes its WorkerSet's local worker).
         """
         from flowrl.runtime.run import Run
-        return Run(self, backend=backend, seed=seed)
+        return Run(self, backend=backend, seed=seed, local_worker=local_worker)
 
     def __repr__(self) -> str:
         return f"Plan({self.name!r}, {len(self.nodes)} nodes, output={self.output_id!r})"

@@ -8,7 +8,8 @@ checked here, at the call, so a bad value fails where it was written.
 >>> s = flowrl.from_range(4, num_shards=2).for_each(lambda x: x * 10)
 >>> s.num_shards
 2
->>> flowrl.Plan(s.gather_sync()).compile().take(4)
+>>> with flowrl.Plan(s.gather_sync()).compile() as run:
+...     run.take(4)
 [0, 20, 10, 30]
 """
 
@@ -73,7 +74,8 @@ class _Stream:
         """Apply ``fn`` to every item (one-to-one, order preserved).
 
         >>> import flowrl
-        >>> flowrl.Plan(from_range(4, 2).for_each(lambda x: x + 1).gather_sync()).compile().take(9)
+        >>> with flowrl.Plan(from_range(4, 2).for_each(lambda x: x + 1).gather_sync()).compile() as run:
+        ...     run.take(9)
         [1, 3, 2, 4]"""
         _check_callable(fn, "for_each")
         return self._child(type(self), "for_each", TRANSFORM, _fn_label(fn, name), name, fn=fn)
@@ -82,7 +84,8 @@ class _Stream:
         """Keep the items for which ``pred`` is true (order preserved).
 
         >>> import flowrl
-        >>> flowrl.Plan(from_range(6, 1).filter(lambda x: x % 3 == 0).gather_sync()).compile().take(9)
+        >>> with flowrl.Plan(from_range(6, 1).filter(lambda x: x % 3 == 0).gather_sync()).compile() as run:
+        ...     run.take(9)
         [0, 3]"""
         _check_callable(pred, "filter")
         return self._child(type(self), "filter", TRANSFORM, _fn_label(pred, name), name, fn=pred)
@@ -91,7 +94,8 @@ class _Stream:
         """Group items into lists of ``n``; the last partial list is emitted too.
 
         >>> import flowrl
-        >>> flowrl.Plan(from_iterable(lambda: range(5)).batch(2)).compile().take(9)
+        >>> with flowrl.Plan(from_iterable(lambda: range(5)).batch(2)).compile() as run:
+        ...     run.take(9)
         [[0, 1], [2, 3], [4]]"""
         _check_positive_int(n, "batch", "n")
         return self._child(type(self), "batch", TRANSFORM, name or f"batch({n})", name, n=n)
@@ -100,7 +104,8 @@ class _Stream:
         """Emit each element of every (iterable) item, in order.
 
         >>> import flowrl
-        >>> flowrl.Plan(from_iterable(lambda: [[1, 2], [], [3]]).flatten()).compile().take(9)
+        >>> with flowrl.Plan(from_iterable(lambda: [[1, 2], [], [3]]).flatten()).compile() as run:
+        ...     run.take(9)
         [1, 2, 3]"""
         return self._child(type(self), "flatten", TRANSFORM, name or "flatten", name)
 
@@ -108,7 +113,8 @@ class _Stream:
         """``for_each(fn)`` then ``flatten()``: ``fn`` returns a list of outputs per item.
 
         >>> import flowrl
-        >>> flowrl.Plan(from_iterable(lambda: [1, 2]).combine(lambda x: [x] * x)).compile().take(9)
+        >>> with flowrl.Plan(from_iterable(lambda: [1, 2]).combine(lambda x: [x] * x)).compile() as run:
+        ...     run.take(9)
         [1, 2, 2]"""
         _check_callable(fn, "combine")
         return self._child(type(self), "combine", TRANSFORM, _fn_label(fn, name), name, fn=fn)
@@ -144,7 +150,8 @@ class ParallelStream(_Stream):
         With ``seed`` the order is reproducible; shard ``i`` uses ``seed + i``.
 
         >>> import flowrl
-        >>> out = flowrl.Plan(from_range(10, 1).local_shuffle(4, seed=0).gather_sync()).compile().take(99)
+        >>> with flowrl.Plan(from_range(10, 1).local_shuffle(4, seed=0).gather_sync()).compile() as run:
+        ...     out = run.take(99)
         >>> sorted(out) == list(range(10)), out != list(range(10))
         (True, True)
         """
@@ -157,7 +164,8 @@ class ParallelStream(_Stream):
         """Keep only the shards at ``indices`` (in the order given).
 
         >>> import flowrl
-        >>> flowrl.Plan(from_items([1, 2, 3], 3).select_shards([2, 0]).gather_sync()).compile().take(9)
+        >>> with flowrl.Plan(from_items([1, 2, 3], 3).select_shards([2, 0]).gather_sync()).compile() as run:
+        ...     run.take(9)
         [3, 1]"""
         indices = list(indices)
         if not indices or any(not isinstance(i, int) or not 0 <= i < self.num_shards
@@ -175,7 +183,8 @@ class ParallelStream(_Stream):
 
         >>> import flowrl
         >>> u = from_items([1], 1).union(from_items([2, 3], 2))
-        >>> u.num_shards, flowrl.Plan(u.gather_sync()).compile().take(9)
+        >>> with flowrl.Plan(u.gather_sync()).compile() as run:
+        ...     u.num_shards, run.take(9)
         (3, [1, 2, 3])"""
         if not isinstance(other, ParallelStream):
             raise PlanError(f"ParallelStream.union() takes a ParallelStream, got {other!r}; "
@@ -191,7 +200,8 @@ class ParallelStream(_Stream):
         A finished shard drops out; the stream ends when all shards have ended.
 
         >>> import flowrl
-        >>> flowrl.Plan(from_iterators([[1, 2, 3], [10]]).gather_sync()).compile().take(9)
+        >>> with flowrl.Plan(from_iterators([[1, 2, 3], [10]]).gather_sync()).compile() as run:
+        ...     run.take(9)
         [1, 10, 2, 3]
         """
         return self._gather("gather_sync", name or "gather_sync", name)
@@ -200,7 +210,8 @@ class ParallelStream(_Stream):
         """Like :meth:`gather_sync` but each round is yielded as one list.
 
         >>> import flowrl
-        >>> flowrl.Plan(from_iterators([[0, 1], [2, 3, 4]]).batch_across_shards()).compile().take(9)
+        >>> with flowrl.Plan(from_iterators([[0, 1], [2, 3, 4]]).batch_across_shards()).compile() as run:
+        ...     run.take(9)
         [[0, 2], [1, 3], [4]]"""
         return self._gather("batch_across_shards", name or "batch_across_shards", name)
 
@@ -211,7 +222,8 @@ class ParallelStream(_Stream):
         On the local backend a seeded scheduler picks which shard completes next.
 
         >>> import flowrl
-        >>> out = flowrl.Plan(from_iterators([["a1", "a2"], ["b1", "b2"]]).gather_async()).compile().take(9)
+        >>> with flowrl.Plan(from_iterators([["a1", "a2"], ["b1", "b2"]]).gather_async()).compile() as run:
+        ...     out = run.take(9)
         >>> sorted(out), [x for x in out if x[0] == "a"]
         (['a1', 'a2', 'b1', 'b2'], ['a1', 'a2'])
         """
@@ -234,7 +246,8 @@ class ParallelStream(_Stream):
 
         >>> import flowrl
         >>> s = from_range(8, 4).aggregate(2, lambda group: group.batch(2))
-        >>> batches = flowrl.Plan(s.gather_async()).compile().take(99)
+        >>> with flowrl.Plan(s.gather_async()).compile() as run:
+        ...     batches = run.take(99)
         >>> sorted(x for b in batches for x in b) == list(range(8)), s.num_shards
         (True, 2)
         """
@@ -280,7 +293,8 @@ class LocalStream(_Stream):
         """Shuffle through a buffer of ``buffer_size`` items (seeded if ``seed``).
 
         >>> import flowrl
-        >>> out = flowrl.Plan(from_iterable(lambda: range(10)).shuffle(3, seed=1)).compile().take(99)
+        >>> with flowrl.Plan(from_iterable(lambda: range(10)).shuffle(3, seed=1)).compile() as run:
+        ...     out = run.take(99)
         >>> sorted(out) == list(range(10))
         True"""
         _check_positive_int(buffer_size, "shuffle", "buffer_size")
@@ -296,8 +310,8 @@ class LocalStream(_Stream):
         >>> def count(x):
         ...     flowrl.get_metrics().counters["seen"] += 1
         ...     return x
-        >>> run = flowrl.Plan(from_iterable(lambda: "ab").for_each(count)).compile()
-        >>> run.take(9), run.metrics.counters["seen"]
+        >>> with flowrl.Plan(from_iterable(lambda: "ab").for_each(count)).compile() as run:
+        ...     run.take(9), run.metrics.counters["seen"]
         (['a', 'b'], 2)
         """
         _check_callable(fn, "for_each")
@@ -313,7 +327,8 @@ class LocalStream(_Stream):
 
         >>> import flowrl
         >>> a, b = from_iterable(lambda: [1, 2]).duplicate(2)
-        >>> flowrl.Plan(Concurrently([a, b.for_each(lambda x: -x)])).compile().take(9)
+        >>> with flowrl.Plan(Concurrently([a, b.for_each(lambda x: -x)])).compile() as run:
+        ...     run.take(9)
         [1, -1, 2, -2]
         """
         if isinstance(n, bool) or not isinstance(n, int) or n < 2:
@@ -336,7 +351,8 @@ class LocalStream(_Stream):
         ...     def __init__(self, tag): self.tag = tag
         ...     def shard_items(self): return iter([1])
         >>> hosts = [Shard("a"), Shard("b")]
-        >>> out = flowrl.Plan(from_actors(hosts).gather_sync().zip_with_source_actor()).compile().take(9)
+        >>> with flowrl.Plan(from_actors(hosts).gather_sync().zip_with_source_actor()).compile() as run:
+        ...     out = run.take(9)
         >>> [(host.tag, x) for host, x in out]
         [('a', 1), ('b', 1)]
         """
@@ -350,7 +366,8 @@ class LocalStream(_Stream):
 
         >>> import flowrl
         >>> a, b = from_iterable(lambda: [1, 2]), from_iterable(lambda: [3])
-        >>> flowrl.Plan(a.union(b, deterministic=True)).compile().take(9)
+        >>> with flowrl.Plan(a.union(b, deterministic=True)).compile() as run:
+        ...     run.take(9)
         [1, 3, 2]"""
         mode = "round_robin" if deterministic or round_robin_weights else "async"
         return Concurrently([self, *others], mode=mode, round_robin_weights=round_robin_weights,
@@ -379,7 +396,8 @@ def Concurrently(streams: Sequence[LocalStream], mode: str = "round_robin",
 
     >>> import flowrl
     >>> a, b = flowrl.from_iterable(lambda: [1, 2, 3]), flowrl.from_iterable(lambda: [4, 5, 6])
-    >>> flowrl.Plan(Concurrently([a, b])).compile().take(6)
+    >>> with flowrl.Plan(Concurrently([a, b])).compile() as run:
+    ...     run.take(6)
     [1, 4, 2, 5, 3, 6]
     """
     streams = list(streams)
@@ -434,7 +452,8 @@ def from_items(items: Iterable[Any], num_shards: int = 2, repeat: bool = False, 
     """A ParallelStream of ``items``; item ``i`` goes to shard ``i % num_shards``.
 
     >>> import flowrl
-    >>> flowrl.Plan(from_items([1, 2, 3, 4], 2).gather_sync()).compile().take(4)
+    >>> with flowrl.Plan(from_items([1, 2, 3, 4], 2).gather_sync()).compile() as run:
+    ...     run.take(4)
     [1, 2, 3, 4]
     """
     _check_positive_int(num_shards, "from_items", "num_shards")
@@ -449,7 +468,8 @@ def from_range(n: int, num_shards: int = 2, repeat: bool = False, *,
     """``range(n)`` split into contiguous shards; the last shard takes the remainder.
 
     >>> import flowrl
-    >>> flowrl.Plan(from_range(5, 2).batch_across_shards()).compile().take(9)
+    >>> with flowrl.Plan(from_range(5, 2).batch_across_shards()).compile() as run:
+    ...     run.take(9)
     [[0, 2], [1, 3], [4]]"""
     _check_positive_int(num_shards, "from_range", "num_shards")
     if isinstance(n, bool) or not isinstance(n, int) or n < 0:
@@ -465,7 +485,8 @@ def from_iterators(sources: Sequence[Any], repeat: bool = False, *,
     """One shard per list/range or zero-argument callable returning an iterable.
 
     >>> import flowrl
-    >>> flowrl.Plan(from_iterators([[1, 2], lambda: iter("x")]).gather_sync()).compile().take(9)
+    >>> with flowrl.Plan(from_iterators([[1, 2], lambda: iter("x")]).gather_sync()).compile() as run:
+    ...     run.take(9)
     [1, 'x', 2]"""
     sources = list(sources)
     if not sources:
@@ -491,10 +512,11 @@ def from_actors(hosts: Sequence[Any], *, name: str | None = None) -> ParallelStr
     >>> class Squares(flowrl.ShardHost):
     ...     def __init__(self, n): self.n = n
     ...     def shard_items(self): return (i * i for i in range(self.n))
-    >>> flowrl.Plan(from_actors([Squares(3), Squares(2)]).gather_sync()).compile().take(9)
+    >>> with flowrl.Plan(from_actors([Squares(3), Squares(2)]).gather_sync()).compile() as run:
+    ...     run.take(9)
     [0, 0, 1, 1, 4]
     """
-    from flowrl.graph.shard_host import ShardHost
+    from flowrl.runtime.shard_host import ShardHost
 
     hosts = list(hosts)
     if not hosts:
@@ -518,7 +540,8 @@ def from_iterable(factory: Callable[[], Iterable[Any]], *, name: str | None = No
     For an asynchronous source, pass an async generator function as ``factory``.
 
     >>> import flowrl
-    >>> flowrl.Plan(from_iterable(lambda: iter("abc"))).compile().take(2)
+    >>> with flowrl.Plan(from_iterable(lambda: iter("abc"))).compile() as run:
+    ...     run.take(2)
     ['a', 'b']
     """
     _check_callable(factory, "from_iterable")

@@ -6,8 +6,12 @@ learner-thread queues (:mod:`~flowrl.ops.queues`). Each operator's docstring lis
 the counters and timers it touches.
 """
 
+from flowrl.ops.gradient_ops import (ApplyGradients, AsyncGradients, AverageGradients,
+                                     ComputeGradients)
+from flowrl.ops.learner_thread import LearnerThread
 from flowrl.ops.metric_ops import (CollectMetrics, OncePerTimeInterval, OncePerTimestepsElapsed,
                                    StandardMetricsReporting)
+from flowrl.ops.mixin_replay import MixInReplay
 from flowrl.ops.multi_gpu import MultiGPUTrainOneStep
 from flowrl.ops.queues import Dequeue, Enqueue
 from flowrl.ops.replay_ops import (LearningStarts, Replay, StoreToReplayBuffer,
@@ -21,5 +25,7 @@ __all__ = ["Dequeue", "Enqueue", "ConcatBatches", "ParallelRollouts", "SelectExp
            "StandardizeFields", "rollout_shards", "synchronous_parallel_sample",
            "TrainOneStep", "UpdateKL", "MultiGPUTrainOneStep", "StandardMetricsReporting",
            "CollectMetrics", "OncePerTimeInterval", "OncePerTimestepsElapsed",
+           "ComputeGradients", "AsyncGradients", "ApplyGradients", "AverageGradients",
+           "LearnerThread", "MixInReplay",
            "StoreToReplayBuffer", "LearningStarts", "Replay", "UpdateTargetNetwork",
            "UpdateReplayPriorities"]

@@ -1,10 +1,12 @@
-"""Bridges between a plan and learner threads: ``Enqueue`` and ``Dequeue``.
+"""Bridges between a plan and a thread (a learner thread): ``Enqueue`` and ``Dequeue``.
 
-Both take a plain ``queue.Queue`` shared with a thread. A full queue applies
-backpressure (the plan waits; nothing is dropped) and an empty one makes the
-plan wait, in both cases awaited on the run's event loop: the blocking call runs
-on the run's I/O thread, which wakes at least every ``WAKE_S`` seconds only to
-notice that the run stopped.
+Both take a plain ``queue.Queue`` shared with the thread, made before or after the
+run. A full queue applies backpressure (the plan waits; nothing is dropped) and an
+empty one makes the plan wait; either wait is awaited on the run's event loop and
+woken by the thread's own ``put``/``get`` (see ``runtime/queue_bridge.py``): no
+thread blocks on the queue for the plan and nothing polls it. ``check`` (is the
+other side alive?) and ``timeout`` (how long nothing may move) turn a dead or stuck
+thread into a :class:`~flowrl.errors.FlowError` naming ``label``, instead of a hang.
 """
 
 from __future__ import annotations
@@ -12,89 +14,85 @@ from __future__ import annotations
 import queue as queue_mod
 from typing import Any, Callable
 
-from flowrl.errors import ConfigError, FlowError
 from flowrl.graph.stream import LocalStream, from_iterable
-from flowrl.runtime.context import RunContext, current_run, run_in_thread
-
-WAKE_S = 0.2
-
-
-def _check_queue(q: Any, op: str) -> None:
-    if not all(hasattr(q, m) for m in ("put", "get", "put_nowait", "get_nowait")):
-        raise ConfigError(f"{op}(queue={q!r}): expected a queue.Queue (put/get/put_nowait/"
-                          "get_nowait)")
-
-
-def _put_blocking(q: queue_mod.Queue, item: Any, ctx: RunContext) -> None:
-    while not ctx.stopping:
-        try:
-            q.put(item, timeout=WAKE_S)
-            return
-        except queue_mod.Full:
-            continue
+from flowrl.runtime.context import current_run
+from flowrl.runtime.queue_bridge import check_queue, check_wait_args, wait_ready
 
 
 class Enqueue:
     """``stream.for_each(Enqueue(q))``: put each item into ``q``, passing it through.
 
-    When ``q`` is full the plan waits until the consumer thread makes room.
+    When ``q`` is full the plan waits (awaited, woken by the consumer's ``get``)
+    until the consumer thread makes room. ``check()`` returning False while it
+    waits means the consumer died; no room for ``timeout`` seconds means it is
+    stuck: either fails the run with a FlowError naming ``label`` (default: "the
+    consumer of Enqueue's queue"). Touches no counters or timers.
 
     >>> import queue, flowrl
     >>> q = queue.Queue(maxsize=10)
-    >>> run = flowrl.Plan(flowrl.from_iterable(lambda: [1, 2]).for_each(Enqueue(q))).compile()
-    >>> run.take(3), q.get_nowait(), q.get_nowait()
+    >>> with flowrl.Plan(flowrl.from_iterable(lambda: [1, 2]).for_each(Enqueue(q))).compile() as run:
+    ...     run.take(3), q.get_nowait(), q.get_nowait()
     ([1, 2], 1, 2)
     """
 
     flowrl_kind = "sink"
+    _flowrl_loop_free = True  # awaits only futures of the run's loop: may be hand-advanced
 
-    def __init__(self, queue: queue_mod.Queue):
-        _check_queue(queue, "Enqueue")
+    def __init__(self, queue: queue_mod.Queue, *, check: Callable[[], bool] | None = None,
+                 timeout: float | None = None, label: str | None = None):
+        check_queue(queue, "Enqueue")
+        check_wait_args("Enqueue", check, timeout, label)
         self.queue = queue
+        self.check = check
+        self.timeout = timeout
+        self.label = label or "the consumer of Enqueue's queue"
 
     async def __call__(self, item: Any) -> Any:
-        try:
-            self.queue.put_nowait(item)
-        except queue_mod.Full:
-            await run_in_thread(_put_blocking, self.queue, item, current_run())
-        return item
+        q = self.queue
+        while True:
+            try:
+                q.put_nowait(item)
+                return item
+            except queue_mod.Full:
+                await wait_ready(current_run().loop, q, put=True, op="Enqueue",
+                                 check=self.check, timeout=self.timeout, label=self.label)
 
-
-def _get_blocking(q: queue_mod.Queue, check: Callable[[], bool] | None,
-                  ctx: RunContext) -> tuple[bool, Any]:
-    while not ctx.stopping:
-        if check is not None and not check():
-            raise FlowError("Dequeue: check() reports the producer of the queue is no longer "
-                            "running (e.g. the learner thread died); see its log for the cause")
-        try:
-            return True, q.get(timeout=WAKE_S)
-        except queue_mod.Empty:
-            continue
-    return False, None
+    def __repr__(self) -> str:
+        return f"Enqueue({self.label})"
 
 
 def Dequeue(queue: queue_mod.Queue, check: Callable[[], bool] | None = None, *,
+            timeout: float | None = None, label: str | None = None,
             name: str = "dequeue") -> LocalStream:
-    """A LocalStream of the items a thread puts into ``queue`` (endless).
+    """A LocalStream (node ``name``) of the items a thread puts into ``queue``; endless.
 
-    ``check()``, if given, is asked while waiting whether the producer is still
-    alive; when it returns False the run fails with a FlowError instead of hanging.
+    An empty queue makes the plan wait, awaited and woken by the thread's ``put``.
+    ``check()`` returning False while it waits means the producer died; no item for
+    ``timeout`` seconds means it is stuck: either fails the run with a FlowError
+    naming ``label`` (default: "the producer of Dequeue <name>'s queue"), e.g.
+    ``label="learner thread 'learner' (learner_queue_timeout=300)"``. Items are
+    taken only when the plan asks for one (none is held back when the run stops).
+    Touches no counters or timers.
 
     >>> import queue, flowrl
     >>> q = queue.Queue(); q.put("a"); q.put("b")
-    >>> flowrl.Plan(Dequeue(q)).compile().take(2)
+    >>> with flowrl.Plan(Dequeue(q)).compile() as run:
+    ...     run.take(2)
     ['a', 'b']
     """
-    _check_queue(queue, "Dequeue")
+    check_queue(queue, "Dequeue")
+    check_wait_args("Dequeue", check, timeout, label)
+    label = label or f"the producer of Dequeue {name!r}'s queue"
 
     async def items():
         while True:
             try:
                 item = queue.get_nowait()
             except queue_mod.Empty:
-                got, item = await run_in_thread(_get_blocking, queue, check, current_run())
-                if not got:
-                    return
+                await wait_ready(current_run().loop, queue, put=False, op="Dequeue",
+                                 check=check, timeout=timeout, label=label)
+                continue
             yield item
 
+    items._flowrl_loop_free = True  # awaits only futures of the run's loop
     return from_iterable(items, name=name)

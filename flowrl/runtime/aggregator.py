@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from flowrl.graph.node import Node
-from flowrl.graph.shard_host import ShardHost
+from flowrl.runtime.shard_host import ShardHost
 
 
 @dataclass
@@ -25,10 +25,16 @@ class AggregatorSpec:
     seed: int
 
     def __getstate__(self):
-        # Ship only what the sub-plan needs: its nodes and their ids.
+        # Ship only what the sub-plan needs: the ids of the nodes reachable from the
+        # aggregate node (its pipeline and the shard side feeding it), never the
+        # driver's nodes (a learner's queue, a local worker) that cannot or should
+        # not travel to an aggregator.
+        from flowrl.graph.plan import collect
+
         state = dict(self.__dict__)
         plan = state.pop("plan")
-        state["ids"] = plan.ids if plan is not None else state.get("ids")
+        if plan is not None:
+            state["ids"] = {n: plan.ids[n] for n in collect(self.node) if n in plan.ids}
         state["plan"] = None
         return state
 

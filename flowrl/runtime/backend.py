@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from flowrl.graph.stages import FusedStage
+from flowrl.runtime.stages import FusedStage
 
 
 @dataclass(eq=False)

@@ -4,7 +4,8 @@ Policy:
 - ``round_robin``: strict turns; input ``i`` gives ``w_i`` items per turn (a
   fractional weight rounds stochastically, a ``"*"`` weight takes what is ready
   now, at most :data:`STAR_LIMIT` items, so an always-ready input cannot starve
-  the others). An exhausted input drops out.
+  the others). An exhausted input drops out. When only ``"*"`` inputs are left
+  and a turn found nothing ready, wait (awaited) until one of them has an item.
 - ``async``: whichever input is ready; ready inputs are served in rotation from
   the one after the last served, so none starves. When none is ready, wait for the
   first to become ready (awaited on the event loop, never polled).
@@ -44,6 +45,7 @@ async def round_robin(ctx: RunContext, inputs: list[AsyncIterator[Any]], weights
     pulls = [Pull(ctx, agen) for agen in inputs]
     active = list(range(len(inputs)))
     while active:
+        moved = False
         for i in list(active):
             pull, w = pulls[i], weights[i]
             if w == "*":
@@ -55,6 +57,7 @@ async def round_robin(ctx: RunContext, inputs: list[AsyncIterator[Any]], weights
                         break
                     if not ready:
                         break
+                    moved = True
                     st.items_in += 1
                     if i in emit:
                         st.items_out += 1
@@ -66,10 +69,16 @@ async def round_robin(ctx: RunContext, inputs: list[AsyncIterator[Any]], weights
                 except StopAsyncIteration:
                     active.remove(i)
                     break
+                moved = True
                 st.items_in += 1
                 if i in emit:
                     st.items_out += 1
                     yield item
+        if not moved and active and all(weights[i] == "*" for i in active):
+            # Only "*" inputs are left and none had anything ready: wait for one.
+            tasks = [pulls[i].task for i in active if pulls[i].task is not None]
+            if tasks:
+                await first_completed(ctx, tasks)
 
 
 async def async_union(ctx: RunContext, inputs: list[AsyncIterator[Any]], emit: set[int],

@@ -7,9 +7,19 @@ really suspends on a future is the rest handed to the event loop
 (:class:`Resume`). That keeps the per-item cost of a fused chain near that of a
 plain generator while every wait is still awaited, never polled.
 
+Runtime code advanced by hand only awaits futures of the run's own loop, which
+needs no running loop. User coroutines (``async def`` operators, async-generator
+sources) may await anything (``asyncio.sleep``, an ``asyncio.Queue``, a timeout,
+any async library), so they must run inside a task of the running loop: before
+calling one, the driver calls :func:`into_loop`, which, while code is being
+advanced by hand (``RunContext.by_hand``), suspends with a bare yield. The hand
+advance then stops there and hands the rest to a task, which resumes it on the
+loop's next turn; the user coroutine starts, and finishes, inside that task.
+
 State kept here: a ``contextvars.ContextVar`` holding the current
-:class:`RunContext` (its loop, executor and background-task count), set while a
-run's driver code executes, so runtime code never needs a global loop.
+:class:`RunContext` (its loop, executor, background tasks and whether code is
+being advanced by hand), set while a run's driver code executes, so runtime code
+never needs a global loop.
 """
 
 from __future__ import annotations
@@ -17,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
+import types
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
@@ -25,12 +36,22 @@ from flowrl.errors import FlowError
 
 @dataclass
 class RunContext:
+    """A run's loop, its I/O threads for blocking Ray waits, and its pending tasks.
+
+    ``executor`` serves only blocking Ray waits (``call_blocking``); the runtime
+    sizes it to one thread per gather, each of which has at most one such wait in
+    flight, so one wait can never hold up another. Queue bridges use no thread.
+    """
+
     loop: asyncio.AbstractEventLoop
     executor: concurrent.futures.ThreadPoolExecutor = field(
         default_factory=lambda: concurrent.futures.ThreadPoolExecutor(
-            max_workers=4, thread_name_prefix="flowrl-io"))
+            max_workers=1, thread_name_prefix="flowrl-io"))
     background: set = field(default_factory=set)  # tasks not yet done
     stopping: bool = False
+    local_worker: Any = None  # what get_global_worker() returns in driver-side operators
+    by_hand: bool = False  # True while driver code is advanced with send(None), not a task
+    polling: int = 0  # Pull.poll calls in progress (a poll must not block)
 
 
 _RUN: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar("flowrl_run",
@@ -45,22 +66,17 @@ def current_run() -> RunContext:
     return ctx
 
 
-async def run_in_thread(fn: Callable[..., Any], *args: Any) -> Any:
-    """Await ``fn(*args)`` run on the run's I/O thread pool (for blocking calls)."""
-    ctx = current_run()
-    return await ctx.loop.run_in_executor(ctx.executor, fn, *args)
-
-
 async def call_blocking(fn: Callable[..., Any], *args: Any) -> Any:
     """Await blocking ``fn(*args)`` without stalling anything that could progress.
 
-    While the driver advances the plan by hand (no event loop running) and no
-    background task is pending, nothing else in the run can move until this
-    returns, so ``fn`` is called right here, saving two thread hand-offs per
+    While the driver advances the plan by hand (no event loop running), no
+    background task is pending and no input is being polled (a poll must not
+    wait: another input may be ready), nothing else in the run can move until
+    this returns, so ``fn`` is called right here, saving two thread hand-offs per
     call; otherwise it runs on the run's I/O thread and the loop stays free.
     """
     ctx = current_run()
-    if not ctx.background and not _loop_running():
+    if not ctx.background and not ctx.polling and not _loop_running():
         return fn(*args)
     return await ctx.loop.run_in_executor(ctx.executor, fn, *args)
 
@@ -73,16 +89,34 @@ def _loop_running() -> bool:
     return True
 
 
-def try_now(aw: Any) -> tuple[bool, Any]:
-    """Advance awaitable ``aw`` by hand: ``(True, result)`` or ``(False, yielded_future)``.
+def try_now(ctx: RunContext, aw: Any) -> tuple[bool, Any]:
+    """Advance awaitable ``aw`` by hand: ``(True, result)`` or ``(False, yielded)``.
 
-    ``StopAsyncIteration`` and operator errors propagate.
+    ``yielded`` is a future of the run's loop, or None (a bare yield: continue on
+    the loop's next turn). ``StopAsyncIteration`` and operator errors propagate.
     """
+    outer, ctx.by_hand = ctx.by_hand, True
     try:
         y = aw.send(None)
     except StopIteration as e:
         return True, e.value
+    finally:
+        ctx.by_hand = outer
     return False, y
+
+
+@types.coroutine
+def _next_turn():
+    yield  # a bare yield: the task driving this resumes it on the loop's next turn
+
+
+async def into_loop(ctx: RunContext) -> None:
+    """Make sure what follows runs inside a task of ``ctx.loop`` (see the module policy).
+
+    Free when already there; while advanced by hand, one loop turn.
+    """
+    if ctx.by_hand:
+        await _next_turn()
 
 
 class Resume:
@@ -169,11 +203,16 @@ class Pull:
                 return False, None
             task, self.task = self.task, None
             return True, task.result()
+        ctx = self.ctx
         aw = self.agen.__anext__()
-        ready, value = try_now(aw)
+        ctx.polling += 1
+        try:
+            ready, value = try_now(ctx, aw)
+        finally:
+            ctx.polling -= 1
         if ready:
             return True, value
-        self.task = spawn(self.ctx, aw, value)
+        self.task = spawn(ctx, aw, value)
         return False, None
 
     async def next(self) -> Any:

@@ -22,13 +22,13 @@ from collections import deque
 from typing import Any, AsyncIterator
 
 from flowrl.errors import ConfigError
-from flowrl.graph.compile import Compiled, is_sync_source, stage_for_segment
+from flowrl.graph.compile import Compiled, Step, is_sync_source, stage_for_segment
 from flowrl.graph.node import Node
-from flowrl.graph.stages import _DROP, ShuffleBuffer, Step, compose_map, operator_error
 from flowrl.metrics import MetricsContext
 from flowrl.runtime.backend import Backend, Request, Shard
 from flowrl.runtime.concurrency import Splitter, async_union, round_robin
-from flowrl.runtime.context import RunContext
+from flowrl.runtime.context import RunContext, into_loop
+from flowrl.runtime.stages import _DROP, FusedStage, ShuffleBuffer, compose_map, operator_error
 from flowrl.runtime.stats import NodeStats
 
 perf = time.perf_counter
@@ -67,7 +67,8 @@ class Driver:
                 continue  # consumed inside the aggregators, not by this driver
             self.shards[gather] = [
                 Shard(self.hosts[s.source][s.index][0], f"{self.key}/{self.ids[gather]}",
-                      f"{self.ids[s.source]}[{s.index}]", s.stage) for s in slots]
+                      f"{self.ids[s.source]}[{s.index}]", FusedStage.from_spec(s.stage))
+                for s in slots]
         for entry, triples in self.preset.items():
             self.shards[entry] = [Shard(host, f"{self.key}/{self.ids[entry]}", label, stage)
                                   for host, stage, label in triples]
@@ -80,7 +81,7 @@ class Driver:
             from flowrl.runtime.aggregator import AggregatorSpec
             hosts = []
             for j, group in enumerate(self.compiled.groups[src]):
-                members = [(self.hosts[s.source][s.index][0], s.stage,
+                members = [(self.hosts[s.source][s.index][0], FusedStage.from_spec(s.stage),
                             f"{self.ids[s.source]}[{s.index}]") for s in group]
                 spec = AggregatorSpec(self.plan, src, members, f"{self.key}/agg{j}",
                                       self.seed + j)
@@ -169,7 +170,11 @@ class Driver:
         source = self._open_source(node)
         if hasattr(source, "__aiter__"):
             it = source.__aiter__()
+            ctx = self.ctx
+            user_code = not getattr(node.params["factory"], "_flowrl_loop_free", False)
             while True:
+                if user_code:
+                    await into_loop(ctx)
                 try:
                     x = await it.__anext__()
                 except StopAsyncIteration:
@@ -220,7 +225,7 @@ class Driver:
 
     async def _sync_segment(self, segment: list[Node]):
         """A synchronous source and the sync operators after it, as one FusedStage."""
-        stage = stage_for_segment(self.plan, segment)
+        stage = FusedStage.from_spec(stage_for_segment(self.plan, segment))
         ids = [self.ids[n] for n in segment]
         counter = _ChainCounter(0)
         self.segments.append((ids, stage, counter))
@@ -237,8 +242,12 @@ class Driver:
 
     async def _op_for_each_async(self, node: Node, st: NodeStats):
         fn = node.params["fn"]
+        ctx = self.ctx
+        user_code = not getattr(fn, "_flowrl_loop_free", False)
         async for x in self._input(node):
             st.items_in += 1
+            if user_code:
+                await into_loop(ctx)
             try:
                 y = await fn(x)
             except Exception as e:

@@ -1,10 +1,14 @@
 """The in-process backend: shard hosts are Python objects stepped by the driver.
 
-Policy: a request runs when it is waited for. ``wait_all`` runs the requests in
+Policy: every shard host and every aggregator gets its own copy of the code
+shipped to it, made as Ray ships it to an actor (a cloudpickle round trip, see
+:func:`own_copy`), so a stateful callable (``ConcatBatches``) keeps one state per
+shard or aggregator, as it does on Ray. A request runs when it is waited for. ``wait_all`` runs the requests in
 the order given (deterministic). ``wait_any`` picks which shard completes next
 with a seeded ``random.Random``, so async gathers really interleave shards in a
 reproducible completion order rather than draining shard 0 first. Shard code
-runs with no current metrics, exactly as it would on an actor.
+runs with no current run or metrics (only its host is current), exactly as it
+would on an actor.
 
 State: ``_queued`` maps each host to its FIFO of requests not yet run (a host
 serves requests in submission order).
@@ -12,12 +16,17 @@ serves requests in submission order).
 
 from __future__ import annotations
 
+import io
+import pickle
 import random
 from collections import deque
 from typing import Any
 
-from flowrl.graph.shard_host import ItemsHost
-from flowrl.metrics import using_metrics
+import cloudpickle
+
+from flowrl.runtime.shard_host import ItemsHost, ShardHost
+from flowrl.metrics import _CURRENT as _METRICS
+from flowrl.runtime.context import _RUN
 from flowrl.runtime.backend import Backend, Request, Shard
 
 
@@ -33,12 +42,12 @@ class LocalBackend(Backend):
 
     def make_aggregator_host(self, spec: Any) -> Any:
         from flowrl.runtime.aggregator import AggregatorHost
-        return AggregatorHost(spec, backend="local")
+        return AggregatorHost(own_copy(spec), backend="local")
 
     def install(self, shards: list[Shard]) -> None:
-        with using_metrics(None):
+        with shard_side():
             for s in shards:
-                s.host.flowrl_install(s.key, s.stage)
+                s.host.flowrl_install(s.key, own_copy(s.stage))
 
     def submit(self, shard: Shard, n: int) -> Request:
         req = Request(shard, n)
@@ -49,7 +58,7 @@ class LocalBackend(Backend):
         queue = self._queued[id(req.shard)]
         while not req.done:
             head = queue.popleft()
-            with using_metrics(None):
+            with shard_side():
                 try:
                     head.set_result(head.shard.host.flowrl_pull(head.shard.key, head.n))
                 except Exception as e:  # noqa: BLE001 - surfaced by result()
@@ -72,7 +81,7 @@ class LocalBackend(Backend):
     def release(self, shards: list[Shard]) -> None:
         for s in shards:
             self._queued.pop(id(s), None)
-            with using_metrics(None):
+            with shard_side():
                 s.host.flowrl_uninstall(s.key)
 
     def item_counts(self, shards: list[Shard]) -> list[dict[str, int]]:
@@ -83,3 +92,65 @@ class LocalBackend(Backend):
             close = getattr(h, "flowrl_close", None)
             if close is not None:
                 close()
+
+
+class shard_side:
+    """Run shard code as on an actor: no current run, no current metrics."""
+
+    __slots__ = ("tokens",)
+
+    def __enter__(self) -> None:
+        self.tokens = (_RUN.set(None), _METRICS.set(None))
+
+    def __exit__(self, *exc) -> None:
+        run, metrics = self.tokens
+        _METRICS.reset(metrics)
+        _RUN.reset(run)
+
+
+class _ShipPickler(cloudpickle.CloudPickler):
+    """cloudpickle that keeps in-process ShardHosts by reference (they stand for actor
+    handles, which Ray pickles as references too)."""
+
+    def __init__(self, file: Any, hosts: list[Any]):
+        super().__init__(file)
+        self.hosts = hosts
+
+    def persistent_id(self, obj: Any) -> Any:
+        if isinstance(obj, ShardHost):
+            self.hosts.append(obj)
+            return len(self.hosts) - 1
+        return None
+
+
+class _ShipUnpickler(pickle.Unpickler):
+    def __init__(self, file: Any, hosts: list[Any]):
+        super().__init__(file)
+        self.hosts = hosts
+
+    def persistent_load(self, pid: Any) -> Any:
+        return self.hosts[pid]
+
+
+def own_copy(obj: Any) -> Any:
+    """A copy of ``obj`` as an actor would receive it, in-process ShardHosts shared.
+
+    Code that cannot be pickled could not be shipped to an actor either; it is
+    returned as is (shared), since the local backend has no process to ship to.
+
+    >>> class Count:
+    ...     def __init__(self): self.n = 0
+    ...     def __call__(self, x): self.n += 1; return self.n
+    >>> c = Count(); c(0)
+    1
+    >>> copy = own_copy(c); copy(0), c.n
+    (2, 1)
+    """
+    hosts: list[Any] = []
+    buf = io.BytesIO()
+    try:
+        _ShipPickler(buf, hosts).dump(obj)
+        buf.seek(0)
+        return _ShipUnpickler(buf, hosts).load()
+    except Exception:  # noqa: BLE001 - unpicklable: nothing to ship, keep the original
+        return obj

@@ -57,7 +57,7 @@ from ray.exceptions import RayActorError, RayError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from flowrl.errors import ConfigError, FlowError, OperatorError, WorkerError
-from flowrl.graph.shard_host import ItemsHost
+from flowrl.runtime.shard_host import ItemsHost
 from flowrl.runtime.aggregator import AggregatorHost
 from flowrl.runtime.backend import Backend, Request, Shard
 from flowrl.runtime.context import call_blocking

@@ -1,8 +1,9 @@
 """``Run``: a compiled plan executing on a backend, consumed as an iterator.
 
 Policy: ``next(run)`` advances the output iterator by hand first and enters the
-event loop only when something really suspends (see ``runtime/context.py``), or
-when background tasks (pending async inputs) need the loop to make progress. Any
+event loop only when something really suspends or a user coroutine is about to
+run (see ``runtime/context.py``), or when background tasks (pending async inputs)
+need the loop to make progress. Any
 error stops the run and releases what it created before it propagates;
 ``stop()`` is idempotent and releases exactly what this run created: its stages
 on hosts it adopted, and the hosts it made.
@@ -19,6 +20,7 @@ import concurrent.futures
 import contextvars
 import time
 import uuid
+import weakref
 from typing import TYPE_CHECKING, Any
 
 from flowrl.errors import ConfigError
@@ -79,21 +81,26 @@ class Run:
     """
 
     def __init__(self, plan: "Plan", backend: str = "auto", seed: int = 0, *,
-                 _preset: dict | None = None):
+                 local_worker: Any = None, _preset: dict | None = None):
         self.plan = plan
         self._backend = make_backend(plan, backend, seed)
         self.backend = self._backend.name
         compiled = compile_plan(plan, ships=self.backend == "ray")
         self.metrics = MetricsContext()
         self.loop = asyncio.new_event_loop()
-        self.ctx = RunContext(self.loop)
+        # One I/O thread per gather: each has at most one blocking Ray wait in flight.
+        self.ctx = RunContext(self.loop, concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(1, len(compiled.slots)), thread_name_prefix="flowrl-io"),
+            local_worker=local_worker)
         self._stopped = False
         self._final_stats: dict | None = None
-        self._helper: concurrent.futures.ThreadPoolExecutor | None = None
         self.key = f"{plan.name}-{uuid.uuid4().hex[:8]}"
         self._started = time.perf_counter()
         self._driver = Driver(compiled, self._backend, self.ctx, self.metrics, self.key,
                               seed, _preset)
+        self._res = _Resources(self.loop, self.ctx, self._driver, self._backend)
+        self._finalizer = weakref.finalize(self, self._res.release)
+        self._finalizer.atexit = False  # at exit the process takes its threads and actors along
         try:
             self._driver.start()
             self._out = self._driver.build(plan.output.node, plan.output.port)
@@ -109,17 +116,21 @@ class Run:
         # The hot path: no helper objects, the hand-advance inlined.
         if self._stopped:
             raise StopIteration
-        run_token = _RUN.set(self.ctx)
+        ctx = self.ctx
+        run_token = _RUN.set(ctx)
         metrics_token = _METRICS.set(self.metrics)
         try:
             aw = self._out.__anext__()
-            if self.ctx.background:
-                return self._in_loop(_await(aw))
+            if ctx.background:
+                return self._res.in_loop(_await(aw))
+            ctx.by_hand = True
             try:
                 first = aw.send(None)
             except StopIteration as e:
                 return e.value
-            return self._in_loop(finish(aw, first))
+            finally:
+                ctx.by_hand = False
+            return self._res.in_loop(finish(aw, first))
         except StopAsyncIteration:
             self.stop()
             raise StopIteration from None
@@ -129,16 +140,6 @@ class Run:
         finally:
             _METRICS.reset(metrics_token)
             _RUN.reset(run_token)
-
-    def _in_loop(self, coro: Any) -> Any:
-        if _running_loop() is None:
-            return self.loop.run_until_complete(coro)
-        # A run nested inside another run's step (an in-process aggregator): the
-        # thread already runs a loop, so this run's loop turns on a helper thread.
-        if self._helper is None:
-            self._helper = concurrent.futures.ThreadPoolExecutor(1, "flowrl-nested")
-        context = contextvars.copy_context()
-        return self._helper.submit(context.run, self.loop.run_until_complete, coro).result()
 
     def take(self, n: int) -> list[Any]:
         """Up to ``n`` next items (fewer if the plan ends first)."""
@@ -170,41 +171,12 @@ class Run:
         """Stop promptly and release what this run created (idempotent)."""
         if self._stopped:
             return
-        driver = getattr(self, "_driver", None)
-        if driver is not None:
-            try:  # keep the figures: after this the hosts are released or gone
-                self._final_stats = self.stats()
-            except Exception:  # noqa: BLE001 - a dead host must not prevent stopping
-                self._final_stats = {}
+        try:  # keep the figures: after this the hosts are released or gone
+            self._final_stats = self.stats()
+        except Exception:  # noqa: BLE001 - a dead host must not prevent stopping
+            self._final_stats = {}
         self._stopped = True
-        self.ctx.stopping = True
-        try:
-            if self.ctx.background and not self.loop.is_closed():
-                for task in list(self.ctx.background):
-                    task.cancel()
-                self._in_loop(asyncio.gather(*self.ctx.background, return_exceptions=True))
-            if driver is not None:
-                for agen in reversed(driver.agens):
-                    self._close(agen)
-        finally:
-            try:
-                if driver is not None:
-                    driver.stop()
-            finally:
-                self._backend.stop()
-                self.ctx.executor.shutdown(wait=False, cancel_futures=True)
-                if self._helper is not None:
-                    self._helper.shutdown(wait=False)
-                if not self.loop.is_closed():
-                    self.loop.close()
-
-    def _close(self, agen: Any) -> None:
-        try:
-            ready, value = try_now(agen.aclose())
-            if not ready:
-                self._in_loop(finish(agen.aclose(), value))
-        except (RuntimeError, StopAsyncIteration, GeneratorExit):
-            pass  # already finished or closing: nothing left to release
+        self._finalizer()
 
     def __enter__(self) -> "Run":
         return self
@@ -215,3 +187,57 @@ class Run:
     def __repr__(self) -> str:
         state = "stopped" if self._stopped else "running"
         return f"Run({self.plan.name!r}, backend={self.backend!r}, {state})"
+
+
+class _Resources:
+    """What a run must release; referenced by the run's finalizer, never referencing the run."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, ctx: RunContext, driver: Driver,
+                 backend: Any):
+        self.loop = loop
+        self.ctx = ctx
+        self.driver = driver
+        self.backend = backend
+        self.helper: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def in_loop(self, coro: Any) -> Any:
+        """Run ``coro`` to completion on the run's loop."""
+        if _running_loop() is None:
+            return self.loop.run_until_complete(coro)
+        # A run nested inside another run's step (an in-process aggregator): the
+        # thread already runs a loop, so this run's loop turns on a helper thread.
+        if self.helper is None:
+            self.helper = concurrent.futures.ThreadPoolExecutor(1, "flowrl-nested")
+        context = contextvars.copy_context()
+        return self.helper.submit(context.run, self.loop.run_until_complete, coro).result()
+
+    def release(self) -> None:
+        """Cancel pending tasks, close the node iterators, release hosts, end threads and loop."""
+        ctx, loop = self.ctx, self.loop
+        ctx.stopping = True
+        try:
+            if ctx.background and not loop.is_closed():
+                for task in list(ctx.background):
+                    task.cancel()
+                self.in_loop(asyncio.gather(*ctx.background, return_exceptions=True))
+            for agen in reversed(self.driver.agens):
+                self._close(agen)
+        finally:
+            try:
+                self.driver.stop()
+            finally:
+                self.backend.stop()
+                ctx.executor.shutdown(wait=False, cancel_futures=True)
+                if self.helper is not None:
+                    self.helper.shutdown(wait=False)
+                if not loop.is_closed():
+                    loop.close()
+
+    def _close(self, agen: Any) -> None:
+        try:
+            aw = agen.aclose()
+            ready, value = try_now(self.ctx, aw)
+            if not ready:
+                self.in_loop(finish(aw, value))
+        except (RuntimeError, StopAsyncIteration, GeneratorExit):
+            pass  # already finished or closing: nothing left to release

@@ -1,8 +1,9 @@
 """Rollout workers and worker sets: where experience is collected."""
 
+from flowrl.workers.global_worker import get_global_worker
 from flowrl.workers.multi_agent_env import MultiAgentEnv, make_multi_agent
 from flowrl.workers.rollout_worker import PolicySpec, RolloutWorker
 from flowrl.workers.worker_set import WorkerConfig, WorkerSet
 
-__all__ = ["RolloutWorker", "PolicySpec", "WorkerSet", "WorkerConfig", "MultiAgentEnv",
+__all__ = ["get_global_worker", "RolloutWorker", "PolicySpec", "WorkerSet", "WorkerConfig", "MultiAgentEnv",
            "make_multi_agent"]

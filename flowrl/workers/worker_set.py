@@ -120,15 +120,17 @@ class WorkerSet:
             self.sync_weights()
 
     @classmethod
-    def from_existing(cls, local_worker: RolloutWorker, remote_workers: Sequence = ()) -> "WorkerSet":
+    def from_existing(cls, local_worker: Any, remote_workers: Sequence = ()) -> "WorkerSet":
         """Wrap workers created elsewhere; ``stop()`` will leave them running.
 
-        The backend is ``"ray"`` when the remotes are Ray actor handles.
+        Workers are duck-typed: any object (or Ray actor of a class) with the methods
+        the plan calls (``sample``, ``compute_gradients``, ``apply_gradients``,
+        ``get_weights``, ``set_weights``...) will do. The backend is ``"ray"`` when
+        the remotes are Ray actor handles, else ``"local"``.
         """
         self = cls.__new__(cls)
         self._local, self._remotes = local_worker, list(remote_workers)
-        self.backend = ("local" if all(isinstance(w, RolloutWorker) for w in self._remotes)
-                        else "ray")
+        self.backend = "ray" if any(_is_actor_handle(w) for w in self._remotes) else "local"
         self.config = None
         self._owned = False
         return self
@@ -194,6 +196,10 @@ class WorkerSet:
             for w in self._remotes:
                 w.stop()
         self._remotes = []
+
+
+def _is_actor_handle(obj: Any) -> bool:
+    return type(obj).__name__ == "ActorHandle" and type(obj).__module__.startswith("ray")
 
 
 def _ray_initialized() -> bool:

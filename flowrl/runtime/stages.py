@@ -1,10 +1,14 @@
-"""Fused shard-local stages: the code that runs where a shard lives.
+"""Fused stages: executing a compiled chain of operators where a shard lives.
 
-The compiler turns each maximal chain of shard-local operators into one
-:class:`FusedStage`, shipped once to every shard host (pickled with cloudpickle
-for Ray). Consecutive one-to-one operators (``for_each``/``filter``) are fused into
-a single function call per item. Whatever raises is re-raised as an
-:class:`~flowrl.errors.OperatorError` naming the node, with the cause chained.
+The compiler (``graph/compile.py``) describes each maximal chain of shard-local
+operators as a :class:`~flowrl.graph.compile.StageSpec`; the runtime turns it into
+one :class:`FusedStage`, shipped once to every shard host (pickled with
+cloudpickle for Ray). The driver runs a synchronous source and the operators after
+it as a FusedStage too. Consecutive one-to-one operators (``for_each``/``filter``)
+are fused into a single function call per item (:func:`compose_map`). Whatever
+raises is re-raised as an :class:`~flowrl.errors.OperatorError` naming the node,
+with the cause chained. :class:`ShuffleBuffer` is the one buffer shuffle behind
+``local_shuffle`` and the driver's ``shuffle``.
 
 >>> stage = FusedStage("src", "source", [
 ...     Step("for_each", "src.for_each", "double", {"fn": lambda x: 2 * x}),
@@ -16,20 +20,10 @@ a single function call per item. Whatever raises is re-raised as an
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 from flowrl.errors import OperatorError
-
-
-@dataclass(frozen=True)
-class Step:
-    """One operator of a fused stage: op name, node id, label and parameters."""
-
-    op: str
-    node_id: str
-    label: str
-    params: dict = field(default_factory=dict)
+from flowrl.graph.compile import StageSpec, Step
 
 
 def operator_error(node_id: str, label: str, exc: BaseException) -> OperatorError:
@@ -182,6 +176,11 @@ class FusedStage:
         self.steps = list(steps)
         self.shard_index = shard_index
         self._map_runs: list = []
+
+    @classmethod
+    def from_spec(cls, spec: StageSpec) -> "FusedStage":
+        """The stage executing a compiled :class:`~flowrl.graph.compile.StageSpec`."""
+        return cls(spec.source_id, spec.source_label, list(spec.steps), spec.shard_index)
 
     def __repr__(self) -> str:
         return f"FusedStage({self.source_id!r} -> {[s.node_id for s in self.steps]})"

@@ -1,0 +1,193 @@
+"""The ``ShardHost`` mixin: what a class inherits to be a shard source.
+
+A host implements ``shard_items()``; the runtime installs a fused shard-local stage
+over it under a run key and then pulls items in batches. A host can serve several
+runs at once (a training plan and an evaluation plan over the same workers): each
+run installs its stage under its own key, and uninstalling one leaves the others.
+
+The same methods are called in-process (local backend) and as Ray actor methods
+(Ray backend), so nothing here may depend on where the host lives. While a host
+runs a run's stage (install, pull, uninstall) it is the *current host*:
+:func:`current_host` returns it to the shard-side functions it calls.
+
+State: per host, ``_flowrl_installed`` (run key -> its stream),
+``_flowrl_stages`` (run key -> its stage, for item counts) and ``_flowrl_slots``
+(the :data:`PULL_SLOTS` run keys that pull with argument-free calls).
+
+>>> class Counter(ShardHost):
+...     def shard_items(self):
+...         return iter(range(5))
+>>> h = Counter()
+>>> h.flowrl_install("run-1", lambda items: (x * 10 for x in items))
+0
+>>> h.flowrl_pull("run-1", 2)
+([0, 10], False)
+>>> h.flowrl_pull("run-1", 10)
+([20, 30, 40], True)
+>>> h.flowrl_uninstall("run-1")
+"""
+
+from __future__ import annotations
+
+import contextvars
+from typing import Any, Callable, Iterator
+
+from flowrl.errors import FlowError
+
+Stage = Callable[[Iterator[Any]], Iterator[Any]]
+
+#: Runs per host that can pull one item with an argument-free call
+#: (``flowrl_pull_<slot>()``); further runs pull with ``flowrl_pull(key, n)``.
+PULL_SLOTS = 4
+
+_HOST: contextvars.ContextVar["ShardHost | None"] = contextvars.ContextVar(
+    "flowrl_host", default=None)
+
+
+def current_host() -> "ShardHost":
+    """The :class:`ShardHost` running the current shard-side function.
+
+    On Ray it is the actor's own object; on the local backend the in-process
+    host. Inside an aggregator's pipeline it is the aggregator's host. Raises
+    :class:`~flowrl.errors.FlowError` anywhere else (on the driver, at module level).
+
+    >>> import flowrl
+    >>> class Named(ShardHost):
+    ...     def __init__(self, name): self.name = name
+    ...     def shard_items(self): return iter(range(2))
+    >>> s = flowrl.from_actors([Named("a"), Named("b")]).for_each(
+    ...     lambda x: (current_host().name, x))
+    >>> with flowrl.Plan(s.gather_sync()).compile() as run:
+    ...     run.take(4)
+    [('a', 0), ('b', 0), ('a', 1), ('b', 1)]
+    >>> try:
+    ...     current_host()
+    ... except FlowError:
+    ...     print("FlowError on the driver")
+    FlowError on the driver
+    """
+    host = _HOST.get()
+    if host is None:
+        raise FlowError(
+            "current_host() was called outside shard-side code; it is only available in "
+            "functions a ShardHost runs for a plan (for_each/filter/... on a ParallelStream, "
+            "or an aggregate() pipeline); on the driver, pass what the function needs to it")
+    return host
+
+
+class ShardHost:
+    """Mixin for shard sources; subclasses implement :meth:`shard_items`."""
+
+    def shard_items(self) -> Iterator[Any]:
+        raise FlowError(
+            f"{type(self).__name__} inherits ShardHost but does not implement "
+            "shard_items(); define it to return the iterator this shard produces")
+
+    def _flowrl_streams(self) -> dict[str, Iterator[Any]]:
+        streams = self.__dict__.get("_flowrl_installed")
+        if streams is None:
+            streams = self.__dict__["_flowrl_installed"] = {}
+        return streams
+
+    def flowrl_install(self, key: str, stage: Stage) -> int | None:
+        """Start this host's stream for run ``key``: ``stage(iter(shard_items()))``.
+
+        Returns the pull slot given to the run (see :data:`PULL_SLOTS`), or None
+        when every slot is taken (the run then pulls by key).
+        """
+        token = _HOST.set(self)
+        try:
+            self._flowrl_streams()[key] = stage(iter(self.shard_items()))
+        finally:
+            _HOST.reset(token)
+        self.__dict__.setdefault("_flowrl_stages", {})[key] = stage
+        slots = self.__dict__.setdefault("_flowrl_slots", [None] * PULL_SLOTS)
+        if key in slots:
+            return slots.index(key)
+        if None in slots:
+            slot = slots.index(None)
+            slots[slot] = key
+            return slot
+        return None
+
+    def _flowrl_pull_slot(self, slot: int) -> tuple[list[Any], bool]:
+        return self.flowrl_pull(self.__dict__["_flowrl_slots"][slot], 1)
+
+    # One item for the run in slot i. These take no arguments because each
+    # argument of a Ray actor call costs about as much as the call's own overhead
+    # (benchmarks/ray_overhead.py): a run that got a slot pays none.
+    def flowrl_pull_0(self) -> tuple[list[Any], bool]:
+        return self._flowrl_pull_slot(0)
+
+    def flowrl_pull_1(self) -> tuple[list[Any], bool]:
+        return self._flowrl_pull_slot(1)
+
+    def flowrl_pull_2(self) -> tuple[list[Any], bool]:
+        return self._flowrl_pull_slot(2)
+
+    def flowrl_pull_3(self) -> tuple[list[Any], bool]:
+        return self._flowrl_pull_slot(3)
+
+    def flowrl_item_counts(self, key: str) -> dict[str, int]:
+        """Items each shard-local node of run ``key`` has emitted on this host."""
+        stage = self.__dict__.get("_flowrl_stages", {}).get(key)
+        counts = getattr(stage, "item_counts", None)
+        return counts() if counts is not None else {}
+
+    def flowrl_pull(self, key: str, max_items: int) -> tuple[list[Any], bool]:
+        """Up to ``max_items`` next items of run ``key`` and whether the stream ended."""
+        stream = self._flowrl_streams()[key]
+        items: list[Any] = []
+        append = items.append
+        token = _HOST.set(self)
+        try:
+            for _ in range(max_items):
+                try:
+                    append(next(stream))
+                except StopIteration:
+                    return items, True
+        finally:
+            _HOST.reset(token)
+        return items, False
+
+    def flowrl_uninstall(self, key: str) -> None:
+        """Drop run ``key``'s stream; other runs on this host are untouched."""
+        self.__dict__.get("_flowrl_stages", {}).pop(key, None)
+        slots = self.__dict__.get("_flowrl_slots", [])
+        if key in slots:
+            slots[slots.index(key)] = None
+        stream = self._flowrl_streams().pop(key, None)
+        close = getattr(stream, "close", None)
+        if close is not None:
+            token = _HOST.set(self)
+            try:
+                close()
+            finally:
+                _HOST.reset(token)
+
+    def flowrl_installed_keys(self) -> list[str]:
+        return sorted(self._flowrl_streams())
+
+    def flowrl_ping(self) -> bool:
+        return True
+
+
+class ItemsHost(ShardHost):
+    """The host the runtime creates for ``from_items``/``from_range``/``from_iterators``.
+
+    ``source`` is a list/range, or a zero-argument callable returning an iterable;
+    with ``repeat`` it starts over when it ends (an empty source just ends).
+    """
+
+    def __init__(self, source, repeat: bool = False):
+        self._source = source
+        self._repeat = repeat
+
+    def shard_items(self) -> Iterator[Any]:
+        while True:
+            produced = False
+            for x in (self._source() if callable(self._source) else self._source):
+                produced = True
+                yield x
+            if not (self._repeat and produced):
+                return

@@ -1,0 +1,166 @@
+"""The driver under real asyncio: user coroutines always run inside a task of the run's loop.
+
+``async def`` operators and async-generator sources await real things here
+(``asyncio.sleep(0.01)``, an ``asyncio.Queue`` fed by another task, a timeout), on
+inputs that are not always ready, on both backends. A ``"*"`` round-robin weight
+with nothing ready must wait, not spin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import queue
+import threading
+import time
+
+import pytest
+
+import flowrl
+from flowrl import Concurrently, Plan
+from flowrl.ops import Dequeue
+from flowrl.runtime import concurrency
+
+
+@pytest.fixture(params=["local", pytest.param("ray", marks=pytest.mark.ray)])
+def backend(request):
+    if request.param == "ray":
+        request.getfixturevalue("ray_session")
+    return request.param
+
+
+async def slow_double(x):
+    """Needs a running loop and a task of its own across its awaits."""
+    task = asyncio.current_task()
+    await asyncio.sleep(0.01)
+    async with asyncio.timeout(30):
+        await asyncio.sleep(0.001)
+    if asyncio.current_task() is not task:
+        raise RuntimeError("the coroutine moved to another task while it ran")
+    return 2 * x
+
+
+async def trickle(n, delay=0.005):
+    """An async source whose items come from another task through an asyncio.Queue."""
+    q: asyncio.Queue = asyncio.Queue(maxsize=2)
+
+    async def produce():
+        for i in range(n):
+            await asyncio.sleep(delay)
+            await q.put(i)
+        await q.put(None)
+
+    producer = asyncio.create_task(produce())
+    while (x := await q.get()) is not None:
+        yield x
+    await producer
+
+
+def test_async_operator_after_a_synchronous_source():
+    # The hand-advanced fast path used to call this outside any loop.
+    with Plan(flowrl.from_iterable(lambda: range(6)).for_each(slow_double)).compile() as run:
+        assert run.take(10) == [0, 2, 4, 6, 8, 10]
+
+
+def test_async_operator_after_a_gather(backend):
+    s = flowrl.from_range(12, 3).gather_sync().for_each(slow_double)
+    with Plan(s).compile(backend=backend) as run:
+        assert run.take(20) == [2 * x for x in [0, 4, 8, 1, 5, 9, 2, 6, 10, 3, 7, 11]]
+
+
+def test_async_source_fed_by_another_task():
+    async def numbers():
+        async for x in trickle(8):
+            yield x
+
+    s = flowrl.from_iterable(numbers).for_each(slow_double).batch(3)
+    with Plan(s).compile() as run:
+        assert run.take(10) == [[0, 2, 4], [6, 8, 10], [12, 14]]
+
+
+async def _trickle6_fn():
+    async for x in trickle(6):
+        yield x
+
+
+def test_async_inputs_under_concurrently_async(backend):
+    """Async inputs polled while another input is ready: each item exactly once."""
+    gathered = flowrl.from_range(20, 2).gather_async(num_async=2).for_each(slow_double)
+    local = flowrl.from_iterable(_trickle6_fn).for_each(slow_double).for_each(lambda x: -x - 1)
+    with Plan(Concurrently([gathered, local], mode="async")).compile(backend=backend) as run:
+        out = run.take(100)
+    assert collections.Counter(out) == collections.Counter(
+        [2 * x for x in range(20)] + [-2 * x - 1 for x in range(6)])
+    assert [x for x in out if x < 0] == [-2 * x - 1 for x in range(6)]  # order kept
+
+
+def test_star_weight_with_an_async_input():
+    fast = flowrl.from_iterable(lambda: range(5))
+    slow = flowrl.from_iterable(_trickle6_fn).for_each(lambda x: 100 + x)
+    with Plan(Concurrently([fast, slow], round_robin_weights=[1, "*"])).compile() as run:
+        out = run.take(100)
+    assert [x for x in out if x < 100] == list(range(5))
+    assert [x for x in out if x >= 100] == [100 + i for i in range(6)]
+
+
+def test_aggregator_pipeline_awaits_for_real(backend):
+    async def later(batch):
+        await asyncio.sleep(0.01)
+        return sum(batch)
+
+    s = flowrl.from_range(16, 4).aggregate(2, lambda g: g.batch(2).for_each(later))
+    with Plan(s.gather_async()).compile(backend=backend) as run:
+        out = run.take(100)
+    assert len(out) == 8 and sum(out) == sum(range(16))
+
+
+def test_duplicate_branches_with_async_operators():
+    a, b = flowrl.from_iterable(lambda: range(6)).duplicate(2)
+    merged = Concurrently([a.for_each(slow_double), b.for_each(lambda x: -x)], mode="async")
+    with Plan(merged).compile() as run:
+        out = run.take(100)
+    assert sorted(x for x in out if x > 0) == [2, 4, 6, 8, 10]
+    assert [x for x in out if x <= 0 and x != 0] == [-1, -2, -3, -4, -5]
+
+
+class CountingPolls:
+    """Counts Pull.poll calls (each one is a turn of a "*" input)."""
+
+    def __init__(self, monkeypatch):
+        self.calls = 0
+        original = concurrency.Pull.poll
+
+        def poll(pull):
+            self.calls += 1
+            return original(pull)
+
+        monkeypatch.setattr(concurrency.Pull, "poll", poll)
+
+
+def test_star_weight_waits_for_items_arriving_later_without_spinning(monkeypatch):
+    polls = CountingPolls(monkeypatch)
+    q = queue.Queue()
+    plan = Plan(Concurrently([flowrl.from_iterable(lambda: [1, 2, 3]), Dequeue(q)],
+                             round_robin_weights=[1, "*"]))
+    run = plan.compile()
+    assert run.take(3) == [1, 2, 3]
+    out, errors = [], []
+
+    def consume():
+        try:
+            out.extend(run.take(2))
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            errors.append(e)
+
+    t = threading.Thread(target=consume, daemon=True)
+    t.start()
+    time.sleep(0.5)  # `a` has ended and nothing is ready: a spinning loop polls non-stop
+    idle_polls = polls.calls
+    assert t.is_alive() and idle_polls < 20
+    q.put("late-1")
+    time.sleep(0.2)
+    q.put("late-2")
+    t.join(timeout=30)
+    assert (out, errors) == (["late-1", "late-2"], [])
+    assert polls.calls - idle_polls < 20
+    run.stop()
