@@ -68,11 +68,11 @@ def test_eight_workers_in_process_train_and_send_priorities_back(tmp_path):
 def test_a_dead_learner_thread_fails_the_run_naming_it():
     algo = ApeX(ApeXConfig(**SMALL, num_workers=2))
     try:
-        def broken(batch):
+        def broken(batch, **kwargs):
             raise RuntimeError("boom")
-        algo.workers.local_worker().learn_on_batch = broken
-        with pytest.raises(FlowError, match=r"apex-learner \(the Ape-X learner thread\) died: "
-                                            "RuntimeError: boom"):
+        algo.get_policy().learn_on_batch = broken
+        with pytest.raises(FlowError, match=r"LearnerThread 'apex-learner' died while "
+                                            "training: RuntimeError: boom"):
             algo.train()
     finally:
         algo.stop()
