@@ -99,6 +99,7 @@ def test_apex_on_ray_and_a_killed_replay_actor(ray_session):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 @pytest.mark.ray
 def test_apex_runs_with_eight_ray_workers_on_two_cores(ray_session):
     algo = ApeX(ApeXConfig(**{**SMALL, "timesteps_per_iteration": 2000}, num_workers=8,

@@ -193,6 +193,7 @@ def test_dqn_learns_cartpole_quickly():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_dqn_reaches_450_on_cartpole():
     algo = DQN(DQNConfig(**QUICK))
     try:
@@ -324,6 +325,7 @@ def _replay_batches(buffers):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)
 def test_multi_agent_dqn_learns():
     algo = DQN(DQNConfig(**{**QUICK, "env": make_multi_agent("CartPole-v1", 2),
                             "multiagent": {"policies": {"p1": None, "p2": None},
