@@ -14,8 +14,8 @@ Setups (one torch thread everywhere):
   1 -> 0.02 over 4000 steps, target update every 500 steps (``CONFIG`` below).
 - Stable-Baselines3 DQN with rl-zoo's CartPole-v1 hyperparameters (lr 2.3e-3,
   batch 64, buffer 100k, learning_starts 1000, gamma 0.99, target update every
-  10 steps, train_freq 256 with 128 gradient steps, exploration fraction 0.16
-  of 50k steps to eps 0.04, 256x256 net).
+  10 steps, train_freq 256 with 128 gradient steps, epsilon to 0.04 over 16% of
+  rl-zoo's 50k steps, i.e. 8000 steps, 256x256 net).
 - RLlib 2.x DQN with its tuned CartPole example (new API stack: lr 5e-4, batch
   32, prioritized episode replay 50k, n-step 2..5, double Q, dueling, epsilon
   1 -> 0.02 over 25k steps, 256 tanh torso, 256 head), local env runner.
@@ -71,7 +71,10 @@ def child_sb3(args) -> dict:
     model = SB3DQN("MlpPolicy", "CartPole-v1", learning_rate=2.3e-3, batch_size=64,
                    buffer_size=100_000, learning_starts=1000, gamma=0.99,
                    target_update_interval=10, train_freq=256, gradient_steps=128,
-                   exploration_fraction=0.16, exploration_final_eps=0.04,
+                   # rl-zoo anneals over 16% of its 50k steps; SB3 takes the fraction
+                   # of total_timesteps, so scale it to keep those 8000 steps
+                   exploration_fraction=0.16 * 50_000 / args.max_steps,
+                   exploration_final_eps=0.04,
                    policy_kwargs={"net_arch": [256, 256]}, seed=args.seed, verbose=0)
     out = {"startup_s": time.perf_counter() - t}
     state: dict = {}
