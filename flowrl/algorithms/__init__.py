@@ -20,4 +20,5 @@ ALGORITHMS = {"pg": PG, "a2c": A2C, "ppo": PPO, "a3c": A3C, "impala": IMPALA, "a
 
 __all__ = ["Algorithm", "AlgorithmConfig", "build_algorithm", "PG", "PGConfig", "A2C",
            "A2CConfig", "PPO", "PPOConfig", "ALGORITHMS", "A3C", "A3CConfig", "IMPALA",
-           "IMPALAConfig", "APPO", "APPOConfig", "DQN", "DQNConfig", "ApeX", "ApeXConfig", "DDPPO", "DDPPOConfig"]
+           "IMPALAConfig", "APPO", "APPOConfig", "DQN", "DQNConfig", "ApeX", "ApeXConfig",
+           "DDPPO", "DDPPOConfig"]

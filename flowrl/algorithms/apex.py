@@ -20,9 +20,8 @@ The weights are integers ``[s, k, k]`` from ``training_intensity`` (see
 :func:`apex_weights`): each turn stores ``s`` rollout fragments, sends ``k``
 replayed batches to the learner and takes ``k`` results back, so the learner
 trains while the driver stores and replays, and never falls behind by more than
-the batches of one turn. (A ``"*"`` weight for the learner's results would never
-see them on the in-process backend, whose plans run without yielding to the
-event loop that delivers them.)
+the batches of one turn (equal replay and result weights keep the learner's
+queue bounded by the plan itself, on every backend).
 
 Per-worker cost is kept low for many workers on few cores: workers reserve
 ``num_cpus_per_worker=0.25`` CPUs, run one torch thread, and sample short fragments.
@@ -37,19 +36,16 @@ Per-worker cost is kept low for many workers on few cores: workers reserve
 
 from __future__ import annotations
 
-import queue
-import threading
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from flowrl.algorithms.base import Algorithm, _int_ge, _num
 from flowrl.algorithms.dqn import DQN, DQNConfig, restore_exploration
-from flowrl.batch import MultiAgentBatch, SampleBatch
-from flowrl.errors import ConfigError, FlowError
+from flowrl.errors import ConfigError
 from flowrl.graph.stream import Concurrently, LocalStream
-from flowrl.metrics import (LEARN_ON_BATCH_TIMER, LEARNER_INFO, STEPS_TRAINED_COUNTER,
-                            WORKER_UPDATE_TIMER, get_metrics)
-from flowrl.ops import (Dequeue, Enqueue, LearningStarts, ParallelRollouts, Replay,
+from flowrl.metrics import (LEARNER_INFO, STEPS_TRAINED_COUNTER, WORKER_UPDATE_TIMER,
+                            get_metrics)
+from flowrl.ops import (Dequeue, Enqueue, LearnerThread, LearningStarts, ParallelRollouts, Replay,
                         StandardMetricsReporting, StoreToReplayBuffer, UpdateReplayPriorities,
                         UpdateTargetNetwork)
 from flowrl.ops.train_ops import policy_batches
@@ -112,6 +108,9 @@ class ApeXConfig(DQNConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.num_workers < 1:
+            raise ConfigError("ApeXConfig.num_workers=0: Ape-X samples on remote workers; "
+                              "set num_workers >= 1 (or use DQN)")
         per_shard = self.buffer_size // self.num_replay_buffer_shards
         if self.learning_starts > per_shard:
             raise ConfigError(f"ApeXConfig.learning_starts={self.learning_starts}: must be <= "
@@ -140,75 +139,39 @@ def apex_weights(config: ApeXConfig) -> list[int]:
     return [max(1, round(1 / ratio)), 1, 1]
 
 
-_STOP = object()
+class ApeXLearnerThread(LearnerThread):
+    """The :class:`~flowrl.ops.LearnerThread` that also returns each replayed batch's
+    TD errors, so priorities find their way back.
 
-
-class ApeXLearnerThread(threading.Thread):
-    """Trains the local worker on ``(replay_actor, batch)`` items from ``inqueue``;
-    puts ``(replay_actor, batch, td_errors, info)`` on ``outqueue``
-    (``td_errors``: policy id -> signed TD errors after the step, for priorities).
-
-    ``lock`` is held around each step; driver-side code that reads or changes the
-    learner's policies (weight broadcasts, target updates) takes it too.
-    ``weights_version`` counts steps. If no batch arrives for
-    ``learner_queue_timeout`` seconds, or a step raises, the thread ends and
-    :meth:`check` raises a FlowError saying why. Same interface as
-    ``flowrl.ops.LearnerThread`` (``inqueue``, ``outqueue``, ``start``, ``stop``),
-    with the replay actor carried through so priorities find their way back.
+    ``inqueue`` items are ``(replay_actor, batch)``; ``outqueue`` gets ``(count,
+    info, (replay_actor, batch, td_errors))`` with ``td_errors`` (policy id ->
+    signed errors after the step) computed under the learner's ``lock``, which
+    driver-side code holds to read or change the policies (weight broadcasts,
+    target updates). ``weights_version`` counts updates. Called as a plan op
+    (before ``Enqueue``), it starts itself with the first item, so building a plan
+    starts nothing. Failures (starvation past ``learner_queue_timeout``, an error
+    in training) surface through :meth:`check` as FlowErrors naming the thread.
     """
 
     def __init__(self, local_worker, *, learner_queue_size: int = 16,
                  learner_queue_timeout: float = 300.0):
-        super().__init__(name="apex-learner", daemon=True)
-        self.local_worker = local_worker
-        self.inqueue: queue.Queue = queue.Queue(maxsize=learner_queue_size)
-        self.outqueue: queue.Queue = queue.Queue()
-        self.learner_queue_timeout = learner_queue_timeout
-        self.lock = threading.Lock()
+        super().__init__(local_worker, learner_queue_size=learner_queue_size,
+                         learner_queue_timeout=learner_queue_timeout, name="apex-learner")
         self.weights_version = 0
-        self.error: BaseException | None = None
-        self._stopping = False
 
-    def run(self) -> None:
-        try:
-            while True:
-                try:
-                    item = self.inqueue.get(timeout=self.learner_queue_timeout)
-                except queue.Empty:
-                    raise FlowError(
-                        f"{self.name}: no replayed batch arrived for {self.learner_queue_timeout}"
-                        " s (ApeXConfig.learner_queue_timeout); the replay actors stopped "
-                        "producing, or raise the timeout") from None
-                if item is _STOP or self._stopping:
-                    return
-                actor, batch = item
-                self.outqueue.put(self.step(actor, batch))
-        except BaseException as e:  # noqa: BLE001 - reported through check()
-            self.error = e
-
-    def step(self, actor: Any, batch: SampleBatch | MultiAgentBatch) -> tuple:
+    def _train(self, item: Any) -> tuple[int, dict, Any]:
+        count, info, actor = super()._train(item)
+        _, batch = self._split(item)
         worker = self.local_worker
-        with self.lock:
-            info = worker.learn_on_batch(batch)
-            td = {pid: worker.get_policy(pid).compute_td_error(b)
-                  for pid, b in policy_batches(worker, batch).items()}
-            self.weights_version += 1
-        return actor, batch, td, info
+        td = {pid: worker.get_policy(pid).compute_td_error(rows)
+              for pid, rows in policy_batches(worker, batch).items()}
+        self.weights_version += 1
+        return count, info, (actor, batch, td)
 
-    def check(self) -> bool:
-        """True while the thread runs; raises a FlowError naming it once it died."""
-        if self.error is not None:
-            raise FlowError(f"{self.name} (the Ape-X learner thread) died: "
-                            f"{type(self.error).__name__}: {self.error}") from self.error
-        return self.is_alive() or self._stopping
-
-    def stop(self) -> None:
-        """Ask the thread to end after its current step (idempotent)."""
-        self._stopping = True
-        try:
-            self.inqueue.put_nowait(_STOP)
-        except queue.Full:
-            pass
+    def __call__(self, item: Any) -> Any:
+        if self.ident is None and not self.stopped:
+            self.start()
+        return item
 
 
 class UpdateWorkerWeights:
@@ -260,15 +223,15 @@ def _set_weights(worker: Any, weights: Any, workers) -> None:
 
 
 class _RecordLearnerOutput:
-    """Update-branch op: count what the learner trained and keep its stats."""
+    """Update-branch op: count what the learner trained, keep its stats, and pass
+    on ``(replay_actor, batch, td_errors, info)``."""
 
     def __call__(self, item: tuple) -> tuple:
-        _, batch, _, info = item
+        count, info, (actor, batch, td) = item
         metrics = get_metrics()
-        metrics.counters[STEPS_TRAINED_COUNTER] += batch.count
+        metrics.counters[STEPS_TRAINED_COUNTER] += count
         metrics.info[LEARNER_INFO] = info
-        metrics.timers[LEARN_ON_BATCH_TIMER].push_units_processed(batch.count)
-        return item
+        return actor, batch, td, info
 
 
 def _set_apex_epsilon(worker, n: int) -> None:
@@ -308,9 +271,6 @@ class ApeX(DQN):
     @staticmethod
     def execution_plan(workers, config: ApeXConfig, *, algo: "ApeX | None" = None) -> LocalStream:
         n = config.num_workers
-        if n < 1:
-            raise ConfigError("ApeXConfig.num_workers=0: Ape-X samples on remote workers; "
-                              "set num_workers >= 1 (or use DQN)")
         workers.foreach_worker(lambda w: _set_apex_epsilon(w, n))
         shards = config.num_replay_buffer_shards
         actors = create_replay_actors(
@@ -337,6 +297,7 @@ class ApeX(DQN):
                             name="apex/learning_starts"))
         replay_op = (Replay(actors=actors, num_async=4, name="apex/replay")
                      .zip_with_source_actor(name="apex/zip_replay_actor")
+                     .for_each(learner, name="apex/start_learner")
                      .for_each(Enqueue(learner.inqueue), name="apex/enqueue"))
         update_op = (Dequeue(learner.outqueue, check=learner.check, name="apex/dequeue")
                      .for_each(_RecordLearnerOutput(), name="apex/record_learner")
@@ -350,7 +311,6 @@ class ApeX(DQN):
                               output_indexes=[2],
                               round_robin_weights=apex_weights(config),
                               name="apex/concurrently")
-        learner.start()
         return StandardMetricsReporting(
             merged, workers, min_time_s_per_reporting=config.min_time_s_per_reporting,
             timesteps_per_iteration=config.timesteps_per_iteration)
@@ -391,8 +351,6 @@ class ApeX(DQN):
         if run is not None:
             run.stop()
         self._stop_replay()
-        if self.learner is not None and self.learner.is_alive():
-            self.learner.join(timeout=30)
         self.workers.stop()
 
 

@@ -123,7 +123,12 @@ def round_robin_weights(config: DQNConfig) -> list[float]:
 
 
 def make_buffer(config: DQNConfig, capacity: int | None = None, seed: int | None = None):
-    """The replay buffer a DQN config asks for."""
+    """The replay buffer a DQN config asks for: with ``multiagent`` policies, a dict of
+    one buffer per trained policy id."""
+    policies = config.multiagent.get("policies")
+    if policies and capacity is None:
+        ids = config.multiagent.get("policies_to_train") or list(policies)
+        return {pid: make_buffer(config, config.buffer_size, seed) for pid in ids}
     capacity = capacity or config.buffer_size
     seed = config.seed if seed is None else seed
     if config.prioritized_replay:
@@ -192,14 +197,21 @@ class DQN(Algorithm):
         """Every worker's exploration state and, with ``checkpoint_replay_buffer``,
         the replay buffer."""
         state: dict[str, Any] = {"exploration": self.workers.foreach_worker(_exploration_state)}
-        if self.config.checkpoint_replay_buffer and self.local_replay_buffer is not None:
-            state["replay_buffer"] = self.local_replay_buffer.get_state()
+        buf = self.local_replay_buffer
+        if self.config.checkpoint_replay_buffer and buf is not None:
+            state["replay_buffer"] = ({pid: b.get_state() for pid, b in buf.items()}
+                                      if isinstance(buf, dict) else buf.get_state())
         return state
 
     def restore_extra_state(self, state: dict) -> None:
         restore_exploration(self.workers, state.get("exploration"))
         if "replay_buffer" in state and self.local_replay_buffer is not None:
-            self.local_replay_buffer.set_state(state["replay_buffer"])
+            saved, buf = state["replay_buffer"], self.local_replay_buffer
+            if isinstance(buf, dict):
+                for pid, b in buf.items():
+                    b.set_state(saved[pid])
+            else:
+                buf.set_state(saved)
 
 
 def _exploration_state(worker) -> dict:

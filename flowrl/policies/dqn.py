@@ -304,12 +304,26 @@ class DQNPolicy:
             td, _ = self._td(batch)
         return td.numpy().copy()
 
-    def learn_on_batch(self, batch: SampleBatch) -> dict[str, float]:
-        """One Adam step on the importance-weighted Huber loss (``weights`` column,
-        else 1). Stats: ``loss``, ``mean_q``, ``mean_td_error`` (of |δ|),
-        ``grad_gnorm``, ``cur_lr``, ``cur_epsilon``."""
+    def learn_on_batch(self, batch: SampleBatch, *, num_sgd_iter: int | None = None,
+                       sgd_minibatch_size: int | None = None,
+                       rng: np.random.Generator | None = None) -> dict[str, float]:
+        """Adam steps on the importance-weighted Huber loss (``weights`` column, else
+        1): by default one step on the whole batch; ``num_sgd_iter`` epochs over
+        ``sgd_minibatch_size``-row minibatches through the shared loop
+        (:func:`~flowrl.policies.sgd.minibatch_sgd`) when given. Stats: ``loss``,
+        ``mean_q``, ``mean_td_error`` (of |δ|), ``grad_gnorm``, ``cur_lr``,
+        ``cur_epsilon``."""
         if batch.count == 0:
             raise ConfigError("DQNPolicy.learn_on_batch got an empty batch")
+        if (num_sgd_iter or 1) == 1 and not sgd_minibatch_size:
+            return self.sgd_step(batch)
+        from flowrl.policies.sgd import minibatch_sgd
+        return minibatch_sgd(batch, num_sgd_iter=num_sgd_iter or 1,
+                             sgd_minibatch_size=sgd_minibatch_size,
+                             rng=self._rng if rng is None else rng, step=self.sgd_step)
+
+    def sgd_step(self, batch: SampleBatch) -> dict[str, float]:
+        """One Adam step on ``batch`` (see :meth:`learn_on_batch`)."""
         td, q = self._td(batch)
         w = batch.get("weights")
         w = torch.ones_like(td) if w is None else torch.tensor(np.asarray(w, np.float32))

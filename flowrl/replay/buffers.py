@@ -230,6 +230,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
                              f"> 0, got {p[bad][:5].tolist()}; use |td_error| + eps")
         return p
 
+    def _set_priorities(self, slots: np.ndarray, priorities: np.ndarray) -> None:
+        pa = priorities ** self.alpha
+        levels = self._sum.ancestors(slots)
+        self._sum.set(slots, pa, levels)
+        self._min.set(slots, pa, levels)
+
     def add(self, batch: SampleBatch, priorities: np.ndarray | None = None) -> None:
         """Store ``batch``'s rows with ``priorities`` (one per row, > 0), or with the
         largest priority seen so far."""
@@ -244,9 +250,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         else:
             p = p[len(p) - len(slots):]
             self._max_priority = max(self._max_priority, float(p.max()))
-        pa = p ** self.alpha
-        self._sum.set(slots, pa)
-        self._min.set(slots, pa)
+        self._set_priorities(slots, p)
 
     def sample(self, n: int, beta: float | None = None) -> SampleBatch:
         """``n`` rows drawn with probability ∝ p^α, with ``weights`` (β defaults to
@@ -304,9 +308,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             self._num_stale += int((~live).sum())
             idx, p = idx[live], p[live]
         if len(idx):
-            pa = p ** self.alpha
-            self._sum.set(idx, pa)
-            self._min.set(idx, pa)
+            self._set_priorities(idx, p)
             self._max_priority = max(self._max_priority, float(p.max()))
         self._num_updates += len(idx)
         return len(idx)

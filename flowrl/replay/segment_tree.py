@@ -45,26 +45,38 @@ class SegmentTree:
         self.depth = size.bit_length() - 1
         self.tree = np.full(2 * size, self.neutral, dtype=np.float64)
 
-    def set(self, indexes: np.ndarray, values: np.ndarray) -> None:
+    def set(self, indexes: np.ndarray, values: np.ndarray,
+            levels: list[np.ndarray] | None = None) -> None:
         """Set leaves ``indexes`` to ``values`` (a later duplicate index wins).
 
-        The caller validates; indexes must lie in ``[0, capacity)``.
+        ``levels`` (from :meth:`ancestors` of the same indexes) lets several trees
+        over the same leaves share that work. The caller validates; indexes must
+        lie in ``[0, capacity)``.
         """
         indexes = np.asarray(indexes, dtype=np.int64)
         values = np.asarray(values, dtype=np.float64)
         if len(indexes) == 0:
             return
-        if len(np.unique(indexes)) != len(indexes):  # keep the last write of each index
-            rev = indexes[::-1]
-            _, first = np.unique(rev, return_index=True)
-            indexes, values = rev[first], values[::-1][first]
         tree = self.tree
-        nodes = indexes + self.size
-        tree[nodes] = values
+        tree[indexes + self.size] = values  # numpy assigns repeated indexes in order
         op = self.op
-        for _ in range(self.depth):
-            nodes = np.unique(nodes >> 1)
+        for nodes in (self.ancestors(indexes) if levels is None else levels):
             tree[nodes] = op(tree[2 * nodes], tree[2 * nodes + 1])
+
+    def ancestors(self, indexes: np.ndarray) -> list[np.ndarray]:
+        """The distinct ancestors of leaves ``indexes``, one sorted array per level,
+        deepest first (the order :meth:`set` recomputes them in)."""
+        nodes = np.sort(np.asarray(indexes, dtype=np.int64) + self.size)
+        levels = []
+        for _ in range(self.depth):
+            nodes = nodes >> 1
+            if len(nodes) > 1:
+                keep = np.empty(len(nodes), dtype=bool)
+                keep[0] = True
+                np.not_equal(nodes[1:], nodes[:-1], out=keep[1:])
+                nodes = nodes[keep]
+            levels.append(nodes)
+        return levels
 
     def get(self, indexes: np.ndarray) -> np.ndarray:
         """Leaf values at ``indexes``."""
