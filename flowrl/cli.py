@@ -131,6 +131,8 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("algo", help="algorithm: " + ", ".join(sorted(_algorithms())))
     pl.add_argument("--env", default="CartPole-v1")
     pl.add_argument("--num-workers", type=_int_at_least(0), default=2)
+    pl.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="config override, e.g. --set num_aggregation_workers=1 (repeatable)")
     pl.add_argument("--format", choices=["dot", "svg", "png"], default=None,
                     help="default: from -o's suffix, else dot")
     pl.add_argument("-o", "--output", type=_path, default=None, help="file to write (default: stdout)")
@@ -146,11 +148,6 @@ def _error(msg: str, code: int) -> int:
 def _algo_class(name: str):
     from flowrl.experiment import algorithm_class
     return algorithm_class(name)
-
-
-def _build(cls, overrides: dict[str, Any]):
-    fields = {k: v for k, v in overrides.items() if v is not None}
-    return cls(cls.config_class(**fields))
 
 
 def _default_stop_reward(env: Any) -> float | None:
@@ -399,7 +396,10 @@ def plan(args: argparse.Namespace) -> int:
         fmt = suffix if suffix in ("svg", "png") else "dot"
     if fmt != "dot" and not args.output:
         raise ConfigError(f"--format {fmt} needs -o FILE")
-    algo = _build(cls, {"env": args.env, "num_workers": args.num_workers, "backend": "local"})
+    from flowrl.experiment import apply_overrides, check_spec, make_config
+    spec = apply_overrides(check_spec({"config": {"num_workers": args.num_workers}}), args.set)
+    fields = {"env": args.env, **spec["config"], "backend": "local"}
+    algo = cls(make_config(cls, fields))
     try:
         if fmt == "dot":
             text = algo.plan.to_dot()

@@ -233,3 +233,11 @@ def test_console_entry_point(tmp_path):
                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("digraph") and "a2c/train" in out.stdout
+
+
+def test_plan_with_overrides_shows_the_aggregators_and_catches_typos(capsys):
+    assert main(["plan", "impala", "--set", "num_aggregation_workers=1"]) == 0
+    dot = capsys.readouterr().out
+    assert "subgraph cluster_aggregators" in dot and "learner_thread.inqueue" in dot
+    assert main(["plan", "impala", "--set", "num_agregation_workers=1"]) == 2
+    assert "did you mean 'num_aggregation_workers'?" in capsys.readouterr().err
