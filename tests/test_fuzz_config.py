@@ -34,7 +34,14 @@ SMALL = {"env": "CartPole-v1", "num_workers": 0, "num_envs_per_worker": 1,
 
 # Per-algorithm additions to SMALL, for algorithms whose small settings differ (an
 # algorithm that needs remote workers, a replay warm-up to shorten, ...).
-SMALL_BY_ALGO: dict[str, dict] = {}
+SMALL_BY_ALGO: dict[str, dict] = {
+    "a3c": {"num_workers": 1},
+    "impala": {"num_workers": 1},
+    "appo": {"num_workers": 1},
+    "apex": {"num_workers": 1, "learning_starts": 64, "timesteps_per_iteration": 64},
+    "dqn": {"learning_starts": 64, "timesteps_per_iteration": 64},
+    "ddppo": {"num_workers": 1},
+}
 
 ENV_IDS = ["CartPole-v1", "Pendulum-v1", "MountainCarContinuous-v0", "Acrobot-v1",
            "FrozenLake-v1", "NoSuchEnv-v0", ""]

@@ -23,10 +23,12 @@ True
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from flowrl.algorithms.base import Algorithm, AlgorithmConfig, _int_ge, _num, _or_none
+from flowrl.algorithms.base import (MAX_MAGNITUDE, Algorithm, AlgorithmConfig, _int_ge, _num,
+                                   _or_none, _str_dict)
 from flowrl.errors import ConfigError
 from flowrl.graph.stream import Concurrently, LocalStream
 from flowrl.ops import (LearningStarts, ParallelRollouts, Replay, StandardMetricsReporting,
@@ -80,6 +82,7 @@ class DQNConfig(AlgorithmConfig):
         "prioritized_replay_eps": _num(0), "target_network_update_freq": _int_ge(0),
         "n_step": _int_ge(1), "grad_clip": _or_none(_num(0, open_lo=True)),
         "training_intensity": _or_none(_num(0, open_lo=True)),
+        "exploration_config": _or_none(_str_dict()),
     }
 
     def __post_init__(self) -> None:
@@ -89,7 +92,8 @@ class DQNConfig(AlgorithmConfig):
             raise ConfigError(f"{name}.learning_starts={self.learning_starts}: must be <= "
                               f"buffer_size ({self.buffer_size}); replay could never start")
         hiddens = self.hiddens
-        if isinstance(hiddens, int) or not all(isinstance(h, int) and h > 0 for h in hiddens):
+        if not isinstance(hiddens, (list, tuple)) or not all(
+                isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in hiddens):
             raise ConfigError(f"{name}.hiddens={hiddens!r}: give the head layer sizes, e.g. "
                               "(64,) (or () for none)")
         self.hiddens = tuple(hiddens)
@@ -98,10 +102,15 @@ class DQNConfig(AlgorithmConfig):
         if unknown:
             raise ConfigError(f"{name}.exploration_config has unknown keys {unknown}; use "
                               f"{sorted(DEFAULT_EXPLORATION)}")
-        if not (0 <= explore["initial_epsilon"] <= 1 and 0 <= explore["final_epsilon"] <= 1
-                and explore["epsilon_timesteps"] >= 0):
+        def number(v: Any) -> bool:
+            return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+        if not (all(number(explore[k]) for k in DEFAULT_EXPLORATION)
+                and 0 <= explore["initial_epsilon"] <= 1 and 0 <= explore["final_epsilon"] <= 1
+                and 0 <= explore["epsilon_timesteps"] <= MAX_MAGNITUDE):
             raise ConfigError(f"{name}.exploration_config={self.exploration_config!r}: "
-                              "epsilons must be in [0, 1] and epsilon_timesteps >= 0")
+                              "epsilons must be numbers in [0, 1] and epsilon_timesteps a "
+                              f"number in [0, {MAX_MAGNITUDE:g}]")
         self.exploration_config = {k: explore[k] for k in DEFAULT_EXPLORATION}
 
 

@@ -152,8 +152,9 @@ class DQNPolicy:
                  prioritized_replay_eps: float = 1e-6, seed: int | None = None, **unused: Any):
         name = type(self).__name__
         if not isinstance(action_space, gym.spaces.Discrete):
-            raise ConfigError(f"{name}: action space {action_space} is not supported; DQN "
-                              "needs a Discrete action space")
+            raise ConfigError(f"{name}: the env's action space {action_space} is not "
+                              "supported; DQN needs a Discrete action space: choose an env "
+                              "with discrete actions (e.g. CartPole-v1)")
         if isinstance(observation_space, gym.spaces.Box):
             obs_dim = int(np.prod(observation_space.shape))
         elif isinstance(observation_space, gym.spaces.Discrete):
