@@ -62,13 +62,14 @@ import time
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
+from ray.exceptions import (GetTimeoutError, ObjectLostError, RayActorError, RayError,
+                            RayTaskError)
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from flowrl.errors import ConfigError, FlowError, OperatorError, WorkerError
 from flowrl.runtime.shard_host import ItemsHost
 from flowrl.runtime.aggregator import AggregatorHost
-from flowrl.runtime.backend import Backend, Request, Shard
+from flowrl.runtime.backend import Backend, Request, Shard, host_lost
 from flowrl.runtime.context import call_blocking
 
 #: Actor options of the hosts the runtime creates for item sources.
@@ -113,11 +114,13 @@ def translate_error(shard: Shard, e: BaseException) -> BaseException:
 
     The returned error has ``e`` as its ``__cause__``.
     """
-    if isinstance(e, RayActorError):
-        err: BaseException = WorkerError(
+    if isinstance(e, (RayActorError, ObjectLostError)):
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        err: BaseException = host_lost(WorkerError(
             f"shard host {shard.label} (a Ray actor) died or became unreachable: "
-            f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}; "
-            "the run cannot continue without it")
+            f"{type(e).__name__}: {first}; the run cannot continue without it (give "
+            "from_actors(restart=...) or, for algorithms, keep recreate_failed_workers=True "
+            "to replace it)"), f"died ({type(e).__name__})")
     elif isinstance(e, RayTaskError):
         cause = e.cause
         if isinstance(cause, FlowError):
@@ -153,10 +156,11 @@ def _wait_one(refs: list, timeout: float | None) -> tuple[list, list]:
 def stuck_error(labels: list[str], timeout: float) -> WorkerError:
     """The WorkerError for shards that left a request unanswered for ``timeout`` s."""
     which = ", ".join(sorted(set(labels)))
-    return WorkerError(
+    return host_lost(WorkerError(
         f"shard host {which} has not answered a request for {timeout:g} s "
         f"(remote_timeout_s={timeout:g}): it is stuck (an env hanging in step, a deadlock) "
-        "or far too slow; find out why, or raise plan.compile(remote_timeout_s=...)")
+        "or far too slow; find out why, or raise plan.compile(remote_timeout_s=...)"),
+        f"silent for {timeout:g} s")
 
 
 def _heads(requests: list[RayRequest]) -> list[RayRequest]:
@@ -265,9 +269,12 @@ class RayBackend(Backend):
         try:
             values = await self._block(_get_within, refs, self._time_left(pending))
         except GetTimeoutError:
+            # The stuck shards' requests fail (the driver restarts or raises); the rest
+            # are collected.
             ready = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0])
-            raise stuck_error([r.shard.label for r in pending if r.ref not in ready],
-                              self.remote_timeout_s) from None
+            self._fail_stuck(pending, [r for r in pending if r.ref not in ready])
+            self._collect([r for r in pending if not r.done])
+            return
         except Exception:  # noqa: BLE001 - some failed: let all finish, resolve one by one
             await self._block(_wait_all, refs, self._time_left(pending))
             self._collect(pending)
@@ -292,13 +299,14 @@ class RayBackend(Backend):
         done = _in_order(requests, ready) if ready else []
         while not done:
             heads = _heads(requests)
-            self._check_stuck(heads)
+            if self._fail_stuck(requests, self._stuck(heads)):
+                return
             first, _ = await self._block(_wait_one, [r.ref for r in heads],
                                          self._time_left(heads))
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
             done = _in_order(requests, set(ready).union(first))
         if self.remote_timeout_s is not None:  # a stuck shard among answering ones
-            self._check_stuck(_heads([r for r in requests if r not in done]))
+            self._fail_stuck(requests, self._stuck(_heads([r for r in requests if r not in done])))
         self._collect(done)
 
     def _since(self, r: RayRequest) -> float:
@@ -312,14 +320,22 @@ class RayBackend(Backend):
         oldest = min(self._since(r) for r in heads)
         return max(0.0, oldest + self.remote_timeout_s - time.monotonic())
 
-    def _check_stuck(self, heads: list[RayRequest]) -> None:
+    def _stuck(self, heads: list[RayRequest]) -> list[RayRequest]:
+        """The requests among ``heads`` that have waited ``remote_timeout_s`` or more."""
         limit = self.remote_timeout_s
         if limit is None or not heads:
-            return
+            return []
         now = time.monotonic()
-        stuck = [r.shard.label for r in heads if now - self._since(r) >= limit]
-        if stuck:
-            raise stuck_error(stuck, limit)
+        return [r for r in heads if now - self._since(r) >= limit]
+
+    def _fail_stuck(self, requests: list[RayRequest], stuck: list[RayRequest]) -> bool:
+        """Fail every pending request of the shards of ``stuck`` with a lost-host error."""
+        shards = {r.shard for r in stuck}
+        for r in requests:
+            if r.shard in shards and not r.done:
+                r.set_error(stuck_error([r.shard.label], self.remote_timeout_s))
+                r.ref = None
+        return bool(shards)
 
     async def _block(self, fn: Any, *args: Any) -> Any:
         """Blocking ``fn(*args)`` (a ray.wait/ray.get), never stalling other inputs."""
@@ -366,6 +382,14 @@ class RayBackend(Backend):
             except Exception as e:  # noqa: BLE001
                 raise translate_error(shard, e) from e
         return out
+
+    def forget(self, shard: Shard) -> None:
+        self._methods.pop(shard, None)
+        self._slot_methods.pop(shard, None)
+        self._replied.pop(shard, None)
+
+    def end_host(self, host: Any) -> None:
+        _kill(host)
 
     # ------------------------------------------------------------------ stop
     def release(self, shards: list[Shard]) -> None:
