@@ -87,7 +87,7 @@ class Backend:
     def make_aggregator_host(self, spec: Any) -> Any:
         raise TypeError(f"{type(self).__name__} must implement make_aggregator_host")
 
-    def install(self, shards: list[Shard]) -> None:
+    def install(self, shards: list[Shard], replacing: bool = False) -> None:
         raise TypeError(f"{type(self).__name__} must implement install")
 
     def submit(self, shard: Shard, n: int) -> Request:

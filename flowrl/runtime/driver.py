@@ -159,7 +159,7 @@ class Driver:
         self.restarts[origin] = done + 1
         shard.host = new
         self._set_host(shard, new)
-        self.backend.install([shard])
+        self.backend.install([shard], replacing=True)
         counters[WORKER_RESTARTS_COUNTER] += 1
         log.warning("shard host %s was lost (%s) and replaced (restart %d); %d request(s) "
                     "abandoned", shard.label, reason, done + 1, lost)

@@ -74,6 +74,8 @@ from flowrl.runtime.context import call_blocking
 
 #: Actor options of the hosts the runtime creates for item sources.
 ITEM_HOST_OPTIONS = {"num_cpus": 0}
+#: Least time a replacement host gets to start and take the run's stage.
+START_WAIT_S = 120.0
 #: Upper bound on each wait ``stop()`` does (uninstalls, aggregator close, kills).
 STOP_WAIT_S = 3.0
 #: ``ray.init`` arguments when no Ray is running (the address is resolved by Ray:
@@ -232,8 +234,12 @@ class RayBackend(Backend):
         self._aggregators.add(id(host))
         return host
 
-    def install(self, shards: list[Shard]) -> None:
-        """One ``flowrl_install`` call per shard, all awaited together."""
+    def install(self, shards: list[Shard], replacing: bool = False) -> None:
+        """One ``flowrl_install`` call per shard, all awaited together.
+
+        ``replacing``: the hosts are replacements just created, whose start-up may
+        take longer than ``remote_timeout_s``; the wait is at least :data:`START_WAIT_S`.
+        """
         calls = []
         for s in shards:
             try:
@@ -244,7 +250,10 @@ class RayBackend(Backend):
                     "inherit flowrl.ShardHost; subclass it and implement shard_items()"
                 ) from None
             calls.append((s, method.remote(s.key, s.stage)))
-        for (s, _), slot in zip(calls, self._fetch(calls)):
+        timeout = self.remote_timeout_s
+        if replacing and timeout is not None:
+            timeout = max(timeout, START_WAIT_S)
+        for (s, _), slot in zip(calls, self._fetch(calls, timeout)):
             if slot is not None:
                 self._slot_methods[s] = getattr(s.host, f"flowrl_pull_{slot}")
 
@@ -362,23 +371,23 @@ class RayBackend(Backend):
             r.set_result(v)
             r.ref = None
 
-    def _fetch(self, calls: list[tuple[Shard, Any]]) -> list[Any]:
+    def _fetch(self, calls: list[tuple[Shard, Any]], timeout: float | None) -> list[Any]:
         """``ray.get`` every ref of ``calls`` (bounded); raise the first failure, translated."""
         refs = [ref for _, ref in calls]
         try:
-            return ray.get(refs, timeout=self.remote_timeout_s)
+            return ray.get(refs, timeout=timeout)
         except GetTimeoutError:
             ready = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0])
             raise stuck_error([s.label for s, ref in calls if ref not in ready],
-                              self.remote_timeout_s) from None
+                              timeout) from None
         except Exception:  # noqa: BLE001 - find and translate the failing call
             pass
         out = []
         for shard, ref in calls:
             try:
-                out.append(ray.get(ref, timeout=self.remote_timeout_s))
+                out.append(ray.get(ref, timeout=timeout))
             except GetTimeoutError:
-                raise stuck_error([shard.label], self.remote_timeout_s) from None
+                raise stuck_error([shard.label], timeout) from None
             except Exception as e:  # noqa: BLE001
                 raise translate_error(shard, e) from e
         return out
