@@ -146,6 +146,8 @@ class Driver:
             self.backend.end_host(dead)
             try:
                 new = shard.restart(shard.index)
+            except WorkerError:
+                raise
             except Exception as e:
                 raise WorkerError(f"shard host {shard.label} was lost ({reason}) and "
                                   f"restart({shard.index}) raised {type(e).__name__}: {e}") from e
