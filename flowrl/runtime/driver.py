@@ -129,8 +129,30 @@ class Driver:
         reason = lost_reason(error)
         if reason is None or shard.restart is None:
             raise error
+        self.metrics.counters[LOST_REQUESTS_COUNTER] += lost
+        while True:  # a replacement lost while it starts is replaced in turn
+            replaced = self._replace(shard, error, reason, lost)
+            if replaced is not True:
+                return replaced
+            try:
+                self.backend.install([shard], replacing=True)
+            except WorkerError as e:
+                reason = lost_reason(e)
+                if reason is None:
+                    raise
+                log.warning("the replacement of shard host %s was lost while it started "
+                            "(%s): %s", shard.label, reason, str(e).splitlines()[0][:200])
+                error, lost = e, 0
+                continue
+            self.metrics.counters[WORKER_RESTARTS_COUNTER] += 1
+            log.warning("shard host %s was lost (%s) and replaced (restart %d); %d "
+                        "request(s) abandoned", shard.label, reason,
+                        self.restarts[shard.origin or id(shard)], lost)
+            return True
+
+    def _replace(self, shard: Shard, error: BaseException, reason: str, lost: int) -> bool | None:
+        """Give ``shard`` a new host (True) or drop it (False); see :meth:`recover`."""
         counters = self.metrics.counters
-        counters[LOST_REQUESTS_COUNTER] += lost
         origin = shard.origin or id(shard)
         done = self.restarts.get(origin, 0)
         if shard.max_restarts is not None and done >= shard.max_restarts:
@@ -161,10 +183,6 @@ class Driver:
         self.restarts[origin] = done + 1
         shard.host = new
         self._set_host(shard, new)
-        self.backend.install([shard], replacing=True)
-        counters[WORKER_RESTARTS_COUNTER] += 1
-        log.warning("shard host %s was lost (%s) and replaced (restart %d); %d request(s) "
-                    "abandoned", shard.label, reason, done + 1, lost)
         return True
 
     def _current_host(self, shard: Shard, dead: Any) -> Any:
