@@ -1,18 +1,32 @@
-"""The ``flowrl`` command: ``flowrl train`` and ``flowrl plan``.
+"""The ``flowrl`` command: ``flowrl train``, ``flowrl evaluate`` and ``flowrl plan``.
 
-``flowrl train ALGO --env ENV`` trains with a live progress display (rich) until a
-stop criterion holds: ``--stop-reward`` (default: the env's registered reward
-threshold, e.g. 475 for CartPole-v1), ``--stop-timesteps``, ``--stop-iters``
-(the first one reached stops). Each run writes ``<run-dir>/<algo>-<env>-<time>/``
-with ``result.jsonl`` (one result per iteration) and ``checkpoint/`` (written at
-the end, also on Ctrl-C; or under ``--checkpoint-dir``).
-``--restore CKPT`` continues a checkpoint (weights, optimizer, counters).
+``flowrl train [ALGO] [--env ENV] [--config FILE.yaml] [--set key=value ...]``
+trains with a live progress display (rich) until a stop criterion holds:
+``--stop-reward`` (default: the env's registered reward threshold, e.g. 475 for
+CartPole-v1), ``--stop-timesteps``, ``--stop-iters`` (the first one reached
+stops). ``--config`` reads an experiment spec (algo, env, stop, config; see
+:mod:`flowrl.experiment`) and ``--set`` overrides one field; unknown names get a
+suggestion. Each run writes ``<run-dir>/<algo>-<env>-<time>/`` with
+``result.jsonl`` (one result per iteration), TensorBoard event files with the same
+scalars, and ``checkpoint/`` (or ``--checkpoint-dir D``) holding numbered
+checkpoints ``checkpoint_NNNNNN/``: every ``--checkpoint-freq N`` iterations (the
+last ``--keep-checkpoints K`` kept) and a final one at the end or on Ctrl-C.
+Saves are atomic (:mod:`flowrl.checkpoint`); a periodic save that fails is
+skipped, counted in the results (``num_checkpoints_skipped``) and logged once per
+reason. ``--restore PATH`` continues a checkpoint or a checkpoint directory (its
+latest complete checkpoint); it is read and applied before anything is written, so
+a failed restore exits 2 with a one-line reason and writes nothing.
+
+``flowrl evaluate CHECKPOINT [--episodes N]`` plays N episodes with the
+checkpoint's policy and prints the mean and std of the return.
 
 ``flowrl plan ALGO [--env ENV] [--format dot|svg|png] [-o FILE]`` writes the
 algorithm's plan as DOT text (stdout without ``-o``) or, through Graphviz, SVG/PNG.
 
 Exit codes: 0 done (stop criterion reached), 1 a run-time failure (its message
-is printed), 2 bad input (unknown algorithm or env, bad option), 130 interrupted.
+is printed), 2 bad input (unknown algorithm or env, bad option, unusable
+checkpoint), 130 interrupted (Ctrl-C: a final checkpoint is written first; a
+second Ctrl-C stops at once).
 
 >>> main(["train", "nope", "--env", "CartPole-v1"])
 2
@@ -22,9 +36,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
+import logging
 import math
 import os
+import signal
 import sys
 import time
 from typing import Any, Sequence
@@ -32,6 +47,7 @@ from typing import Any, Sequence
 from flowrl.errors import ConfigError, FlowError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+log = logging.getLogger("flowrl.cli")
 
 
 def check_env(env: str, where: str) -> None:
@@ -44,55 +60,100 @@ def _algorithms() -> dict[str, Any]:
     return ALGORITHMS
 
 
+def _int_at_least(lo: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an int") from None
+        if value < lo:
+            raise argparse.ArgumentTypeError(f"{value} is not >= {lo}")
+        return value
+    parse.__name__ = f"int >= {lo}"
+    return parse
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if math.isnan(value):
+        raise argparse.ArgumentTypeError("nan is not a reward bound")
+    return value
+
+
+def _path(text: str) -> str:
+    if "\x00" in text:
+        raise argparse.ArgumentTypeError(f"{text!r} holds a NUL character; give a file path")
+    return text
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="flowrl", description="Distributed RL training loops "
                                 "as dataflow plans.")
     sub = p.add_subparsers(dest="command", required=True)
     t = sub.add_parser("train", help="train an algorithm on an env")
-    t.add_argument("algo", help="algorithm: " + ", ".join(sorted(_algorithms())))
-    t.add_argument("--env", required=True, help="gymnasium env id, e.g. CartPole-v1")
-    t.add_argument("--num-workers", type=int, default=None, help="remote rollout workers")
-    t.add_argument("--backend", choices=["local", "ray"], default="local")
-    t.add_argument("--stop-reward", type=float, default=None,
+    t.add_argument("algo", nargs="?", default=None,
+                   help="algorithm: " + ", ".join(sorted(_algorithms())) +
+                   " (or 'algo:' in --config)")
+    t.add_argument("--env", default=None, help="gymnasium env id, e.g. CartPole-v1")
+    t.add_argument("--config", type=_path, default=None, metavar="FILE.yaml",
+                   help="experiment spec: algo, env, stop, config (see tuned_examples/)")
+    t.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config field (value parsed as YAML); repeatable")
+    t.add_argument("--num-workers", type=_int_at_least(0), default=None,
+                   help="remote rollout workers")
+    t.add_argument("--backend", choices=["local", "ray"], default=None)
+    t.add_argument("--stop-reward", type=_number, default=None,
                    help="stop when episode_reward_mean >= R (default: the env's threshold)")
-    t.add_argument("--stop-timesteps", type=int, default=None)
-    t.add_argument("--stop-iters", type=int, default=None)
-    t.add_argument("--checkpoint-dir", default=None, help="where the final checkpoint goes "
+    t.add_argument("--stop-timesteps", type=_int_at_least(1), default=None)
+    t.add_argument("--stop-iters", type=_int_at_least(1), default=None)
+    t.add_argument("--checkpoint-dir", type=_path, default=None, help="where checkpoints go "
                    "(default: <run dir>/checkpoint)")
-    t.add_argument("--restore", default=None, help="checkpoint to continue from")
-    t.add_argument("--run-dir", default="runs", help="parent of the run directory")
+    t.add_argument("--checkpoint-freq", type=_int_at_least(0), default=0, metavar="N",
+                   help="also checkpoint every N iterations (0: only at the end)")
+    t.add_argument("--keep-checkpoints", type=_int_at_least(1), default=None, metavar="K",
+                   help="keep only the newest K checkpoints (default: all)")
+    t.add_argument("--restore", type=_path, default=None, help="checkpoint, or checkpoint directory "
+                   "(its latest checkpoint), to continue from")
+    t.add_argument("--run-dir", type=_path, default="runs", help="parent of the run directory")
     t.add_argument("--seed", type=int, default=None)
+    t.add_argument("--no-tensorboard", action="store_true", help="no TensorBoard event files")
     t.add_argument("--quiet", action="store_true", help="no live display")
+    e = sub.add_parser("evaluate", help="play episodes with a checkpoint's policy")
+    e.add_argument("checkpoint", type=_path, help="checkpoint, or checkpoint directory (its latest)")
+    e.add_argument("--episodes", type=_int_at_least(1), default=10)
+    e.add_argument("--seed", type=int, default=None)
+    e.add_argument("--explore", action="store_true",
+                   help="sample actions instead of taking the most likely one")
     pl = sub.add_parser("plan", help="write an algorithm's plan as DOT/SVG/PNG")
     pl.add_argument("algo", help="algorithm: " + ", ".join(sorted(_algorithms())))
     pl.add_argument("--env", default="CartPole-v1")
-    pl.add_argument("--num-workers", type=int, default=2)
+    pl.add_argument("--num-workers", type=_int_at_least(0), default=2)
+    pl.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="config override, e.g. --set num_aggregation_workers=1 (repeatable)")
     pl.add_argument("--format", choices=["dot", "svg", "png"], default=None,
                     help="default: from -o's suffix, else dot")
-    pl.add_argument("-o", "--output", default=None, help="file to write (default: stdout)")
+    pl.add_argument("-o", "--output", type=_path, default=None, help="file to write (default: stdout)")
     return p
 
 
 def _error(msg: str, code: int) -> int:
-    print(f"flowrl: error: {msg}", file=sys.stderr)
+    first = str(msg).strip().splitlines()[0] if str(msg).strip() else type(msg).__name__
+    print(f"flowrl: error: {first if code == EXIT_USAGE else str(msg)}", file=sys.stderr)
     return code
 
 
 def _algo_class(name: str):
-    algos = _algorithms()
-    cls = algos.get(name.lower())
-    if cls is None:
-        raise ConfigError(f"unknown algorithm {name!r}; choose one of {sorted(algos)}")
-    return cls
+    from flowrl.experiment import algorithm_class
+    return algorithm_class(name)
 
 
-def _build(cls, overrides: dict[str, Any]):
-    fields = {k: v for k, v in overrides.items() if v is not None}
-    return cls(cls.config_class(**fields))
-
-
-def _default_stop_reward(env: str) -> float | None:
+def _default_stop_reward(env: Any) -> float | None:
     import gymnasium as gym
+    if not isinstance(env, str):
+        return None
     try:
         return gym.spec(env).reward_threshold
     except Exception:  # unknown ids are reported by the config check
@@ -101,18 +162,6 @@ def _default_stop_reward(env: str) -> float | None:
 
 def _fmt(x: float) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.1f}"
-
-
-def _jsonable(x: Any) -> Any:
-    if isinstance(x, dict):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_jsonable(v) for v in x]
-    if isinstance(x, float) and math.isnan(x):
-        return None
-    if hasattr(x, "item"):
-        return x.item()
-    return x
 
 
 class _Progress:
@@ -149,55 +198,193 @@ class _Progress:
             self.live.__exit__(*exc)
 
 
-def train(args: argparse.Namespace) -> int:
-    cls = _algo_class(args.algo)
-    check_env(args.env, "--env")
-    stop_reward = args.stop_reward if args.stop_reward is not None else \
-        _default_stop_reward(args.env)
-    if stop_reward is None and args.stop_timesteps is None and args.stop_iters is None:
-        raise ConfigError(f"env {args.env!r} has no reward threshold; give --stop-reward, "
-                          "--stop-timesteps or --stop-iters")
-    algo = _build(cls, {"env": args.env, "num_workers": args.num_workers,
-                        "backend": args.backend, "seed": args.seed})
-    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    env_name = args.env.replace("/", "_")
-    run_dir = os.path.join(args.run_dir, f"{cls.name}-{env_name}-{stamp}")
-    os.makedirs(run_dir, exist_ok=True)
-    ckpt_dir = args.checkpoint_dir or os.path.join(run_dir, "checkpoint")
-    code, reason = EXIT_OK, ""
-    try:
-        if args.restore:
-            algo.restore(args.restore)
-        start = time.perf_counter()
-        steps_at_start = algo.metrics.counters.get("num_steps_sampled", 0)
-        with open(os.path.join(run_dir, "result.jsonl"), "a") as log, \
-                _Progress(f"flowrl {cls.name} {args.env}", args.quiet) as progress:
-            while True:
-                r = algo.train()
-                elapsed = time.perf_counter() - start
-                rate = (r["timesteps_total"] - steps_at_start) / max(elapsed, 1e-9)
-                log.write(json.dumps(_jsonable(r)) + "\n")
-                log.flush()
-                progress.update(r, rate)
-                mean = r["episode_reward_mean"]
-                if stop_reward is not None and not math.isnan(mean) and mean >= stop_reward:
-                    reason = f"episode_reward_mean {mean:.1f} >= {stop_reward}"
-                elif args.stop_timesteps is not None and r["timesteps_total"] >= args.stop_timesteps:
-                    reason = f"timesteps_total {r['timesteps_total']} >= {args.stop_timesteps}"
-                elif args.stop_iters is not None and r["training_iteration"] >= args.stop_iters:
-                    reason = f"training_iteration {r['training_iteration']} >= {args.stop_iters}"
-                if reason:
-                    break
-    except KeyboardInterrupt:
-        code, reason = EXIT_INTERRUPTED, "interrupted"
-    finally:
+class _Interrupts:
+    """SIGINT while training: the first sets ``requested`` (the loop checkpoints and
+    exits 130 after the current iteration), a second raises KeyboardInterrupt."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous = None
+
+    def _handle(self, signum, frame):
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __enter__(self):
         try:
-            path = algo.save(ckpt_dir)
-        finally:
-            algo.stop()
-    print(f"{'' if args.quiet else chr(10)}stopped: {reason}; results {os.path.join(run_dir, 'result.jsonl')}; "
-          f"checkpoint {path}")
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        except ValueError:  # not the main thread: Ctrl-C stays a KeyboardInterrupt
+            self._previous = None
+        return self
+
+    def __exit__(self, *exc):
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+
+class _Checkpointer:
+    """Numbered checkpoints in one directory: periodic ones that may be skipped
+    (counted, each reason logged once) and a final one that must succeed."""
+
+    def __init__(self, algo, directory: str, freq: int, keep: int | None):
+        self.algo, self.directory, self.freq, self.keep = algo, directory, freq, keep
+        self.skipped = 0
+        self.last_path: str | None = None
+        self.last_iteration: int | None = None
+        self._reasons: set[str] = set()
+
+    def _save(self, iteration: int) -> str:
+        from flowrl import checkpoint
+        path = self.algo.save(os.path.join(self.directory, checkpoint.checkpoint_name(iteration)))
+        self.last_path, self.last_iteration = os.path.dirname(path), iteration
+        if self.keep is not None:
+            checkpoint.prune_checkpoints(self.directory, self.keep)
+        return path
+
+    def periodic(self, iteration: int) -> None:
+        if not self.freq or iteration % self.freq:
+            return
+        try:
+            self._save(iteration)
+        except (FlowError, OSError) as e:
+            self.skipped += 1
+            reason = str(e).splitlines()[0]
+            from flowrl.checkpoint import checkpoint_name
+            target = os.path.abspath(os.path.join(self.directory, checkpoint_name(iteration)))
+            key = reason.replace(target, "<checkpoint>")   # the same cause at every iteration
+            if key not in self._reasons:
+                self._reasons.add(key)
+                log.warning("checkpoint at iteration %d skipped (later skips for the same "
+                            "reason are only counted): %s", iteration, reason)
+
+    def final(self, iteration: int) -> str | None:
+        if iteration == self.last_iteration:
+            return self.last_path
+        self._save(iteration)
+        return self.last_path
+
+
+def _train_spec(args: argparse.Namespace) -> dict[str, Any]:
+    """The experiment spec from --config, the positional/flag values and --set."""
+    from flowrl.experiment import apply_overrides, check_spec, load_spec
+    spec = load_spec(args.config) if args.config else check_spec({})
+    if args.algo is not None:
+        spec["algo"] = args.algo
+    if args.env is not None:
+        spec["env"] = args.env
+    for name, value in (("num_workers", args.num_workers), ("backend", args.backend),
+                        ("seed", args.seed)):
+        if value is not None:
+            spec["config"][name] = value
+    spec = apply_overrides(spec, args.set)
+    if spec["algo"] is None:
+        raise ConfigError("give the algorithm: flowrl train ALGO, or 'algo:' in --config")
+    if spec["env"] is None:
+        spec["env"] = spec["config"].pop("env", None)
+    if spec["env"] is None:
+        raise ConfigError("give the env: --env ENV, or 'env:' in --config")
+    stop = spec["stop"]
+    for flag, key in (("stop_reward", "episode_reward_mean"),
+                      ("stop_timesteps", "timesteps_total"), ("stop_iters", "training_iteration")):
+        if getattr(args, flag) is not None:
+            stop[key] = getattr(args, flag)
+    return spec
+
+
+def train(args: argparse.Namespace) -> int:
+    from flowrl import checkpoint
+    from flowrl.experiment import algorithm_class, make_config
+    from flowrl.loggers import ResultLogger
+    spec = _train_spec(args)
+    cls = algorithm_class(spec["algo"])
+    if "env" in spec["config"]:
+        raise ConfigError("give the env once: 'env:' at the top of the spec or --env, "
+                          "not in config")
+    config = make_config(cls, {"env": spec["env"], **spec["config"]})
+    stop = spec["stop"]
+    if "episode_reward_mean" not in stop:
+        threshold = _default_stop_reward(config.env)
+        if threshold is not None:
+            stop["episode_reward_mean"] = threshold
+    if not stop:
+        raise ConfigError(f"env {config.env!r} has no reward threshold; give --stop-reward, "
+                          "--stop-timesteps or --stop-iters")
+    restored = None
+    if args.restore:  # read and checked before anything is built or written
+        try:
+            restored = checkpoint.read_checkpoint(args.restore)
+        except ConfigError as e:
+            raise ConfigError(f"--restore: {e}") from None
+        if restored.get("algorithm") != cls.name:
+            raise ConfigError(f"--restore {args.restore!r}: the checkpoint is from "
+                              f"{restored.get('algorithm')!r}, not {cls.name!r}")
+    algo = cls(config)
+    try:
+        if restored is not None:
+            algo.restore(restored["path"])
+        return _train_loop(args, algo, stop, ResultLogger)
+    finally:
+        algo.stop()
+
+
+def _train_loop(args, algo, stop: dict[str, Any], logger_cls) -> int:
+    env_name = str(algo.config.env if isinstance(algo.config.env, str)
+                   else getattr(algo.config.env, "__name__", "env")).replace("/", "_")
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    run_dir = os.path.join(args.run_dir, f"{algo.name}-{env_name}-{stamp}")
+    n = 1
+    while os.path.exists(run_dir):
+        n += 1
+        run_dir = os.path.join(args.run_dir, f"{algo.name}-{env_name}-{stamp}_{n}")
+    ckpt = _Checkpointer(algo, args.checkpoint_dir or os.path.join(run_dir, "checkpoint"),
+                         args.checkpoint_freq, args.keep_checkpoints)
+    code, reason = EXIT_OK, ""
+    iteration = None
+    start = time.perf_counter()
+    steps_at_start = algo.metrics.counters.get("num_steps_sampled", 0)
+    with logger_cls(run_dir, tensorboard=not args.no_tensorboard) as results, \
+            _Interrupts() as interrupts, \
+            _Progress(f"flowrl {algo.name} {algo.config.env}", args.quiet) as progress:
+        while True:
+            if interrupts.requested:
+                code, reason = EXIT_INTERRUPTED, "interrupted"
+                break
+            r = algo.train()
+            iteration = r["training_iteration"]
+            ckpt.periodic(iteration)
+            r["num_checkpoints_skipped"] = ckpt.skipped
+            elapsed = time.perf_counter() - start
+            rate = (r["timesteps_total"] - steps_at_start) / max(elapsed, 1e-9)
+            results.log(r)
+            progress.update(r, rate)
+            mean = r["episode_reward_mean"]
+            target = stop.get("episode_reward_mean")
+            if target is not None and not math.isnan(mean) and mean >= target:
+                reason = f"episode_reward_mean {mean:.1f} >= {target}"
+            for key in ("timesteps_total", "training_iteration"):
+                if not reason and key in stop and r[key] >= stop[key]:
+                    reason = f"{key} {r[key]} >= {stop[key]}"
+            if reason:
+                break
+        path = ckpt.final(iteration) if iteration is not None else None
+    where = path if path else "none (no iteration finished)"
+    print(f"{'' if args.quiet else chr(10)}stopped: {reason}; results "
+          f"{os.path.join(run_dir, 'result.jsonl')}; checkpoint {where}")
     return code
+
+
+def evaluate(args: argparse.Namespace) -> int:
+    from flowrl.evaluation import evaluate_policy, load_for_evaluation
+    algo = load_for_evaluation(args.checkpoint)
+    try:
+        r = evaluate_policy(algo, args.episodes, seed=args.seed, explore=args.explore)
+    finally:
+        algo.stop()
+    print(f"{algo.name} {algo.config.env}: {args.episodes} episodes, mean return "
+          f"{r['mean']:.2f} +- {r['std']:.2f} (std; min {r['min']:.1f}, max {r['max']:.1f}, "
+          f"mean length {sum(r['lengths']) / len(r['lengths']):.1f})")
+    return EXIT_OK
 
 
 def plan(args: argparse.Namespace) -> int:
@@ -209,7 +396,10 @@ def plan(args: argparse.Namespace) -> int:
         fmt = suffix if suffix in ("svg", "png") else "dot"
     if fmt != "dot" and not args.output:
         raise ConfigError(f"--format {fmt} needs -o FILE")
-    algo = _build(cls, {"env": args.env, "num_workers": args.num_workers, "backend": "local"})
+    from flowrl.experiment import apply_overrides, check_spec, make_config
+    spec = apply_overrides(check_spec({"config": {"num_workers": args.num_workers}}), args.set)
+    fields = {"env": args.env, **spec["config"], "backend": "local"}
+    algo = cls(make_config(cls, fields))
     try:
         if fmt == "dot":
             text = algo.plan.to_dot()
@@ -238,11 +428,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # argparse already printed the usage error
         return int(e.code or 0)
     try:
-        return train(args) if args.command == "train" else plan(args)
+        return {"train": train, "evaluate": evaluate, "plan": plan}[args.command](args)
     except ConfigError as e:
         return _error(str(e), EXIT_USAGE)
     except FlowError as e:
         return _error(str(e), EXIT_FAILED)
+    except OSError as e:  # a run directory or output file that cannot be written
+        where = f"{e.filename}: " if e.filename else ""
+        return _error(f"cannot write {where}{e.strerror or e}", EXIT_FAILED)
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import queue
 import threading
 import time
@@ -164,3 +165,33 @@ def test_star_weight_waits_for_items_arriving_later_without_spinning(monkeypatch
     assert (out, errors) == (["late-1", "late-2"], [])
     assert polls.calls - idle_polls < 20
     run.stop()
+
+
+@pytest.mark.parametrize("mode", ["async", "star"])
+def test_an_always_ready_input_does_not_starve_a_waiting_queue(backend, mode):
+    # IMPALA's shape: the first input never waits (an endless in-process source; on
+    # the local backend every pull is ready at once) and is driven but not emitted;
+    # the second is a Dequeue fed by a thread. Only a loop turn delivers the thread's
+    # put, and no item leaves the node until then, so serving the ready input must
+    # keep giving the loop turns, or the node spins on it forever.
+    q = queue.Queue()
+    if backend == "local":
+        ready = flowrl.from_iterable(itertools.count)
+    else:
+        ready = flowrl.from_range(10**9, num_shards=1, repeat=True).gather_sync()
+    if mode == "async":
+        out = Concurrently([ready, Dequeue(q)], mode="async", output_indexes=[1])
+    else:
+        out = Concurrently([ready, Dequeue(q)], round_robin_weights=[1, "*"],
+                           output_indexes=[1])
+
+    def feed():
+        for i in range(3):
+            time.sleep(0.05)
+            q.put(f"late-{i}")
+
+    feeder = threading.Thread(target=feed, daemon=True)
+    with Plan(out).compile(backend=backend) as run:
+        feeder.start()
+        seen = run.take(3)  # bounded by the per-test timeout: a starved queue hangs here
+    assert seen == ["late-0", "late-1", "late-2"]

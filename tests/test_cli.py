@@ -1,35 +1,202 @@
-"""The ``flowrl`` command."""
+"""The ``flowrl`` command: train, restore, config files, evaluate, signals."""
 
 from __future__ import annotations
 
 import json
+import logging
 import os
+import random
+import signal
 import subprocess
 import sys
+import time
 
+import pytest
+
+from flowrl import checkpoint
 from flowrl.cli import main
+from flowrl.loggers import flatten_scalars, read_scalars
+
+FAST_PG = ["--set", "rollout_fragment_length=50", "--set", "train_batch_size=50"]
 
 
-def test_train_writes_jsonl_and_checkpoint_and_restores(tmp_path, capsys):
-    args = ["train", "ppo", "--env", "CartPole-v1", "--num-workers", "1", "--stop-iters", "2",
-            "--run-dir", str(tmp_path), "--seed", "0", "--quiet"]
-    assert main(args) == 0
-    (run_dir,) = list(tmp_path.iterdir())
-    assert run_dir.name.startswith("ppo-CartPole-v1-")
-    lines = (run_dir / "result.jsonl").read_text().splitlines()
-    results = [json.loads(line) for line in lines]
-    assert [r["training_iteration"] for r in results] == [1, 2]
-    assert results[-1]["timesteps_total"] > 0
-    ckpt = run_dir / "checkpoint"
-    assert (ckpt / "algorithm_state.pkl").exists()
-    assert "stopped: training_iteration 2 >= 2" in capsys.readouterr().out
+def snapshot(root) -> dict[str, bytes]:
+    out = {}
+    for d, _, files in os.walk(root):
+        for f in files:
+            p = os.path.join(d, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, root)] = fh.read()
+    return out
 
-    again = tmp_path / "again"
-    assert main(["train", "ppo", "--env", "CartPole-v1", "--num-workers", "1", "--stop-iters",
-                 "3", "--restore", str(ckpt), "--run-dir", str(again), "--quiet"]) == 0
-    (run2,) = list(again.iterdir())
-    resumed = [json.loads(line) for line in (run2 / "result.jsonl").read_text().splitlines()]
-    assert [r["training_iteration"] for r in resumed] == [3]
+
+def results(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "result.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A PG run of 3 iterations checkpointed every iteration, the last 2 kept."""
+    root = tmp_path_factory.mktemp("trained")
+    assert main(["train", "pg", "--env", "CartPole-v1", *FAST_PG, "--stop-iters", "3",
+                 "--checkpoint-freq", "1", "--keep-checkpoints", "2", "--run-dir", str(root),
+                 "--seed", "0", "--quiet"]) == 0
+    (run_dir,) = list(root.iterdir())
+    return run_dir
+
+
+def test_train_writes_results_tensorboard_and_kept_checkpoints(trained, capsys):
+    assert trained.name.startswith("pg-CartPole-v1-")
+    rs = results(trained)
+    assert [r["training_iteration"] for r in rs] == [1, 2, 3]
+    assert [r["num_checkpoints_skipped"] for r in rs] == [0, 0, 0]
+    assert os.listdir(trained / "checkpoint") and sorted(os.listdir(trained / "checkpoint")) == [
+        "checkpoint_000002", "checkpoint_000003"]
+    # TensorBoard holds exactly the scalars of the JSON lines, at timesteps_total.
+    scalars = read_scalars(str(trained))
+    expected = {}
+    for r in rs:
+        for tag, v in flatten_scalars(r).items():
+            expected.setdefault(tag, []).append((r["timesteps_total"], pytest.approx(v, rel=1e-6)))
+    assert scalars == expected and "episode_reward_mean" in scalars
+
+
+def test_restore_continues_counters_from_a_checkpoint_directory(trained, tmp_path, capsys):
+    assert main(["train", "pg", "--env", "CartPole-v1", *FAST_PG, "--stop-iters", "4",
+                 "--restore", str(trained / "checkpoint"), "--run-dir", str(tmp_path),
+                 "--quiet", "--no-tensorboard"]) == 0
+    (run2,) = list(tmp_path.iterdir())
+    (r,) = results(run2)
+    assert r["training_iteration"] == 4
+    assert r["timesteps_total"] > results(trained)[-1]["timesteps_total"]
+    assert "checkpoint_000004" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("damage, args, reason", [
+    ("truncate", [], "cannot read checkpoint"),
+    ("none", ["--set", "model=[8]"], "model does not fit"),
+    ("none", ["--algo-a2c"], "from 'pg', not 'a2c'"),
+])
+def test_failed_restore_writes_nothing_not_even_into_its_source(trained, tmp_path, capsys,
+                                                                 damage, args, reason):
+    """The defect: ``--restore D --checkpoint-dir D`` used to overwrite D on failure."""
+    src = tmp_path / "ckpts"
+    src.mkdir()
+    for name, data in snapshot(trained / "checkpoint").items():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_bytes(data)
+    if damage == "truncate":
+        f = src / "checkpoint_000003" / checkpoint.CHECKPOINT_FILE
+        f.write_bytes(f.read_bytes()[:100])
+    algo = "a2c" if "--algo-a2c" in args else "pg"
+    args = [a for a in args if a != "--algo-a2c"]
+    before = snapshot(src)
+    code = main(["train", algo, "--env", "CartPole-v1", *args, "--stop-iters", "5",
+                 "--restore", str(src), "--checkpoint-dir", str(src), "--run-dir",
+                 str(tmp_path / "runs"), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and reason in err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert snapshot(src) == before
+    assert not (tmp_path / "runs").exists()
+
+
+def test_config_file_and_overrides_with_suggestions(tmp_path, capsys):
+    spec = tmp_path / "pg.yaml"
+    spec.write_text("algo: pg\nenv: CartPole-v1\nstop: {training_iteration: 1}\n"
+                    "config: {train_batch_size: 40, rollout_fragment_length: 40, lr: 0.01}\n")
+    assert main(["train", "--config", str(spec), "--set", "model=[16]", "--set", "gamma=0.9",
+                 "--run-dir", str(tmp_path / "runs"), "--quiet", "--no-tensorboard"]) == 0
+    (run_dir,) = list((tmp_path / "runs").iterdir())
+    assert [r["timesteps_total"] for r in results(run_dir)] == [40]
+    capsys.readouterr()
+    for args, message in [
+        (["--set", "lr_rate=0.1"], "unknown field 'lr_rate' in pg config; did you mean 'lr'?"),
+        (["--set", "gama=0.9"], "did you mean 'gamma'?"),
+        (["--set", "lr"], "write key=value"),
+        (["--set", "stop.iterations=3"], "did you mean 'training_iteration'?"),
+        (["--set", "gamma=high"], "PGConfig.gamma='high': must be a number"),
+    ]:
+        assert main(["train", "--config", str(spec), *args, "--quiet"]) == 2
+        assert message in capsys.readouterr().err
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("algo: pg\nenvironment: CartPole-v1\n")
+    assert main(["train", "--config", str(bad)]) == 2
+    assert "unknown key 'environment'; did you mean 'env'?" in capsys.readouterr().err
+
+
+def test_skipped_checkpoints_are_counted_and_logged_once(tmp_path, caplog, capsys):
+    not_a_dir = tmp_path / "file"
+    not_a_dir.write_text("")
+    with caplog.at_level(logging.WARNING, logger="flowrl.cli"):
+        code = main(["train", "pg", "--env", "CartPole-v1", *FAST_PG, "--stop-iters", "3",
+                     "--checkpoint-freq", "1", "--checkpoint-dir", str(not_a_dir),
+                     "--run-dir", str(tmp_path / "runs"), "--quiet", "--no-tensorboard"])
+    assert code == 1 and "cannot save checkpoint" in capsys.readouterr().err   # the final one
+    (run_dir,) = list((tmp_path / "runs").iterdir())
+    assert [r["num_checkpoints_skipped"] for r in results(run_dir)] == [1, 2, 3]
+    skips = [r for r in caplog.records if "skipped" in r.getMessage()]
+    assert len(skips) == 1 and "iteration 1" in skips[0].getMessage()
+
+
+def test_evaluate_prints_mean_and_std(trained, capsys):
+    assert main(["evaluate", str(trained / "checkpoint"), "--episodes", "3", "--seed", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "pg CartPole-v1: 3 episodes, mean return" in out and "+-" in out
+    assert main(["evaluate", str(trained), "--episodes", "1"]) == 0     # a run directory
+    assert main(["evaluate", str(trained / "nothing")]) == 2
+    assert "no checkpoint at" in capsys.readouterr().err
+
+
+def _wait_for(predicate, proc, what, timeout=120):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            raise AssertionError(f"{what}: the process exited with {proc.returncode}: "
+                                 f"{proc.stderr.read()}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            raise AssertionError(f"{what}: timed out")
+        time.sleep(0.05)
+
+
+def test_sigkill_at_any_moment_resumes_and_ctrl_c_checkpoints(tmp_path):
+    """A real training process is SIGKILLed at a random moment after its second
+    checkpoint; a new one resumes from the latest complete checkpoint with counters
+    that only grow; Ctrl-C then writes a final checkpoint and exits 130."""
+    ckpts = tmp_path / "ckpts"
+    cmd = [sys.executable, "-m", "flowrl.cli", "train", "pg", "--env", "CartPole-v1",
+           *FAST_PG, "--stop-iters", "100000", "--checkpoint-freq", "1", "--keep-checkpoints",
+           "3", "--checkpoint-dir", str(ckpts), "--quiet", "--no-tensorboard"]
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    first = subprocess.Popen([*cmd, "--run-dir", str(tmp_path / "a"), "--seed", "0"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    _wait_for(lambda: len(checkpoint.list_checkpoints(str(ckpts))) >= 2, first, "first run")
+    time.sleep(random.Random(0).uniform(0, 0.3))
+    first.send_signal(signal.SIGKILL)
+    first.wait(timeout=60)
+    last = checkpoint.read_checkpoint(str(ckpts))["metrics"]["counters"]
+
+    second = subprocess.Popen([*cmd, "--run-dir", str(tmp_path / "b"), "--restore", str(ckpts)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    run_dir = tmp_path / "b"
+    _wait_for(lambda: run_dir.exists() and any(
+        (d / "result.jsonl").exists() and (d / "result.jsonl").read_text().count("\n") >= 2
+        for d in run_dir.iterdir()), second, "resumed run")
+    second.send_signal(signal.SIGINT)
+    out, err = second.communicate(timeout=120)
+    assert second.returncode == 130, err
+    assert "stopped: interrupted" in out
+    (d,) = list(run_dir.iterdir())
+    rs = results(d)
+    iters = [r["training_iteration"] for r in rs]
+    assert iters == list(range(last["training_iteration"] + 1, iters[-1] + 1))
+    steps = [last["num_steps_sampled"]] + [r["timesteps_total"] for r in rs]
+    assert steps == sorted(set(steps))                   # strictly growing
+    final = checkpoint.read_checkpoint(str(ckpts))
+    assert final["metrics"]["counters"]["training_iteration"] == iters[-1]
+    assert len(checkpoint.list_checkpoints(str(ckpts))) == 3
+    assert not [n for n in os.listdir(ckpts) if n.startswith(".")]
 
 
 def test_bad_algo_and_env_exit_2(capsys):
@@ -38,7 +205,10 @@ def test_bad_algo_and_env_exit_2(capsys):
     assert "dqnx" in err and "ppo" in err
     assert main(["train", "ppo", "--env", "NoSuchEnv-v0"]) == 2
     assert "NoSuchEnv-v0" in capsys.readouterr().err
-    assert main(["train", "ppo"]) == 2          # --env is required (argparse usage error)
+    assert main(["train", "ppo"]) == 2
+    assert "give the env" in capsys.readouterr().err
+    assert main(["train", "ppo", "--env", "CartPole-v1", "--stop-iters", "0"]) == 2
+    assert "--stop-iters: 0 is not >= 1" in capsys.readouterr().err
 
 
 def test_plan_writes_dot(tmp_path):
@@ -63,3 +233,11 @@ def test_console_entry_point(tmp_path):
                          env={**os.environ, "PYTHONWARNINGS": "ignore"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.startswith("digraph") and "a2c/train" in out.stdout
+
+
+def test_plan_with_overrides_shows_the_aggregators_and_catches_typos(capsys):
+    assert main(["plan", "impala", "--set", "num_aggregation_workers=1"]) == 0
+    dot = capsys.readouterr().out
+    assert "subgraph cluster_aggregators" in dot and "learner_thread.inqueue" in dot
+    assert main(["plan", "impala", "--set", "num_agregation_workers=1"]) == 2
+    assert "did you mean 'num_aggregation_workers'?" in capsys.readouterr().err

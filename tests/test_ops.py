@@ -87,10 +87,12 @@ def test_rollout_shards_one_per_remote_worker_and_none_without():
 
 def test_synchronous_parallel_sample():
     ws = make_workers(2, fragment=7)
-    assert synchronous_parallel_sample(ws).count == 14
+    batches = synchronous_parallel_sample(ws)
+    assert [b.count for b in batches] == [7, 7]
+    assert synchronous_parallel_sample(ws, remote_fn=lambda w: w.worker_index) == [1, 2]
     ws.stop()
     ws0 = make_workers(0, fragment=7)
-    assert synchronous_parallel_sample(ws0).count == 7
+    assert [b.count for b in synchronous_parallel_sample(ws0)] == [7]
     ws0.stop()
 
 

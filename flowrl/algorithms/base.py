@@ -8,28 +8,35 @@ ConfigError naming the field), a policy class, and a static
 the :class:`~flowrl.Plan` (``algo.plan``) and compiles it into a run.
 ``train()`` is one reporting step of that run (``next(run)``).
 
-Checkpoints (:meth:`Algorithm.save` / :meth:`Algorithm.restore`) hold the local
-worker's state (weights, optimizer state, RNG, e.g. PPO's KL coefficient) and
-the run's metrics (counters, info: iteration, total time), so a restored
-algorithm, in this process or a fresh one, continues where the saved one was.
+Checkpoints (:meth:`Algorithm.save` / :meth:`Algorithm.restore`, written
+atomically by :mod:`flowrl.checkpoint`) hold the local worker's state (weights,
+optimizer state, RNG, e.g. PPO's KL coefficient), the remote workers' policy
+states, the run's metrics (counters, info: iteration, total time), the driver's
+global RNG states, the config and the subclass's :meth:`Algorithm.extra_state`
+(exploration state, replay buffers), so a restored algorithm, in this process or
+a fresh one, continues where the saved one was.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
+import logging
+import math
 import os
-import pickle
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
+from flowrl.checkpoint import CHECKPOINT_FILE  # noqa: F401  (re-exported)
 from flowrl.errors import ConfigError, FlowError
 from flowrl.graph.plan import Plan
 from flowrl.graph.stream import LocalStream
 from flowrl.workers import PolicySpec, WorkerConfig, WorkerSet
+from flowrl.workers.rollout_worker import as_policy_spec
 
 BACKENDS = ("local", "ray")
-CHECKPOINT_FILE = "algorithm_state.pkl"
+COUNT_STEPS_BY = ("env_steps", "agent_steps")
 
 
 def _int_ge(lo: int) -> tuple[Callable[[Any], bool], str]:
@@ -37,13 +44,102 @@ def _int_ge(lo: int) -> tuple[Callable[[Any], bool], str]:
             f"an int >= {lo}")
 
 
-def _num(lo: float, hi: float = float("inf"), *, open_lo: bool = False):
+def _int_between(lo: int, hi: int) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi,
+            f"an int between {lo} and {hi}")
+
+
+# Numeric config fields stay within this magnitude unless a field says otherwise:
+# beyond it float32 maths on the learner (squared gradients, clipping norms)
+# overflows, and training dies with NaNs instead of a ConfigError.
+MAX_MAGNITUDE = 1e6
+
+
+def _num(lo: float, hi: float = MAX_MAGNITUDE, *, open_lo: bool = False):
+    """A finite number in ``[lo, hi]`` (``(lo, hi]`` with ``open_lo``); NaN and
+    infinities never pass."""
     def ok(v):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
             return False
-        return (v > lo if open_lo else v >= lo) and v <= hi
+        try:
+            v = float(v)
+        except OverflowError:  # an int too large for a float
+            return False
+        return math.isfinite(v) and (v > lo if open_lo else v >= lo) and v <= hi
     lo_s = f"> {lo}" if open_lo else f">= {lo}"
-    return ok, (f"a number {lo_s}" if hi == float("inf") else f"a number {lo_s} and <= {hi}")
+    return ok, f"a number {lo_s} and <= {hi:g}"
+
+
+def _one_of(choices: tuple) -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: isinstance(v, str) and v in choices), f"one of {list(choices)}"
+
+
+def _str_dict() -> tuple[Callable[[Any], bool], str]:
+    return (lambda v: isinstance(v, dict) and all(isinstance(k, str) for k in v),
+            "a dict with str keys")
+
+
+def _sizes() -> tuple[Callable[[Any], bool], str]:
+    def ok(v):
+        return (isinstance(v, (list, tuple)) and len(v) > 0
+                and all(isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in v))
+    return ok, "the hidden layer sizes, a non-empty list of ints > 0, e.g. (64, 64)"
+
+
+MULTIAGENT_KEYS = ("policies", "policy_mapping_fn", "policies_to_train", "count_steps_by")
+
+
+def _multiagent() -> tuple[Callable[[Any], bool], str]:
+    def ok(v):
+        if not isinstance(v, dict) or set(v) - set(MULTIAGENT_KEYS):
+            return False
+        policies, fn, train = (v.get(k) for k in MULTIAGENT_KEYS[:3])
+        return ((policies is None or (isinstance(policies, dict) and all(
+                    isinstance(k, str) and (spec is None or isinstance(spec, PolicySpec)
+                                            or callable(spec)
+                                            or isinstance(spec, tuple))  # checked at build
+                    for k, spec in policies.items())))
+                and (fn is None or callable(fn))
+                and (train is None or callable(train) or (
+                    isinstance(train, (list, tuple, set))
+                    and all(isinstance(p, str) for p in train))))
+    return ok, ("a dict with keys among " + ", ".join(MULTIAGENT_KEYS) + " (policies: "
+                "{id: PolicySpec, the seeds' (policy_class, obs_space, act_space, config) "
+                "4-tuple, a policy class or None}, policy_mapping_fn: a callable, "
+                "policies_to_train: a list of ids, count_steps_by: 'env_steps' or "
+                "'agent_steps')")
+
+
+_MAKE_KWARGS = {"max_episode_steps", "disable_env_checker", "render_mode", "autoreset",
+                "apply_api_compatibility"}
+
+
+def check_env_config(env: Any, env_config: dict, where: str) -> None:
+    """For a registered gymnasium id, a ConfigError naming ``where`` when
+    ``env_config`` has a key the env's constructor does not take (found from its
+    signature, without building the env)."""
+    if not isinstance(env, str) or not env_config:
+        return
+    import inspect
+
+    import gymnasium as gym
+    try:
+        spec = gym.spec(env)
+        creator = spec.entry_point
+        if isinstance(creator, str):
+            creator = gym.envs.registration.load_env_creator(creator)
+        params = inspect.signature(creator).parameters.values()
+    except Exception:  # an entry point that cannot be inspected: the env decides
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return
+    accepted = {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+    accepted |= _MAKE_KWARGS
+    unknown = sorted(set(env_config) - accepted)
+    if unknown:
+        raise ConfigError(f"{where}: {env!r} takes no argument {unknown[0]!r}; it takes "
+                          f"{sorted(accepted - _MAKE_KWARGS)} (and gymnasium.make's "
+                          f"{sorted(_MAKE_KWARGS)})")
 
 
 _BOOL = (lambda v: isinstance(v, bool), "True or False")
@@ -78,8 +174,11 @@ class AlgorithmConfig:
     """Fields shared by every algorithm (RLlib 1.x names where one exists).
 
     ``model`` is the hidden layer sizes of the policy and value MLPs;
-    ``multiagent`` may hold ``policies`` (id -> PolicySpec, policy class or None
-    for the algorithm's policy), ``policy_mapping_fn`` and ``policies_to_train``.
+    ``multiagent`` may hold ``policies`` (id -> PolicySpec, the seeds' 4-tuple
+    ``(policy_class, obs_space, act_space, config)``, a policy class, or None; a
+    None class means the algorithm's policy), ``policy_mapping_fn(agent_id,
+    episode)``, ``policies_to_train`` and ``count_steps_by`` (``"env_steps"`` or
+    ``"agent_steps"``).
     ``backend`` is ``"local"`` (in-process workers, the embedded default) or
     ``"ray"`` (remote workers are Ray actors). ``torch_threads`` sets the
     driver process's torch threads (``torch.set_num_threads``): the default 1
@@ -125,9 +224,11 @@ class AlgorithmConfig:
     checks: ClassVar[dict[str, tuple]] = {
         "num_workers": _int_ge(0), "num_envs_per_worker": _int_ge(1),
         "rollout_fragment_length": _int_ge(1), "train_batch_size": _int_ge(1),
-        "lr": _num(0, open_lo=True), "gamma": _num(0, 1), "num_gpus": _num(0),
+        "lr": _num(0, 10, open_lo=True), "gamma": _num(0, 1), "num_gpus": _num(0),
         "num_cpus_per_worker": _num(0), "timesteps_per_iteration": _int_ge(0),
         "min_time_s_per_reporting": _num(0), "torch_threads": _or_none(_int_ge(1)),
+        "backend": _one_of(BACKENDS), "seed": _or_none(_int_between(0, 2**32 - 1)),
+        "model": _sizes(), "env_config": _str_dict(), "multiagent": _multiagent(),
         "recreate_failed_workers": _BOOL, "ignore_worker_failures": _BOOL,
         "max_worker_restarts": _or_none(_int_ge(0)),
         "sample_timeout_s": _or_none(_num(0, open_lo=True)),
@@ -140,25 +241,27 @@ class AlgorithmConfig:
                 value = getattr(self, f)
                 if not ok(value):
                     raise ConfigError(f"{name}.{f}={value!r}: must be {what}")
-        if self.backend not in BACKENDS:
-            raise ConfigError(f"{name}.backend={self.backend!r}: choose one of {list(BACKENDS)}")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)):
-            raise ConfigError(f"{name}.seed={self.seed!r}: must be an int or None")
-        model = self.model
-        if isinstance(model, int) or not all(isinstance(h, int) and not isinstance(h, bool)
-                                             and h > 0 for h in model) or not len(model):
-            raise ConfigError(f"{name}.model={model!r}: give the hidden layer sizes, e.g. (64, 64)")
-        self.model = tuple(model)
-        unknown = sorted(set(self.multiagent) - {"policies", "policy_mapping_fn",
-                                                 "policies_to_train"})
-        if unknown:
-            raise ConfigError(f"{name}.multiagent has unknown keys {unknown}; use policies, "
-                              "policy_mapping_fn, policies_to_train")
+        self.model = tuple(self.model)
+        by = self.multiagent.get("count_steps_by", "env_steps")
+        if by not in COUNT_STEPS_BY:
+            raise ConfigError(f"{name}.multiagent['count_steps_by']={by!r}: choose one of "
+                              f"{list(COUNT_STEPS_BY)}")
         check_env(self.env, f"{name}.env")
+        check_env_config(self.env, self.env_config, f"{name}.env_config")
+
+    @property
+    def count_steps_by(self) -> str:
+        """``multiagent["count_steps_by"]`` (default ``"env_steps"``): how plans count
+        batch sizes (e.g. ``ConcatBatches(count_steps_by=...)``)."""
+        return self.multiagent.get("count_steps_by", "env_steps")
 
     def replace(self, **changes: Any) -> "AlgorithmConfig":
         """A validated copy with ``changes`` applied."""
         return dataclasses.replace(self, **changes)
+
+
+def _validate_worker_env(validate: Callable[[Any, int], None], worker) -> None:
+    validate(worker.env, worker.worker_index)
 
 
 def ensure_ray(num_cpus: float) -> None:
@@ -171,6 +274,37 @@ def ensure_ray(num_cpus: float) -> None:
         ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
     else:
         ray.init(num_cpus=int(max(1, num_cpus)), include_dashboard=False, log_to_driver=False)
+
+
+def _global_rng_state() -> dict[str, Any]:
+    import random
+
+    import numpy as np
+    import torch
+    return {"python": random.getstate(), "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state().numpy().copy()}
+
+
+def _set_global_rng_state(state: dict[str, Any] | None) -> None:
+    if not state:
+        return
+    import random
+
+    import numpy as np
+    import torch
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(torch.tensor(state["torch"]))
+
+
+def _config_bytes(config: AlgorithmConfig) -> bytes | None:
+    """The config, cloudpickled (env creators and mapping functions included), or
+    None when something in it does not pickle."""
+    import cloudpickle
+    try:
+        return cloudpickle.dumps(config)
+    except Exception:
+        return None
 
 
 class Algorithm:
@@ -196,11 +330,26 @@ class Algorithm:
         if config.torch_threads is not None:
             import torch
             torch.set_num_threads(config.torch_threads)
-        if config.backend == "ray" and config.num_workers > 0:
-            ensure_ray(max(os.cpu_count() or 1, config.num_workers * config.num_cpus_per_worker))
-        self.workers = WorkerSet(config.env, self.policy_class, self.worker_config(config),
-                                 num_workers=config.num_workers, backend=config.backend)
+        self.workers = None
         try:
+            policy_class = self._hook("get_policy_class", self.get_policy_class, config)
+            self._policy_class = policy_class if policy_class is not None else self.policy_class
+            if self._policy_class is None and not config.multiagent.get("policies"):
+                raise ConfigError(f"{self.name}: no policy class: get_policy_class returned None "
+                                  "and the algorithm has no default policy; return a policy "
+                                  "class or set multiagent.policies")
+            self._hook("before_init", self.before_init)
+            if config.backend == "ray" and config.num_workers > 0:
+                ensure_ray(max(os.cpu_count() or 1,
+                               config.num_workers * config.num_cpus_per_worker))
+            self.workers = self._hook(
+                "make_workers", self.make_workers, env=config.env,
+                policy_class=self._policy_class,
+                worker_config=self.worker_config(config, self._policy_class),
+                num_workers=config.num_workers, backend=config.backend)
+            validate = type(self).validate_env
+            self._hook("validate_env", self.workers.foreach_worker,
+                       functools.partial(_validate_worker_env, validate))
             output = self.execution_plan(self.workers, config)
             if not isinstance(output, LocalStream):
                 raise FlowError(f"{type(self).__name__}.execution_plan must return a LocalStream "
@@ -210,12 +359,51 @@ class Algorithm:
                 "remote_timeout_s": config.sample_timeout_s}
             self._run = self.plan.compile(backend="auto", seed=config.seed or 0,
                                           local_worker=self.workers.local_worker(), **timeout)
+            self._hook("after_init", self.after_init)
         except BaseException:
-            self.workers.stop()
+            if getattr(self, "_run", None) is not None:
+                self._run.stop()
+            if self.workers is not None:
+                self.workers.stop()
             raise
         self.last_result: dict | None = None
 
-    # -- hooks for subclasses ----------------------------------------------------
+    def _hook(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except FlowError as e:
+            if name in str(e):
+                raise
+            raise type(e)(f"{self.name}: hook {name} raised: {e}") from e
+        except Exception as e:
+            raise ConfigError(f"{self.name}: hook {name} raised {type(e).__name__}: {e}; fix "
+                              f"the {name} hook or the config it checks") from e
+
+    # -- build_trainer-style hooks (override in subclasses or via build_algorithm) --
+    @staticmethod
+    def get_policy_class(config: AlgorithmConfig) -> Any:
+        """The policy class to use for ``config``; None means ``policy_class``.
+        Called first."""
+        return None
+
+    def before_init(self) -> None:
+        """Called after ``get_policy_class``, before the workers are built."""
+
+    def make_workers(self, *, env: Any, policy_class: Any, worker_config: WorkerConfig,
+                     num_workers: int, backend: str) -> WorkerSet:
+        """Build the :class:`WorkerSet` (override to customize; RLlib's ``_make_workers``)."""
+        return WorkerSet(env, policy_class, worker_config, num_workers=num_workers,
+                         backend=backend)
+
+    @staticmethod
+    def validate_env(env: Any, worker_index: int) -> None:
+        """Check each worker's env (``worker.env``) where the worker lives, local worker
+        first then every remote one; raise to reject it. A staticmethod: it runs in
+        the worker's process, without the algorithm."""
+
+    def after_init(self) -> None:
+        """Called last, once the workers, the plan and its run exist."""
+
     @classmethod
     def policy_config(cls, config: AlgorithmConfig) -> dict[str, Any]:
         """The policy's keyword hyperparameters, from the typed config."""
@@ -226,17 +414,17 @@ class Algorithm:
         raise NotImplementedError("subclasses build their plan here")
 
     @classmethod
-    def worker_config(cls, config: AlgorithmConfig) -> WorkerConfig:
+    def worker_config(cls, config: AlgorithmConfig, policy_class: Any = None) -> WorkerConfig:
+        """The :class:`WorkerConfig` for ``config``; multi-agent policies with no class
+        get ``policy_class`` (default: the algorithm's ``policy_class``)."""
+        policy_class = policy_class if policy_class is not None else cls.policy_class
         policy_config = cls.policy_config(config)
         ma = config.multiagent
         policies = None
         if ma.get("policies"):
             policies = {}
-            for pid, spec in ma["policies"].items():
-                if spec is None:
-                    spec = PolicySpec(cls.policy_class)
-                elif not isinstance(spec, PolicySpec):
-                    spec = PolicySpec(spec)
+            for pid, value in ma["policies"].items():
+                spec = as_policy_spec(pid, value, default_class=policy_class)
                 policies[pid] = dataclasses.replace(spec, config={**policy_config, **spec.config})
         return WorkerConfig(
             env_config=config.env_config, num_envs_per_worker=config.num_envs_per_worker,
@@ -271,33 +459,84 @@ class Algorithm:
         return self.workers.local_worker().get_policy(policy_id)
 
     # -- checkpoints ---------------------------------------------------------------
+    def extra_state(self) -> dict[str, Any]:
+        """Algorithm-specific picklable state for checkpoints (exploration state,
+        replay buffers, ...); :meth:`save` stores it and :meth:`restore` hands it to
+        :meth:`restore_extra_state`. The default has none."""
+        return {}
+
+    def restore_extra_state(self, state: dict[str, Any]) -> None:
+        """Apply what :meth:`extra_state` returned when the checkpoint was saved."""
+
     def save(self, path: str) -> str:
-        """Write a checkpoint into directory ``path`` (created); returns the file written."""
-        os.makedirs(path, exist_ok=True)
-        state = {"algorithm": self.name, "worker": self.workers.local_worker().get_state(),
-                 "metrics": self._run.metrics.save()}
-        file = os.path.join(path, CHECKPOINT_FILE)
-        tmp = file + ".tmp"
-        with open(tmp, "wb") as f:
-            pickle.dump(state, f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, file)
-        return file
+        """Write a checkpoint into directory ``path`` atomically; returns the file written.
+
+        A checkpoint holds the local worker's state (weights, optimizer state, the
+        policies' RNGs), every remote worker's policy state (their sampling RNGs),
+        the run's metrics (counters, info), the driver's python/numpy/torch global
+        RNG states, the worker seeds, the config (when it pickles, for
+        ``flowrl evaluate``) and :meth:`extra_state`. The write goes aside and is
+        renamed into place (:func:`flowrl.checkpoint.write_checkpoint`): a failed
+        save raises FlowError and leaves an earlier checkpoint at ``path``
+        byte-identical.
+        """
+        from flowrl import checkpoint
+        state = {"algorithm": self.name,
+                 "worker": self.workers.local_worker().get_state(),
+                 "remote_workers": self.workers.foreach_worker(lambda w: w.get_state())[1:],
+                 "metrics": self._run.metrics.save(),
+                 "rng": _global_rng_state(),
+                 "seeds": {"seed": self.config.seed,
+                           "num_workers": len(self.workers.remote_workers())},
+                 "config": _config_bytes(self.config),
+                 "extra": self.extra_state()}
+        return checkpoint.write_checkpoint(path, state)
 
     def restore(self, path: str) -> None:
-        """Load a checkpoint written by :meth:`save` (its directory or file): weights,
-        optimizer state and counters; remote workers get the restored weights."""
-        file = os.path.join(path, CHECKPOINT_FILE) if os.path.isdir(path) else path
-        if not os.path.exists(file):
-            raise ConfigError(f"{self.name}.restore({path!r}): no checkpoint there (expected "
-                              f"{CHECKPOINT_FILE} written by save())")
-        with open(file, "rb") as f:
-            state = pickle.load(f)
+        """Load a checkpoint written by :meth:`save`: its file, its directory, or a
+        directory of numbered checkpoints (the latest complete one).
+
+        Restores weights, optimizer and RNG states, counters and :meth:`extra_state`;
+        remote workers get their saved policy state back (when their number
+        matches) and then the restored weights. Raises ConfigError with a one-line
+        reason (nothing is written anywhere) when the checkpoint is missing,
+        unreadable, from another algorithm or from an incompatible model.
+        """
+        from flowrl import checkpoint
+        state = checkpoint.read_checkpoint(path)
+        where = f"{self.name}.restore({path!r})"
         if state.get("algorithm") != self.name:
-            raise ConfigError(f"{self.name}.restore({path!r}): the checkpoint is from "
-                              f"{state.get('algorithm')!r}, not {self.name!r}")
-        self.workers.local_worker().set_state(state["worker"])
+            raise ConfigError(f"{where}: the checkpoint is from {state.get('algorithm')!r}, "
+                              f"not {self.name!r}")
+        missing = sorted({"worker", "metrics"} - set(state))
+        if missing or not isinstance(state["worker"], dict) or "policies" not in state["worker"]:
+            raise ConfigError(f"{where}: the checkpoint lacks {missing or ['worker.policies']}; "
+                              "it was not written by Algorithm.save()")
+        local = self.workers.local_worker()
+        saved_policies = set(state["worker"]["policies"])
+        if saved_policies != set(local.policy_map):
+            raise ConfigError(f"{where}: the checkpoint has policies {sorted(saved_policies)}, "
+                              f"this algorithm {sorted(local.policy_map)}")
+        try:
+            local.set_state(state["worker"])
+        except ConfigError as e:
+            raise ConfigError(f"{where}: the checkpoint's model does not fit this config "
+                              f"({e}); use the model settings it was trained with") from None
+        remotes = state.get("remote_workers") or []
+        if len(remotes) == len(self.workers.remote_workers()):
+            by_index = dict(enumerate(remotes, start=1))
+            self.workers.foreach_worker(
+                lambda w: w.set_state(by_index[w.worker_index]) if w.worker_index in by_index
+                else None)
+        elif self.workers.remote_workers():
+            logging.getLogger("flowrl").info(
+                "%s: the checkpoint has %d remote workers' states, this run %d workers; "
+                "their samplers start from the config's seed", where, len(remotes),
+                len(self.workers.remote_workers()))
         self.workers.sync_weights()
         self._run.metrics.restore(state["metrics"])
+        _set_global_rng_state(state.get("rng"))
+        self.restore_extra_state(state.get("extra") or {})
 
     def stop(self) -> None:
         """Stop the run and the workers (idempotent)."""
@@ -316,4 +555,61 @@ class Algorithm:
         return f"{type(self).__name__}(env={self.config.env!r}, backend={self.config.backend!r})"
 
 
-__all__ = ["Algorithm", "AlgorithmConfig", "check_env", "ensure_ray"]
+HOOKS = ("get_policy_class", "validate_env", "before_init", "after_init", "make_workers")
+_STATIC_HOOKS = ("get_policy_class", "validate_env")
+
+
+def build_algorithm(name: str, default_config: type, default_policy: Any,
+                    execution_plan: Callable[[WorkerSet, Any], LocalStream],
+                    **hooks: Callable[..., Any]) -> type:
+    """An :class:`Algorithm` subclass from parts, for users porting RLlib's
+    ``build_trainer``.
+
+    ``default_config`` is the config class (an :class:`AlgorithmConfig` subclass),
+    ``default_policy`` the policy class (may be None when ``get_policy_class``
+    always answers or every multi-agent policy names its class),
+    ``execution_plan(workers, config) -> LocalStream`` of result dicts. ``hooks``
+    may be ``get_policy_class(config)``, ``validate_env(env, worker_index)``,
+    ``before_init(algo)``, ``after_init(algo)`` and ``make_workers(algo, *, env,
+    policy_class, worker_config, num_workers, backend)``; they run in the order
+    get_policy_class, before_init, (make_workers), validate_env on every worker,
+    after_init. A hook that raises is a ConfigError naming it.
+
+    >>> from flowrl.algorithms.pg import PG, PGConfig
+    >>> from flowrl.policies import PGPolicy
+    >>> seen = []
+    >>> MyPG = build_algorithm("my_pg", PGConfig, PGPolicy, PG.execution_plan,
+    ...                        after_init=lambda algo: seen.append(algo.name))
+    >>> algo = MyPG(env="CartPole-v1", train_batch_size=100, rollout_fragment_length=100)
+    >>> MyPG.name, seen, algo.train()["timesteps_total"]
+    ('my_pg', ['my_pg'], 100)
+    >>> algo.stop()
+    """
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"build_algorithm(name={name!r}): give a non-empty string")
+    if not (isinstance(default_config, type) and issubclass(default_config, AlgorithmConfig)):
+        raise ConfigError(f"build_algorithm({name!r}, default_config={default_config!r}): give "
+                          "the config class, an AlgorithmConfig subclass")
+    if not callable(execution_plan):
+        raise ConfigError(f"build_algorithm({name!r}, execution_plan={execution_plan!r}): give "
+                          "a function execution_plan(workers, config) -> LocalStream")
+    unknown = sorted(set(hooks) - set(HOOKS))
+    if unknown:
+        raise ConfigError(f"build_algorithm({name!r}): unknown hooks {unknown}; the hooks are "
+                          f"{list(HOOKS)}")
+    attrs: dict[str, Any] = {"name": name, "config_class": default_config,
+                             "policy_class": default_policy,
+                             "execution_plan": staticmethod(execution_plan),
+                             "__doc__": f"Algorithm {name!r} built with build_algorithm."}
+    for hook, fn in hooks.items():
+        if fn is None:
+            continue
+        if not callable(fn):
+            raise ConfigError(f"build_algorithm({name!r}, {hook}={fn!r}): a hook must be callable")
+        attrs[hook] = staticmethod(fn) if hook in _STATIC_HOOKS else fn
+    class_name = "".join(part.capitalize() for part in name.replace("-", "_").split("_")) or "Algo"
+    return type(class_name, (Algorithm,), attrs)
+
+
+__all__ = ["Algorithm", "AlgorithmConfig", "check_env", "check_env_config", "ensure_ray",
+           "build_algorithm", "HOOKS"]

@@ -83,13 +83,14 @@ class PPO(Algorithm):
 
     @classmethod
     def policy_config(cls, config: PPOConfig) -> dict[str, Any]:
-        # Epochs and minibatches are the plan's TrainOneStep; the policy takes one
-        # step per learn_on_batch.
+        # The policy's own learn_on_batch runs the same epochs and minibatches as
+        # the plan's train op (both go through the one minibatch-SGD loop).
         return {**super().policy_config(config), "lambda_": config.lambda_,
                 "clip_param": config.clip_param, "vf_clip_param": config.vf_clip_param,
                 "vf_loss_coeff": config.vf_loss_coeff, "entropy_coeff": config.entropy_coeff,
                 "kl_coeff": config.kl_coeff, "kl_target": config.kl_target,
-                "grad_clip": config.grad_clip, "num_sgd_iter": 1, "sgd_minibatch_size": None}
+                "grad_clip": config.grad_clip, "num_sgd_iter": config.num_sgd_iter,
+                "sgd_minibatch_size": config.sgd_minibatch_size or None}
 
     @staticmethod
     def execution_plan(workers, config: PPOConfig) -> LocalStream:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import collections
 import math
 import time
-from typing import Any
+from typing import Any, Sequence
 
 from flowrl.errors import ConfigError
 from flowrl.graph.stream import LocalStream
@@ -84,12 +84,82 @@ def _episode_stats(worker) -> list[dict]:
     return worker.episode_stats()
 
 
+def summarize_episodes(episodes: list[dict]) -> dict[str, Any]:
+    """Episode statistics over ``episodes`` (dicts as workers' ``episode_stats()`` give).
+
+    ``episode_reward_mean/min/max`` and ``episode_len_mean`` (NaN without episodes)
+    and, per policy, ``policy_reward_mean/min/max``: over every (episode, agent)
+    that policy played, that agent's return (as RLlib 1.x); empty dicts for
+    single-agent episodes.
+
+    >>> s = summarize_episodes([
+    ...     {"episode_reward": 3.0, "episode_len": 2, "policy_rewards": {"a": [1.0, 2.0]}},
+    ...     {"episode_reward": 5.0, "episode_len": 4, "policy_rewards": {"a": [5.0]}}])
+    >>> s["episode_reward_mean"], s["policy_reward_mean"], s["policy_reward_max"]
+    (4.0, {'a': 2.6666666666666665}, {'a': 5.0})
+    """
+    rewards = [e["episode_reward"] for e in episodes]
+    lengths = [e["episode_len"] for e in episodes]
+    per_policy: dict[str, list[float]] = {}
+    for e in episodes:
+        for pid, rs in e.get("policy_rewards", {}).items():
+            per_policy.setdefault(pid, []).extend(rs)
+    return {
+        "episode_reward_mean": _mean(rewards),
+        "episode_reward_min": min(rewards) if rewards else math.nan,
+        "episode_reward_max": max(rewards) if rewards else math.nan,
+        "episode_len_mean": _mean(lengths),
+        "policy_reward_mean": {pid: _mean(rs) for pid, rs in per_policy.items()},
+        "policy_reward_min": {pid: min(rs) for pid, rs in per_policy.items()},
+        "policy_reward_max": {pid: max(rs) for pid, rs in per_policy.items()},
+    }
+
+
+def collect_metrics(local_worker=None, remote_workers: Sequence = ()) -> dict[str, Any]:
+    """Episode statistics of the episodes the workers finished since they were last
+    asked (a plain function, as RLlib 1.x's ``collect_metrics``).
+
+    Drains ``episode_stats()`` of ``local_worker`` (may be None) and of each remote
+    worker (in-process workers or Ray actor handles) and returns
+    :func:`summarize_episodes` of them plus ``episodes_this_iter``. Touches no metrics.
+
+    >>> from flowrl.policies import PGPolicy
+    >>> from flowrl.workers import RolloutWorker, make_multi_agent
+    >>> w = RolloutWorker(make_multi_agent("CartPole-v1", 2), policies={"a": PGPolicy,
+    ...                   "b": PGPolicy}, policy_mapping_fn=lambda agent, episode: "ab"[agent],
+    ...                   rollout_fragment_length=300, seed=0)
+    >>> _ = w.sample()
+    >>> r = collect_metrics(w)
+    >>> r["episodes_this_iter"] > 0, sorted(r["policy_reward_mean"])
+    (True, ['a', 'b'])
+    >>> collect_metrics(w)["episodes_this_iter"]
+    0
+    >>> w.stop()
+    """
+    episodes = list(local_worker.episode_stats()) if local_worker is not None else []
+    actors = []
+    for w in remote_workers:
+        if hasattr(w.episode_stats, "remote"):
+            actors.append(w)
+        else:
+            episodes.extend(w.episode_stats())
+    if actors:
+        import ray
+        for eps in ray.get([w.episode_stats.remote() for w in actors]):
+            episodes.extend(eps)
+    out = summarize_episodes(episodes)
+    out["episodes_this_iter"] = len(episodes)
+    return out
+
+
 class CollectMetrics:
     """``for_each(CollectMetrics(workers))``: one result dict per item (the item is dropped).
 
     Drains completed episodes from every worker (``foreach_worker``, local first)
     and reports over the last ``smoothing_window`` of them: ``episode_reward_mean``
     / ``_min`` / ``_max`` and ``episode_len_mean`` (NaN before any episode ended),
+    ``policy_reward_mean`` / ``_min`` / ``_max`` per policy (see
+    :func:`summarize_episodes`),
     ``episodes_this_iter``, ``episodes_total``, ``timesteps_total`` (env steps
     sampled), ``timesteps_this_iter``, ``training_iteration``, ``time_this_iter_s``,
     ``time_total_s``, ``num_healthy_workers`` (remote workers now),
@@ -139,15 +209,10 @@ class CollectMetrics:
         steps = counters[STEPS_SAMPLED_COUNTER]
         steps_this_iter = steps - metrics.info.get(LAST_REPORT_STEPS, 0)
         metrics.info[LAST_REPORT_STEPS] = steps
-        rewards = [e["episode_reward"] for e in self.episodes]
-        lengths = [e["episode_len"] for e in self.episodes]
         info = {k: v for k, v in counters.items()}
         info[LEARNER_INFO] = metrics.info.get(LEARNER_INFO, {})
         return {
-            "episode_reward_mean": _mean(rewards),
-            "episode_reward_min": min(rewards) if rewards else math.nan,
-            "episode_reward_max": max(rewards) if rewards else math.nan,
-            "episode_len_mean": _mean(lengths),
+            **summarize_episodes(list(self.episodes)),
             "episodes_this_iter": len(new),
             "episodes_total": counters[EPISODES_TOTAL],
             "timesteps_total": steps,
@@ -201,5 +266,5 @@ def StandardMetricsReporting(train_op: LocalStream, workers, *,
                       name="report.collect_metrics"))
 
 
-__all__ = ["StandardMetricsReporting", "CollectMetrics", "OncePerTimeInterval",
-           "OncePerTimestepsElapsed"]
+__all__ = ["StandardMetricsReporting", "CollectMetrics", "collect_metrics", "summarize_episodes",
+           "OncePerTimeInterval", "OncePerTimestepsElapsed"]

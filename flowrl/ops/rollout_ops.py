@@ -21,7 +21,7 @@ returns new batches and never modifies its input.
 from __future__ import annotations
 
 import time
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -155,27 +155,32 @@ def ParallelRollouts(workers, mode: str = "bulk_sync", num_async: int = 1, *,
     return gathered.for_each(_CountSampled(), name=f"{name}.count_sampled")
 
 
-def synchronous_parallel_sample(workers) -> Batch:
-    """One ``sample()`` from every remote worker (or the local one if there are
-    none), concatenated in worker order. A plain function, not a stream operator:
-    it blocks until every sample is in and touches no metrics.
+def synchronous_parallel_sample(workers, remote_fn: Callable[[Any], Any] | None = None
+                                ) -> list:
+    """One ``sample()`` from every remote worker, as a list in worker order (the
+    local worker's one sample, in a list, when there are none, with or without
+    ``remote_fn``). With ``remote_fn``, ``[remote_fn(w) for each remote worker]``
+    instead of their samples (RLlib 1.x's semantics). A
+    plain function, not a stream operator: it blocks until every result is in and
+    touches no metrics.
 
     >>> from flowrl.policies import PGPolicy
     >>> from flowrl.workers import WorkerConfig, WorkerSet
     >>> ws = WorkerSet("CartPole-v1", PGPolicy, WorkerConfig(rollout_fragment_length=20),
     ...                num_workers=2, backend="local")
-    >>> synchronous_parallel_sample(ws).count
-    40
+    >>> [b.count for b in synchronous_parallel_sample(ws)]
+    [20, 20]
+    >>> synchronous_parallel_sample(ws, remote_fn=lambda w: w.worker_index)
+    [1, 2]
     >>> ws.stop()
     """
-    if not workers.remote_workers():
-        return workers.local_worker().sample()
-    batches = workers.foreach_worker(_sample_if_remote)[1:]
-    return concat_samples(batches)
+    if not workers.remote_workers():  # as the seeds: remote_fn applies to remotes only
+        return [workers.local_worker().sample()]
+    return workers.foreach_remote_worker(remote_fn if remote_fn is not None else _sample)
 
 
-def _sample_if_remote(worker) -> Batch | None:
-    return worker.sample() if worker.worker_index > 0 else None
+def _sample(worker) -> Batch:
+    return worker.sample()
 
 
 class SelectExperiences:

@@ -18,6 +18,7 @@ import numpy as np
 
 from flowrl.batch import MultiAgentBatch, SampleBatch
 from flowrl.errors import ConfigError
+from flowrl.policies.sgd import check_sgd
 from flowrl.metrics import (AGENT_STEPS_TRAINED_COUNTER, LEARN_ON_BATCH_TIMER, LEARNER_INFO,
                             STEPS_TRAINED_COUNTER, STEPS_TRAINED_THIS_ITER_COUNTER,
                             WORKER_UPDATE_TIMER, get_metrics)
@@ -25,54 +26,40 @@ from flowrl.metrics import (AGENT_STEPS_TRAINED_COUNTER, LEARN_ON_BATCH_TIMER, L
 Batch = SampleBatch | MultiAgentBatch
 
 
-def policy_batches(worker, batch: Batch) -> dict[str, SampleBatch]:
-    """``{policy_id: rows}`` of ``batch`` for the policies ``worker`` trains (non-empty)."""
+def policy_batches(worker, batch: Batch, policies: Sequence[str] | None = None
+                   ) -> dict[str, SampleBatch]:
+    """``{policy_id: rows}`` of ``batch`` for ``policies`` (default: the ones ``worker``
+    trains), non-empty ones only."""
     if isinstance(batch, SampleBatch):
         if len(worker.policy_map) != 1:
             raise ConfigError("a plain SampleBatch is ambiguous for a worker with policies "
                               f"{sorted(worker.policy_map)}; pass a MultiAgentBatch")
         batch = batch.as_multi_agent(next(iter(worker.policy_map)))
+    trained = worker.policies_to_train if policies is None else policies
     return {pid: b for pid, b in batch.policy_batches.items()
-            if pid in worker.policies_to_train and b.count > 0}
+            if pid in trained and b.count > 0}
 
 
-def mean_stats(stats: list[dict[str, float]]) -> dict[str, float]:
-    """Key-wise mean of a list of stats dicts (keys missing from some rows are skipped).
+def train_policies(worker, batch: Batch, *, num_sgd_iter: int | None = None,
+                   sgd_minibatch_size: int | None = None,
+                   rng: np.random.Generator | None = None,
+                   policies: Sequence[str] | None = None) -> dict[str, dict]:
+    """Train ``policies`` (default: ``worker``'s trainable ones) on their rows of
+    ``batch``: ``{pid: stats}``.
 
-    >>> mean_stats([{"kl": 1.0, "loss": 2.0}, {"kl": 3.0, "loss": 4.0}])
-    {'kl': 2.0, 'loss': 3.0}
+    Each policy runs the one minibatch-SGD loop
+    (:func:`~flowrl.policies.sgd.minibatch_sgd`) through its ``learn_on_batch``;
+    ``num_sgd_iter``/``sgd_minibatch_size``/``rng`` override the policy's own
+    settings where given. Without overrides this is ``worker.learn_on_batch(batch)``,
+    so any worker with that method (a duck-typed one) can be trained.
     """
-    if not stats:
-        return {}
-    keys = [k for k in stats[0] if all(k in s for s in stats)]
-    return {k: float(np.mean([s[k] for s in stats])) for k in keys}
-
-
-def do_minibatch_sgd(worker, batch: Batch, *, num_sgd_iter: int, sgd_minibatch_size: int,
-                     rng: np.random.Generator) -> dict[str, dict]:
-    """``num_sgd_iter`` epochs over shuffled minibatches of ``sgd_minibatch_size`` rows,
-    one ``worker.learn_on_batch`` per minibatch; returns per policy the mean stats of
-    the last epoch (as RLlib 1.x). The worker's policies should be built to take one
-    step per ``learn_on_batch`` (``num_sgd_iter=1``, whole batch)."""
-    info: dict[str, dict] = {}
-    for pid, rows in policy_batches(worker, batch).items():
-        size = min(sgd_minibatch_size, rows.count) if sgd_minibatch_size > 0 else rows.count
-        epoch: list[dict] = []
-        for _ in range(num_sgd_iter):
-            epoch = []
-            for mb in rows.minibatches(size, seed=rng, shuffle=size < rows.count):
-                epoch.append(worker.learn_on_batch(MultiAgentBatch({pid: mb}, mb.count))[pid])
-        info[pid] = mean_stats(epoch)
-    return info
-
-
-def _check_sgd(op: str, num_sgd_iter: Any, sgd_minibatch_size: Any) -> None:
-    if isinstance(num_sgd_iter, bool) or not isinstance(num_sgd_iter, int) or num_sgd_iter < 1:
-        raise ConfigError(f"{op}(num_sgd_iter={num_sgd_iter!r}): must be an int >= 1")
-    if (isinstance(sgd_minibatch_size, bool) or not isinstance(sgd_minibatch_size, int)
-            or sgd_minibatch_size < 0):
-        raise ConfigError(f"{op}(sgd_minibatch_size={sgd_minibatch_size!r}): must be an int "
-                          ">= 0 (0: the whole batch)")
+    if num_sgd_iter is None and sgd_minibatch_size is None:
+        if policies is None:
+            return worker.learn_on_batch(batch)
+        return worker.learn_on_batch(batch, policies=policies)
+    return {pid: worker.get_policy(pid).learn_on_batch(
+                rows, num_sgd_iter=num_sgd_iter, sgd_minibatch_size=sgd_minibatch_size, rng=rng)
+            for pid, rows in policy_batches(worker, batch, policies).items()}
 
 
 def record_trained(metrics, batch: Batch, info: dict, workers,
@@ -90,9 +77,11 @@ def record_trained(metrics, batch: Batch, info: dict, workers,
 class TrainOneStep:
     """``for_each(TrainOneStep(workers, ...))``: train the local worker on each batch.
 
-    With ``num_sgd_iter > 1`` or ``sgd_minibatch_size > 0`` it runs minibatch SGD
-    (:func:`do_minibatch_sgd`; shuffling seeded by ``seed``), else one
-    ``learn_on_batch`` on the whole batch with the policy's own settings. Then
+    Each trainable policy runs the one minibatch-SGD loop
+    (:func:`~flowrl.policies.sgd.minibatch_sgd`): ``num_sgd_iter`` epochs over
+    minibatches of ``sgd_minibatch_size`` rows (0: the whole batch; shuffling seeded
+    by ``seed``). Left as None, both come from the policy's own settings. It trains
+    exactly ``policies`` (default: the local worker's ``policies_to_train``), then
     remote workers get the new weights of ``policies`` (default: all).
     Returns ``(batch, info)`` with ``info = {policy_id: stats}``.
 
@@ -114,9 +103,13 @@ class TrainOneStep:
     >>> run.stop(); ws.stop()
     """
 
-    def __init__(self, workers, *, num_sgd_iter: int = 1, sgd_minibatch_size: int = 0,
+    def __init__(self, workers, *, num_sgd_iter: int | None = None,
+                 sgd_minibatch_size: int | None = None,
                  policies: Sequence[str] | None = None, seed: int | None = None):
-        _check_sgd("TrainOneStep", num_sgd_iter, sgd_minibatch_size)
+        if num_sgd_iter is not None or sgd_minibatch_size is not None:
+            num_sgd_iter = 1 if num_sgd_iter is None else num_sgd_iter
+            sgd_minibatch_size = 0 if sgd_minibatch_size is None else sgd_minibatch_size
+            check_sgd("TrainOneStep", num_sgd_iter, sgd_minibatch_size)
         self.workers = workers
         self.num_sgd_iter, self.sgd_minibatch_size = num_sgd_iter, sgd_minibatch_size
         self.policies = list(policies) if policies is not None else None
@@ -127,11 +120,9 @@ class TrainOneStep:
         worker = self.workers.local_worker()
         timer = metrics.timers[LEARN_ON_BATCH_TIMER]
         with timer:
-            if self.num_sgd_iter > 1 or self.sgd_minibatch_size > 0:
-                info = do_minibatch_sgd(worker, batch, num_sgd_iter=self.num_sgd_iter,
-                                        sgd_minibatch_size=self.sgd_minibatch_size, rng=self.rng)
-            else:
-                info = worker.learn_on_batch(batch)
+            info = train_policies(worker, batch, num_sgd_iter=self.num_sgd_iter,
+                                  sgd_minibatch_size=self.sgd_minibatch_size, rng=self.rng,
+                                  policies=self.policies)
         timer.push_units_processed(batch.env_steps())
         record_trained(metrics, batch, info, self.workers, self.policies)
         return batch, info
@@ -170,5 +161,5 @@ class UpdateKL:
         return item
 
 
-__all__ = ["TrainOneStep", "UpdateKL", "do_minibatch_sgd", "mean_stats", "policy_batches",
+__all__ = ["TrainOneStep", "UpdateKL", "train_policies", "policy_batches",
            "record_trained"]

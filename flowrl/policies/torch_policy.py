@@ -18,6 +18,7 @@ PPO's KL coefficient), all as numpy/plain Python so it pickles and checkpoints.
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any, Sequence
 
@@ -30,6 +31,7 @@ from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
 from flowrl.policies.distributions import Categorical, DiagGaussian
 from flowrl.policies.maths import discounted_returns, explained_variance, gae
+from flowrl.policies.sgd import minibatch_sgd
 
 SB = SampleBatch
 
@@ -95,6 +97,43 @@ def _to_torch_tree(x: Any) -> Any:
     if isinstance(x, (list, tuple)):
         return type(x)(_to_torch_tree(v) for v in x)
     return x
+
+
+class LoadedBatch:
+    """A batch as tensors, copied once onto every tower's device.
+
+    Made by :meth:`TorchPolicy.load_batch`. :func:`~flowrl.policies.sgd.minibatch_sgd`
+    iterates it like a SampleBatch (a minibatch is a view: row indices into the
+    loaded tensors, drawn as ``SampleBatch.minibatches`` draws them), and
+    :meth:`tower_shards` splits one (mini)batch's rows contiguously over the towers,
+    so tower training sees exactly the rows single-tower training would.
+    """
+
+    def __init__(self, copies: list[dict[str, torch.Tensor]], count: int,
+                 source: SampleBatch | None = None, rows: np.ndarray | None = None):
+        self.copies, self.source, self.rows = copies, source, rows
+        self.count = int(count if rows is None else len(rows))
+
+    def minibatches(self, size: int, *, seed=None, shuffle: bool = True):
+        rows = np.arange(self.count) if self.rows is None else self.rows
+        if shuffle:
+            rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+            rows = rows[rng.permutation(len(rows))]
+        for start in range(0, len(rows), size):
+            yield LoadedBatch(self.copies, 0, rows=rows[start:start + size])
+
+    def tower_shards(self) -> list[tuple[int, dict[str, torch.Tensor]]]:
+        """``(rows, tensors)`` per tower: contiguous parts of this batch's rows."""
+        n, towers = self.count, len(self.copies)
+        bounds = np.linspace(0, n, towers + 1).round().astype(int)
+        out = []
+        for copy_, a, b in zip(self.copies, bounds[:-1], bounds[1:]):
+            if self.rows is None:
+                out.append((int(b - a), {k: v[a:b] for k, v in copy_.items()}))
+            else:
+                idx = torch.as_tensor(self.rows[a:b])
+                out.append((int(b - a), {k: v[idx.to(v.device)] for k, v in copy_.items()}))
+        return out
 
 
 class TorchPolicy:
@@ -169,6 +208,7 @@ class TorchPolicy:
         else:
             self.generator.seed()
         self.optimizer = _adam(self.model.parameters(), lr)
+        self._towers: list[tuple[nn.Module, torch.device]] = [(self.model, torch.device("cpu"))]
 
     # -- acting ----------------------------------------------------------------
     def _obs_tensor(self, obs) -> torch.Tensor:
@@ -176,6 +216,8 @@ class TorchPolicy:
         if isinstance(self.observation_space, gym.spaces.Discrete):
             return nn.functional.one_hot(torch.as_tensor(obs, dtype=torch.long).reshape(-1),
                                          self._obs_dim).float()
+        if not obs.flags.writeable:  # from Ray's object store; torch wants writable memory
+            obs = obs.copy()
         return torch.as_tensor(obs.reshape(len(obs), self._obs_dim), dtype=torch.float32)
 
     def compute_actions(self, obs_batch, explore: bool = True) -> tuple[np.ndarray, dict]:
@@ -251,29 +293,118 @@ class TorchPolicy:
         out.update(total_loss=float(loss.detach()), grad_gnorm=float(norm))
         return out
 
-    def learn_on_batch(self, batch: SampleBatch) -> dict[str, float]:
-        """``num_sgd_iter`` epochs of SGD over shuffled minibatches; mean stats.
+    # -- towers: data-parallel SGD over copies of the model on several devices -----
+    def set_towers(self, devices: Sequence[torch.device]) -> None:
+        """Train on one *tower* (model copy) per device from now on.
+
+        Every SGD step then splits its minibatch into contiguous shards, one per
+        tower; each tower computes the loss gradient on its shard with the current
+        weights; the gradients are averaged weighted by shard size (the gradient of
+        the whole minibatch, as the loss is a mean over rows), clipped by global norm
+        and applied in ONE optimizer step on :attr:`model`; the towers then copy the
+        new weights. One CPU device means the policy's own model (no copy).
+
+        >>> from flowrl.policies import PGPolicy
+        >>> p = PGPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), seed=0)
+        >>> p.set_towers([torch.device("cpu")] * 2); p.num_towers
+        2
+        """
+        devices = list(devices)
+        if not devices:
+            raise ConfigError(f"{type(self).__name__}.set_towers: give at least one device")
+        if len(devices) == 1 and devices[0].type == "cpu":
+            self._towers = [(self.model, devices[0])]
+            return
+        self._towers = [(copy.deepcopy(self.model).to(d), d) for d in devices]
+
+    @property
+    def num_towers(self) -> int:
+        """How many towers each SGD step splits its minibatch over (see :meth:`set_towers`)."""
+        return len(self._towers)
+
+    def load_batch(self, batch: SampleBatch) -> LoadedBatch:
+        """``batch`` as tensors on every tower's device (the "loading" a multi-GPU
+        learner does ahead of SGD; a CPU tower shares the host tensors)."""
+        if batch.count == 0:
+            raise ConfigError(f"{type(self).__name__}.load_batch got an empty batch")
+        tensors = self._train_tensors(batch)
+        copies, by_device = [], {}
+        for _, device in self._towers:
+            if device not in by_device:
+                by_device[device] = {k: v.to(device) for k, v in tensors.items()}
+            copies.append(by_device[device])
+        return LoadedBatch(copies, batch.count, source=batch)
+
+    def _sync_towers(self) -> None:
+        params = list(self.model.parameters())
+        with torch.no_grad():
+            for model, _ in self._towers:
+                if model is not self.model:
+                    for p_t, p in zip(model.parameters(), params):
+                        p_t.copy_(p)
+
+    def sgd_step(self, minibatch: "SampleBatch | LoadedBatch") -> dict[str, float]:
+        """ONE optimizer step on ``minibatch`` over the towers; returns its stats
+        (the loss terms, ``total_loss`` and ``grad_gnorm`` before clipping)."""
+        loaded = minibatch if isinstance(minibatch, LoadedBatch) else self.load_batch(minibatch)
+        params = list(self.model.parameters())
+        n = loaded.count
+        grads: list[torch.Tensor | None] = [None] * len(params)
+        totals: dict[str, float] = {}
+        for (model, _), (rows, shard) in zip(self._towers, loaded.tower_shards()):
+            if rows == 0:
+                continue
+            tower = self
+            if model is not self.model:
+                tower = copy.copy(self)
+                tower.model = model
+            loss, stats = tower.loss(shard)
+            share = rows / n
+            tower_grads = torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
+            for i, g in enumerate(tower_grads):
+                if g is not None:
+                    g = g.to(params[i].device) * share
+                    grads[i] = g if grads[i] is None else grads[i] + g
+            stats = {k: float(v) for k, v in stats.items()}
+            stats["total_loss"] = float(loss.detach())
+            for k, v in stats.items():
+                totals[k] = totals.get(k, 0.0) + share * v
+        self.optimizer.zero_grad(set_to_none=True)
+        for p, g in zip(params, grads):
+            p.grad = g
+        used = [p for p in params if p.grad is not None]
+        norm = nn.utils.clip_grad_norm_(used, self.grad_clip if self.grad_clip else math.inf)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if len(self._towers) > 1 or self._towers[0][0] is not self.model:
+            self._sync_towers()
+        totals["grad_gnorm"] = float(norm)
+        return totals
+
+    def learn_on_batch(self, batch: "SampleBatch | LoadedBatch", *,
+                       num_sgd_iter: int | None = None, sgd_minibatch_size: int | None = None,
+                       rng: np.random.Generator | None = None) -> dict[str, float]:
+        """``num_sgd_iter`` epochs of SGD over shuffled minibatches of
+        ``sgd_minibatch_size`` rows (defaults: the policy's own settings; 0 or None is
+        the whole batch), through :func:`~flowrl.policies.sgd.minibatch_sgd` with
+        :meth:`sgd_step`; the mean stats of the last epoch.
 
         Stats include ``total_loss``, ``grad_gnorm``, ``cur_lr`` and the loss's
         own terms (``policy_loss``, ``vf_loss``, ``entropy``, ``kl``...).
         """
         if batch.count == 0:
             raise ConfigError(f"{type(self).__name__}.learn_on_batch got an empty batch")
-        size = self.sgd_minibatch_size or batch.count
-        totals: dict[str, float] = {}
-        n = 0
-        for _ in range(self.num_sgd_iter):
-            shuffle = size < batch.count
-            for mb in batch.minibatches(size, seed=self._np_rng, shuffle=shuffle):
-                for k, v in self._backward(mb).items():
-                    totals[k] = totals.get(k, 0.0) + v
-                self.optimizer.step()
-                n += 1
-        stats = {k: v / n for k, v in totals.items()}
+        loaded = batch if isinstance(batch, LoadedBatch) else self.load_batch(batch)
+        stats = minibatch_sgd(
+            loaded, num_sgd_iter=self.num_sgd_iter if num_sgd_iter is None else num_sgd_iter,
+            sgd_minibatch_size=(self.sgd_minibatch_size if sgd_minibatch_size is None
+                                else sgd_minibatch_size),
+            rng=self._np_rng if rng is None else rng, step=self.sgd_step)
         stats["cur_lr"] = self.lr
-        if self.use_critic:
+        source = loaded.source
+        if self.use_critic and source is not None and SB.VALUE_TARGETS in source:
             stats["vf_explained_var"] = explained_variance(
-                self.value(batch[SB.OBS]), batch[SB.VALUE_TARGETS])
+                self.value(source[SB.OBS]), source[SB.VALUE_TARGETS])
         return stats
 
     def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], dict]:
@@ -319,6 +450,7 @@ class TorchPolicy:
                 raise ConfigError(f"{type(self).__name__}.set_weights: {k!r} has shape "
                                   f"{np.shape(v)}, expected {tuple(own[k].shape)}")
         self.model.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in weights.items()})
+        self._asp_base = {k: np.asarray(v) for k, v in weights.items()}  # ASP: deltas from here
 
     def get_state(self) -> dict[str, Any]:
         """Weights, optimizer state and sampling RNG state, for checkpoints."""
@@ -334,5 +466,33 @@ class TorchPolicy:
         self.generator.set_state(torch.tensor(state["generator"]))
         self._np_rng.bit_generator.state = state["np_rng"]
 
+    # -- ASP-style significant updates (flowrl.ops.LocalComputeUpdates) -----------
+    def asp_accumulate_grads(self) -> None:
+        """Bring the pending parameter deltas up to date: ``current - base``, where the
+        base is the weights of the last :meth:`set_weights` plus every delta already
+        sent or received (before any, the weights at the first call)."""
+        current = self.get_weights()
+        if getattr(self, "_asp_base", None) is None:
+            self._asp_base = current
+        self._asp_delta = {k: current[k] - self._asp_base[k] for k in current}
 
-__all__ = ["TorchPolicy", "ActorCriticModel"]
+    def asp_get_updates(self, threshold: float) -> tuple[dict[str, np.ndarray], int]:
+        """``({param: delta where |delta| > threshold, else 0}, num_nonzero)`` of the
+        pending deltas; what is returned counts as sent (joins the base), the rest
+        stays pending and keeps accumulating."""
+        self.asp_accumulate_grads()
+        updates = {k: np.where(np.abs(d) > threshold, d, 0).astype(d.dtype)
+                   for k, d in self._asp_delta.items()}
+        self._asp_base = {k: self._asp_base[k] + u for k, u in updates.items()}
+        return updates, int(sum(np.count_nonzero(u) for u in updates.values()))
+
+    def asp_apply_updates(self, updates: dict[str, np.ndarray]) -> None:
+        """Add another worker's ``updates`` (from :meth:`asp_get_updates`) to the
+        weights and the base, leaving this policy's own pending deltas pending."""
+        self.asp_accumulate_grads()
+        base = {k: self._asp_base[k] + updates.get(k, 0) for k in self._asp_base}
+        self.set_weights({k: w + updates.get(k, 0) for k, w in self.get_weights().items()})
+        self._asp_base = base
+
+
+__all__ = ["TorchPolicy", "ActorCriticModel", "LoadedBatch"]

@@ -106,8 +106,10 @@ def try_now(ctx: RunContext, aw: Any) -> tuple[bool, Any]:
 
 
 @types.coroutine
-def _next_turn():
-    yield  # a bare yield: the task driving this resumes it on the loop's next turn
+def next_turn():
+    """Give the loop one turn: a bare yield, resumed on the loop's next iteration
+    (advanced by hand, the rest is handed to a task, as :func:`into_loop` does)."""
+    yield
 
 
 async def into_loop(ctx: RunContext) -> None:
@@ -116,7 +118,7 @@ async def into_loop(ctx: RunContext) -> None:
     Free when already there; while advanced by hand, one loop turn.
     """
     if ctx.by_hand:
-        await _next_turn()
+        await next_turn()
 
 
 class Resume:

@@ -1,148 +1,306 @@
 """Multi-agent sampling over a list of :class:`~flowrl.workers.MultiAgentEnv` s.
 
-Policy: each env step, the acting agents of all envs are grouped by
-``policy_mapping_fn(agent_id)`` and each policy runs ONE batched forward over its
-group. A ``sample()`` takes ``rollout_fragment_length`` steps of every env and
-returns a :class:`~flowrl.batch.MultiAgentBatch` with ``env_steps = num_envs *
+Policy: ``policy_mapping_fn(agent_id, episode)`` is called once per agent per
+episode, the first time the agent acts, and the answer is kept in the
+:class:`Episode` until the episode ends; every row of that agent in that episode
+carries ``eps_id == episode.episode_id`` and goes to the policy that acted. Each
+env step, the acting agents of ALL envs are grouped by their policy and each
+policy runs ONE batched forward over its group. A ``sample()`` takes
+``rollout_fragment_length`` steps of every env and returns a
+:class:`~flowrl.batch.MultiAgentBatch` with ``env_steps = num_envs *
 fragment_length``; each policy's rows are grouped per (env, episode, agent)
 trajectory in time order and postprocessed by that policy.
 
 Boundaries follow the single-agent sampler: an agent's own terminated/truncated
 flag (or the env's ``"__all__"``) ends its trajectory; truncated rows bootstrap
-from ``V(final obs)``; trajectories cut by the fragment bootstrap from ``V(obs)``.
+from ``V(final obs)``; trajectories cut by the fragment bootstrap from ``V(obs)``
+(one batched value call per policy per fragment).
 
 State kept between calls: each env's current observations (of agents still
-acting), episode id and running per-agent returns; completed episodes are buffered
-as ``{"episode_reward", "episode_len", "policy_rewards"}`` dicts.
+acting), its :class:`Episode` and step count; completed episodes are buffered
+as ``{"episode_reward", "episode_len", "policy_rewards", "agent_rewards"}``
+dicts (``policy_rewards[pid]`` lists the return of each agent that policy played)
+until :meth:`MultiAgentSampler.episode_stats` drains them.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
 
 from flowrl.batch import MultiAgentBatch, SampleBatch
+from flowrl.errors import ConfigError, OperatorError
 
 SB = SampleBatch
-_ROW_KEYS = (SB.OBS, SB.ACTIONS, SB.REWARDS, SB.TERMINATEDS, SB.TRUNCATEDS, SB.NEXT_OBS,
-             SB.ACTION_LOGP, SB.VF_PREDS, SB.ACTION_DIST_INPUTS)
 
 
-class _Trajectory:
-    __slots__ = ("pid", "eps_id", "agent_index", "rows", "done")
+class Episode:
+    """One env episode as ``policy_mapping_fn(agent_id, episode)`` sees it.
 
-    def __init__(self, pid: str, eps_id: int, agent_index: int):
-        self.pid, self.eps_id, self.agent_index = pid, eps_id, agent_index
-        self.rows: list[tuple] = []
-        self.done = False
+    ``episode_id`` (equal to the rows' ``eps_id``), ``env_index`` (which env copy of
+    the worker), ``length`` (env steps so far) and ``agent_rewards`` (agent id ->
+    return so far). :meth:`policy_for` is the mapping's (cached) answer.
+
+    >>> e = Episode(7, 0, lambda agent, episode: f"p{agent % 2}")
+    >>> e.policy_for(3), e.policy_for(3), e.episode_id
+    ('p1', 'p1', 7)
+    """
+
+    __slots__ = ("episode_id", "env_index", "length", "agent_rewards", "_mapping", "_policies")
+
+    def __init__(self, episode_id: int, env_index: int, mapping: Callable[[Any, "Episode"], str]):
+        self.episode_id, self.env_index = episode_id, env_index
+        self.length = 0
+        self.agent_rewards: dict[Any, float] = {}
+        self._mapping = mapping
+        self._policies: dict[Any, str] = {}
+
+    def policy_for(self, agent_id: Any) -> str:
+        """The policy id of ``agent_id`` in this episode (maps it on first use)."""
+        pid = self._policies.get(agent_id)
+        if pid is None:
+            pid = self._policies[agent_id] = self._mapping(agent_id, self)
+        return pid
+
+    @property
+    def agent_policies(self) -> dict[Any, str]:
+        """Agent id -> policy id for the agents mapped so far (a copy)."""
+        return dict(self._policies)
+
+
+def as_mapping_fn(fn: Callable[..., str] | None) -> Callable[[Any, Any], str] | None:
+    """``fn`` as a two-argument ``(agent_id, episode)`` mapping.
+
+    Accepts the DESIGN signature ``fn(agent_id, episode)`` and the older
+    one-argument ``fn(agent_id)`` (as in RLlib 1.x tests).
+
+    >>> as_mapping_fn(lambda agent: "p")(0, None)
+    'p'
+    """
+    if fn is None:
+        return None
+    if not callable(fn):
+        raise ConfigError(f"policy_mapping_fn={fn!r}: must be a callable "
+                          "(agent_id, episode) -> policy id")
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # builtins without a signature: assume the new form
+        return fn
+    try:
+        sig.bind(None, None)
+        return fn
+    except TypeError:
+        pass
+    try:
+        sig.bind(None)
+    except TypeError:
+        raise ConfigError(f"policy_mapping_fn {fn!r} takes neither (agent_id, episode) nor "
+                          "(agent_id); give fn(agent_id, episode) -> policy id") from None
+    return lambda agent_id, episode: fn(agent_id)
+
+
+def spaces_match(a: gym.Space, b: gym.Space) -> bool:
+    """Whether a policy built for space ``a`` can act on / read ``b`` (same type,
+    shape and, for Discrete, ``n``; bounds may differ)."""
+    if type(a) is not type(b) or a.shape != b.shape:
+        return False
+    return not isinstance(a, gym.spaces.Discrete) or int(a.n) == int(b.n)
+
+
+class _Rows:
+    """One policy's rows of a fragment, appended step by step."""
+
+    __slots__ = ("obs", "actions", "logp", "vf", "dist", "traj", "rewards", "terms",
+                 "truncs", "next_obs", "t")
+
+    def __init__(self):
+        for name in self.__slots__:
+            setattr(self, name, [])
 
 
 class MultiAgentSampler:
-    """Collects :class:`MultiAgentBatch` fragments from ``envs`` with ``policies``."""
+    """Collects :class:`MultiAgentBatch` fragments from ``envs`` with ``policies``.
+
+    ``policy_mapping_fn(agent_id, episode) -> policy id`` (see :class:`Episode`);
+    a policy id not in ``policies`` is an OperatorError naming the agent and id.
+    """
 
     def __init__(self, envs: list, policies: dict[str, Any],
-                 policy_mapping_fn: Callable[[Any], str], *, fragment_length: int,
+                 policy_mapping_fn: Callable[[Any, Episode], str], *, fragment_length: int,
                  seed: int | None, explore: bool = True, eps_id_base: int = 0):
         self.envs, self.policies = envs, policies
-        self.policy_mapping_fn = policy_mapping_fn
+        self.policy_mapping_fn = as_mapping_fn(policy_mapping_fn)
         self.fragment_length, self.explore = fragment_length, explore
         self._next_eps = eps_id_base
         self._episodes: list[dict] = []
-        self._clips = {}
-        for pid, p in policies.items():
-            if isinstance(p.action_space, gym.spaces.Box):
-                self._clips[pid] = (p.action_space.low, p.action_space.high)
-        self._state = [self._reset(k, None if seed is None else seed + k)
-                       for k in range(len(envs))]
+        self._checked: set[tuple[Any, str]] = set()
+        self._clips = {pid: (p.action_space.low, p.action_space.high)
+                       for pid, p in policies.items()
+                       if isinstance(p.action_space, gym.spaces.Box)}
+        self._agent_index = [{a: i for i, a in enumerate(env.possible_agents)} for env in envs]
+        self._obs: list[dict] = []
+        self._episode: list[Episode] = []
+        for k in range(len(envs)):
+            self._obs.append({})
+            self._episode.append(None)  # type: ignore[arg-type]
+            self._reset(k, None if seed is None else seed + k)
 
-    def _reset(self, k: int, seed: int | None) -> dict:
+    def _map(self, agent_id: Any, episode: Episode) -> str:
+        pid = self.policy_mapping_fn(agent_id, episode)
+        if pid not in self.policies:
+            raise OperatorError(
+                f"policy_mapping_fn(agent_id={agent_id!r}) returned policy id {pid!r}, which "
+                f"is not one of the worker's policies {sorted(self.policies)}; return one of "
+                "them or add it to multiagent.policies")
+        if (agent_id, pid) not in self._checked:
+            env = self.envs[episode.env_index]
+            policy = self.policies[pid]
+            for what in ("observation", "action"):
+                mine = getattr(policy, f"{what}_space")
+                theirs = getattr(env, f"{what}_spaces")[agent_id]
+                if not spaces_match(mine, theirs):
+                    raise ConfigError(
+                        f"agent {agent_id!r} has {what} space {theirs} but policy_mapping_fn "
+                        f"sent it to policy {pid!r}, built for {mine}; map it to a policy "
+                        "with matching spaces")
+            self._checked.add((agent_id, pid))
+        return pid
+
+    def _reset(self, k: int, seed: int | None) -> None:
         obs, _ = self.envs[k].reset(seed=seed)
-        eps_id, self._next_eps = self._next_eps, self._next_eps + 1
-        return {"obs": obs, "eps_id": eps_id, "t": 0, "traj": {}, "returns": {}}
-
-    def _trajectory(self, k: int, agent) -> _Trajectory:
-        st = self._state[k]
-        traj = st["traj"].get(agent)
-        if traj is None:
-            index = self.envs[k].possible_agents.index(agent)
-            traj = st["traj"][agent] = _Trajectory(self.policy_mapping_fn(agent),
-                                                   st["eps_id"], index)
-            self._finished.append(traj)
-        return traj
+        self._episode[k] = Episode(self._next_eps, k, self._map)
+        self._next_eps += 1
+        self._obs[k] = obs
 
     def sample(self) -> MultiAgentBatch:
         """``fragment_length`` steps of every env, postprocessed per policy."""
-        self._finished: list[_Trajectory] = []
-        for st in self._state:  # trajectories continue from the last fragment's state
-            st["traj"] = {}
+        rows: dict[str, _Rows] = {}
+        trajs: list[list] = []  # [pid, eps_id, agent_index, done]
+        traj_of: list[dict] = [{} for _ in self.envs]  # per env: agent -> trajectory index
+        policies, explore, clips = self.policies, self.explore, self._clips
+        envs, n_envs = self.envs, len(self.envs)
         for _ in range(self.fragment_length):
-            groups: dict[str, list[tuple[int, Any]]] = {}
-            for k, st in enumerate(self._state):
-                for agent in st["obs"]:
-                    groups.setdefault(self.policy_mapping_fn(agent), []).append((k, agent))
-            actions: list[dict] = [{} for _ in self.envs]
-            outputs: dict[tuple[int, Any], tuple] = {}
-            for pid, members in groups.items():
-                obs = np.stack([self._state[k]["obs"][a] for k, a in members])
-                acts, extra = self.policies[pid].compute_actions(obs, self.explore)
-                clip = self._clips.get(pid)
+            groups: dict[str, tuple[list, list]] = {}
+            for k in range(n_envs):
+                episode = self._episode[k]
+                cached = episode._policies
+                for agent, o in self._obs[k].items():
+                    pid = cached.get(agent) or episode.policy_for(agent)
+                    g = groups.get(pid)
+                    if g is None:
+                        g = groups[pid] = ([], [])
+                    g[0].append(o)
+                    g[1].append((k, agent))
+            actions: list[dict] = [{} for _ in range(n_envs)]
+            for pid, (obs_list, members) in groups.items():
+                obs = np.stack(obs_list)
+                acts, extra = policies[pid].compute_actions(obs, explore)
+                clip = clips.get(pid)
                 env_acts = np.clip(acts, *clip) if clip is not None else acts
-                for j, (k, a) in enumerate(members):
-                    actions[k][a] = env_acts[j]
-                    outputs[(k, a)] = (obs[j], acts[j], extra[SB.ACTION_LOGP][j],
-                                       extra[SB.VF_PREDS][j], extra[SB.ACTION_DIST_INPUTS][j])
-            for k, env in enumerate(self.envs):
-                self._step_env(k, env, actions[k], outputs)
-        return self._postprocess()
+                for (k, a), act in zip(members, list(env_acts)):
+                    actions[k][a] = act
+                r = rows.get(pid)
+                if r is None:
+                    r = rows[pid] = _Rows()
+                r.obs.append(obs)
+                r.actions.append(acts)
+                r.logp.append(extra[SB.ACTION_LOGP])
+                r.vf.append(extra[SB.VF_PREDS])
+                r.dist.append(extra[SB.ACTION_DIST_INPUTS])
+            outcome: dict[tuple, tuple] = {}
+            for k in range(n_envs):
+                self._step_env(k, actions[k], outcome, trajs, traj_of[k])
+            for pid, (_, members) in groups.items():
+                r = rows[pid]
+                got = [outcome[m] for m in members]
+                r.rewards.extend(g[0] for g in got)
+                r.terms.extend(g[1] for g in got)
+                r.truncs.extend(g[2] for g in got)
+                r.next_obs.extend(g[3] for g in got)
+                r.traj.extend(g[4] for g in got)
+                r.t.extend(g[5] for g in got)
+        return self._postprocess(rows, trajs)
 
-    def _step_env(self, k: int, env, actions: dict, outputs: dict) -> None:
-        st = self._state[k]
-        obs, rewards, terms, truncs, _ = env.step(actions)
+    def _step_env(self, k: int, actions: dict, outcome: dict, trajs: list,
+                  traj_of: dict) -> None:
+        episode = self._episode[k]
+        obs, rewards, terms, truncs, _ = self.envs[k].step(actions)
         all_term, all_trunc = bool(terms.get("__all__")), bool(truncs.get("__all__"))
         next_obs = {}
+        t = episode.length
+        returns = episode.agent_rewards
         for agent in actions:
-            o, a, logp, vf, dist = outputs[(k, agent)]
-            term = bool(terms.get(agent, False)) or all_term
-            trunc = (bool(truncs.get(agent, False)) or all_trunc) and not term
+            term = all_term or bool(terms.get(agent, False))
+            trunc = not term and (all_trunc or bool(truncs.get(agent, False)))
             r = float(rewards.get(agent, 0.0))
-            st["returns"][agent] = st["returns"].get(agent, 0.0) + r
-            traj = self._trajectory(k, agent)
-            traj.rows.append((o, a, r, term, trunc, obs[agent], logp, vf, dist, st["t"]))
+            returns[agent] = returns.get(agent, 0.0) + r
+            ti = traj_of.get(agent)
+            if ti is None:
+                ti = traj_of[agent] = len(trajs)
+                trajs.append([episode._policies[agent], episode.episode_id,
+                              self._agent_index[k][agent], False])
+            o = obs[agent]
             if term or trunc:
-                traj.done = True
+                trajs[ti][3] = True
             else:
-                next_obs[agent] = obs[agent]
-        st["t"] += 1
+                next_obs[agent] = o
+            outcome[(k, agent)] = (r, term, trunc, o, ti, t)
+        episode.length = t + 1
         if all_term or all_trunc:
-            per_policy: dict[str, float] = {}
-            for agent, ret in st["returns"].items():
-                pid = self.policy_mapping_fn(agent)
-                per_policy[pid] = per_policy.get(pid, 0.0) + ret
-            self._episodes.append({"episode_reward": sum(st["returns"].values()),
-                                   "episode_len": st["t"], "policy_rewards": per_policy})
-            self._state[k] = self._reset(k, None)
+            per_policy: dict[str, list[float]] = {}
+            for agent, ret in returns.items():
+                per_policy.setdefault(episode._policies[agent], []).append(ret)
+            self._episodes.append({
+                "episode_reward": float(sum(returns.values())), "episode_len": episode.length,
+                "policy_rewards": per_policy,
+                "agent_rewards": {a: (episode._policies[a], ret) for a, ret in returns.items()}})
+            traj_of.clear()
+            self._reset(k, None)
         else:
-            st["obs"] = next_obs
+            self._obs[k] = next_obs
 
-    def _postprocess(self) -> MultiAgentBatch:
-        per_policy: dict[str, list[SampleBatch]] = {}
-        for traj in self._finished:
-            cols = dict(zip(_ROW_KEYS + (SB.T,), (np.stack(c) for c in zip(*traj.rows))))
-            n = len(traj.rows)
-            cols[SB.EPS_ID] = np.full(n, traj.eps_id, np.int64)
-            cols[SB.AGENT_INDEX] = np.full(n, traj.agent_index, np.int64)
-            policy = self.policies[traj.pid]
-            values = policy.value(cols[SB.NEXT_OBS])  # bootstrap for truncated / cut ends
-            trunc = cols[SB.TRUNCATEDS]
-            cols[SB.BOOTSTRAP_VALUE] = np.where(trunc, values, 0.0).astype(np.float32)
-            last_value = 0.0 if traj.done else float(values[-1])
-            per_policy.setdefault(traj.pid, []).append(
-                policy.postprocess_trajectory(SampleBatch(cols), last_value=last_value))
+    def _postprocess(self, rows: dict[str, _Rows], trajs: list) -> MultiAgentBatch:
+        out = {}
+        info = np.asarray([t[1:] for t in trajs], np.int64).reshape(-1, 3)
+        for pid, r in rows.items():
+            policy = self.policies[pid]
+            traj = np.asarray(r.traj, np.int64)
+            order = np.argsort(traj, kind="stable")  # trajectory-major, time order kept
+            traj = traj[order]
+            cols = {SB.OBS: np.concatenate(r.obs)[order],
+                    SB.ACTIONS: np.concatenate(r.actions)[order],
+                    SB.REWARDS: np.asarray(r.rewards, np.float32)[order],
+                    SB.TERMINATEDS: np.asarray(r.terms, bool)[order],
+                    SB.TRUNCATEDS: np.asarray(r.truncs, bool)[order],
+                    SB.NEXT_OBS: np.stack(r.next_obs)[order],
+                    SB.ACTION_LOGP: np.concatenate(r.logp)[order],
+                    SB.VF_PREDS: np.concatenate(r.vf)[order],
+                    SB.ACTION_DIST_INPUTS: np.concatenate(r.dist)[order],
+                    SB.T: np.asarray(r.t, np.int64)[order]}
+            cols[SB.EPS_ID] = info[traj, 0]
+            cols[SB.AGENT_INDEX] = info[traj, 1]
+            n = len(traj)
+            starts = np.flatnonzero(np.r_[True, traj[1:] != traj[:-1]])
+            ends = np.r_[starts[1:], n]
+            # One value call per policy: truncated rows and the last row of each cut trajectory.
+            cut = np.asarray([not trajs[traj[e - 1]][3] for e in ends], bool)
+            need = cols[SB.TRUNCATEDS] & ~cols[SB.TERMINATEDS]
+            need[ends[cut] - 1] = True
+            idx = np.flatnonzero(need)
+            values = np.zeros(n, np.float32)
+            if len(idx):
+                values[idx] = policy.value(cols[SB.NEXT_OBS][idx])
+            cols[SB.BOOTSTRAP_VALUE] = np.where(cols[SB.TRUNCATEDS], values, 0.0).astype(np.float32)
+            batch = SampleBatch(cols)
+            parts = [policy.postprocess_trajectory(
+                batch.slice(s, e), last_value=float(values[e - 1]) if c else 0.0)
+                for s, e, c in zip(starts.tolist(), ends.tolist(), cut.tolist())]
+            out[pid] = parts[0] if len(parts) == 1 else SampleBatch.concat_samples(parts)
         env_steps = self.fragment_length * len(self.envs)
-        return MultiAgentBatch({pid: SampleBatch.concat_samples(bs)
-                                for pid, bs in per_policy.items()}, env_steps)
+        return MultiAgentBatch(out, env_steps)
 
     def episode_stats(self) -> list[dict]:
         """Episodes completed since the last call, oldest first (drains the buffer)."""
@@ -150,4 +308,4 @@ class MultiAgentSampler:
         return out
 
 
-__all__ = ["MultiAgentSampler"]
+__all__ = ["MultiAgentSampler", "Episode", "as_mapping_fn", "spaces_match"]

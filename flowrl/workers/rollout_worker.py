@@ -30,7 +30,8 @@ from flowrl.batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
 from flowrl.errors import ConfigError
 from flowrl.graph.shard_host import ShardHost
 from flowrl.workers.multi_agent_env import MultiAgentEnv
-from flowrl.workers.multi_agent_sampler import MultiAgentSampler
+from flowrl.workers.multi_agent_sampler import (Episode, MultiAgentSampler, as_mapping_fn,
+                                                spaces_match)
 from flowrl.workers.sampler import VectorSampler
 
 
@@ -39,15 +40,50 @@ from flowrl.workers.sampler import VectorSampler
 class PolicySpec:
     """How to build one policy: ``policy_class(obs_space, act_space, **config, seed=...)``.
 
-    ``policy_class`` is a policy class or any factory with that signature; spaces
-    left ``None`` are taken from the env (for a multi-agent env, from the first
-    agent the policy mapping sends to this policy).
+    ``policy_class`` is a policy class or any factory with that signature; ``None``
+    means the algorithm's own policy (an :class:`~flowrl.algorithms.Algorithm`
+    fills it in). Spaces left ``None`` are taken from the env: for a multi-agent
+    env, from the agents the policy mapping sends to this policy (probed at build
+    time), else the spaces all agents share.
     """
 
-    policy_class: Callable[..., Any]
+    policy_class: Callable[..., Any] | None = None
     observation_space: gym.Space | None = None
     action_space: gym.Space | None = None
     config: dict = field(default_factory=dict)
+
+
+def as_policy_spec(pid: str, value: Any, default_class: Callable[..., Any] | None = None
+                   ) -> PolicySpec:
+    """A :class:`PolicySpec` from what ``multiagent.policies`` may hold for ``pid``.
+
+    Accepts a PolicySpec, the seeds' 4-tuple ``(policy_class, obs_space, act_space,
+    config)``, a policy class/factory, or None. A missing class becomes
+    ``default_class``.
+
+    >>> as_policy_spec("p", (None, None, None, {"lr": 0.1}), default_class=dict).config
+    {'lr': 0.1}
+    """
+    if value is None:
+        spec = PolicySpec()
+    elif isinstance(value, PolicySpec):
+        spec = value
+    elif isinstance(value, tuple):
+        if len(value) != 4:
+            raise ConfigError(f"multiagent.policies[{pid!r}]: a tuple must be (policy_class, "
+                              f"observation_space, action_space, config), got {len(value)} "
+                              "items; or give a PolicySpec")
+        cls, obs, act, config = value
+        spec = PolicySpec(cls, obs, act, dict(config or {}))
+    elif callable(value):
+        spec = PolicySpec(value)
+    else:
+        raise ConfigError(f"multiagent.policies[{pid!r}]={value!r}: give a PolicySpec, a "
+                          "(policy_class, obs_space, act_space, config) tuple, a policy class "
+                          "or None")
+    if spec.policy_class is None and default_class is not None:
+        spec = PolicySpec(default_class, spec.observation_space, spec.action_space, spec.config)
+    return spec
 
 
 def _env_creator(env, env_config: dict) -> Callable[[], Any]:
@@ -64,7 +100,10 @@ class RolloutWorker(ShardHost):
 
     Give either ``policy`` (a class/factory for the single policy
     ``"default_policy"``, built with ``policy_config``) or ``policies`` (policy id ->
-    :class:`PolicySpec` or class) with ``policy_mapping_fn(agent_id) -> policy id``.
+    :class:`PolicySpec`, the seeds' 4-tuple or a class) with
+    ``policy_mapping_fn(agent_id, episode) -> policy id``, called once per agent per
+    episode (a one-argument ``fn(agent_id)`` is accepted too). ``env`` is the env
+    object the creator returned first (``worker.env``).
 
     >>> from flowrl.policies import PGPolicy
     >>> w = RolloutWorker("CartPole-v1", policy=PGPolicy, num_envs=2,
@@ -78,7 +117,7 @@ class RolloutWorker(ShardHost):
     def __init__(self, env, *, env_config: dict | None = None,
                  policy: Callable[..., Any] | None = None, policy_config: dict | None = None,
                  policies: dict[str, PolicySpec | Callable[..., Any]] | None = None,
-                 policy_mapping_fn: Callable[[Any], str] | None = None,
+                 policy_mapping_fn: Callable[..., str] | None = None,
                  policies_to_train: Iterable[str] | None = None,
                  num_envs: int = 1, rollout_fragment_length: int = 200,
                  seed: int | None = None, worker_index: int = 0, explore: bool = True,
@@ -99,19 +138,24 @@ class RolloutWorker(ShardHost):
         self.seed = None if seed is None else seed + 1000 * worker_index
         if policies is None:
             policies = {DEFAULT_POLICY_ID: PolicySpec(policy, config=dict(policy_config or {}))}
-        specs = {pid: s if isinstance(s, PolicySpec) else PolicySpec(s)
-                 for pid, s in policies.items()}
+        specs = {pid: as_policy_spec(pid, s) for pid, s in policies.items()}
+        for pid, spec in specs.items():
+            if spec.policy_class is None:
+                raise ConfigError(f"RolloutWorker: policy {pid!r} has no policy_class; give one "
+                                  "in its PolicySpec (None is filled in only by an Algorithm)")
+        policy_mapping_fn = as_mapping_fn(policy_mapping_fn)
 
         create = _env_creator(env, self.env_config)
-        first = create()
+        first = self.env = create()
         eps_base = worker_index << 32
         if isinstance(first, MultiAgentEnv):
             if policy_mapping_fn is None:
                 if len(specs) != 1:
                     raise ConfigError("RolloutWorker: a multi-agent env with several "
-                                      "policies needs policy_mapping_fn(agent_id) -> policy id")
+                                      "policies needs policy_mapping_fn(agent_id, episode) -> "
+                                      "policy id")
                 only = next(iter(specs))
-                policy_mapping_fn = lambda agent_id: only  # noqa: E731
+                policy_mapping_fn = lambda agent_id, episode: only  # noqa: E731
             self.envs = [first] + [create() for _ in range(num_envs - 1)]
             self.policy_map = self._build_multi_agent(specs, first, policy_mapping_fn)
             self.sampler = MultiAgentSampler(
@@ -147,20 +191,40 @@ class RolloutWorker(ShardHost):
                                  spec.action_space or act_space, **kwargs)
 
     def _build_multi_agent(self, specs, env: MultiAgentEnv, mapping_fn) -> dict[str, Any]:
+        # Probe the mapping once per agent (episode_id -1) to learn which spaces each
+        # policy must accept; a policy no agent was sent to takes the spaces all agents
+        # share (random mappings) or its PolicySpec's.
+        probe = Episode(-1, 0, mapping_fn)
         spaces: dict[str, tuple] = {}
         for agent in env.possible_agents:
-            pid = mapping_fn(agent)
+            pid = probe.policy_for(agent)
             if pid not in specs:
                 raise ConfigError(f"RolloutWorker: policy_mapping_fn({agent!r}) returned "
                                   f"{pid!r}, which is not in policies {sorted(specs)}")
-            spaces.setdefault(pid, (env.observation_spaces[agent], env.action_spaces[agent]))
+            agent_spaces = (env.observation_spaces[agent], env.action_spaces[agent])
+            spec = specs[pid]
+            for what, mine, theirs in (("observation", spec.observation_space, agent_spaces[0]),
+                                       ("action", spec.action_space, agent_spaces[1])):
+                if mine is not None and not spaces_match(mine, theirs):
+                    raise ConfigError(
+                        f"RolloutWorker: agent {agent!r} has {what} space {theirs} but "
+                        f"policy_mapping_fn maps it to policy {pid!r}, whose PolicySpec says "
+                        f"{mine}; fix the PolicySpec spaces or the mapping")
+            spaces.setdefault(pid, agent_spaces)
+        shared = None
+        agents = list(env.possible_agents)
+        if agents and all(spaces_match(env.observation_spaces[a], env.observation_spaces[agents[0]])
+                          and spaces_match(env.action_spaces[a], env.action_spaces[agents[0]])
+                          for a in agents):
+            shared = (env.observation_spaces[agents[0]], env.action_spaces[agents[0]])
         out = {}
         for pid, spec in specs.items():
-            obs_space, act_space = spaces.get(pid, (None, None))
-            if (spec.observation_space or obs_space) is None:
-                raise ConfigError(f"RolloutWorker: no agent maps to policy {pid!r}, so its "
-                                  "spaces are unknown; set PolicySpec observation_space and "
-                                  "action_space")
+            obs_space, act_space = spaces.get(pid) or shared or (None, None)
+            if (spec.observation_space or obs_space) is None or \
+                    (spec.action_space or act_space) is None:
+                raise ConfigError(f"RolloutWorker: no agent maps to policy {pid!r} and the "
+                                  "agents' spaces differ, so its spaces are unknown; set "
+                                  "PolicySpec observation_space and action_space")
             out[pid] = self._build_policy(pid, spec, obs_space, act_space)
         return out
 
@@ -192,31 +256,38 @@ class RolloutWorker(ShardHost):
             raise ConfigError(f"RolloutWorker.get_policy({policy_id!r}): no such policy; "
                               f"known: {sorted(self.policy_map)}") from None
 
-    def foreach_policy(self, fn: Callable[[Any, str], Any]) -> list:
-        """``[fn(policy, policy_id) for every policy]``."""
-        return [fn(p, pid) for pid, p in self.policy_map.items()]
+    def foreach_policy(self, fn: Callable[..., Any], **kwargs: Any) -> list:
+        """``[fn(policy, policy_id, **kwargs) for every policy]``."""
+        return [fn(p, pid, **kwargs) for pid, p in self.policy_map.items()]
 
-    def foreach_trainable_policy(self, fn: Callable[[Any, str], Any]) -> list:
-        """``fn(policy, policy_id)`` for each policy in ``policies_to_train``."""
-        return [fn(self.policy_map[pid], pid) for pid in self.policies_to_train]
+    def foreach_trainable_policy(self, fn: Callable[..., Any], **kwargs: Any) -> list:
+        """``fn(policy, policy_id, **kwargs)`` for each policy in ``policies_to_train``."""
+        return [fn(self.policy_map[pid], pid, **kwargs) for pid in self.policies_to_train]
 
     def apply(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(self, *args)``; runs a function on the worker (wherever it lives)."""
         return fn(self, *args)
 
-    def _per_policy(self, batch) -> dict[str, SampleBatch]:
+    def _per_policy(self, batch, policies: Iterable[str] | None = None) -> dict[str, SampleBatch]:
         if isinstance(batch, SampleBatch):
             if len(self.policy_map) != 1:
                 raise ConfigError("RolloutWorker: a plain SampleBatch is ambiguous with "
                                   f"policies {sorted(self.policy_map)}; pass a MultiAgentBatch")
             return {next(iter(self.policy_map)): batch}
+        trained = set(self.policies_to_train if policies is None else policies)
+        unknown = sorted(trained - set(self.policy_map))
+        if unknown:
+            raise ConfigError(f"RolloutWorker: cannot train unknown policies {unknown}; "
+                              f"known: {sorted(self.policy_map)}")
         return {pid: b for pid, b in batch.policy_batches.items()
-                if pid in self.policies_to_train and b.count > 0}
+                if pid in trained and b.count > 0}
 
-    def learn_on_batch(self, batch: SampleBatch | MultiAgentBatch) -> dict[str, dict]:
-        """Train the trainable policies on their part of ``batch``: ``{pid: stats}``."""
+    def learn_on_batch(self, batch: SampleBatch | MultiAgentBatch,
+                       policies: Iterable[str] | None = None) -> dict[str, dict]:
+        """Train ``policies`` (default: ``policies_to_train``) on their part of
+        ``batch``: ``{pid: stats}`` for the policies that had rows."""
         return {pid: self.policy_map[pid].learn_on_batch(b)
-                for pid, b in self._per_policy(batch).items()}
+                for pid, b in self._per_policy(batch, policies).items()}
 
     def compute_gradients(self, batch) -> tuple[dict[str, list], dict[str, dict]]:
         """``({pid: grads}, {pid: stats})`` for the trainable policies; weights unchanged."""
@@ -257,4 +328,4 @@ class RolloutWorker(ShardHost):
             env.close()
 
 
-__all__ = ["RolloutWorker", "PolicySpec"]
+__all__ = ["RolloutWorker", "PolicySpec", "as_policy_spec"]

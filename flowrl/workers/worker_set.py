@@ -33,6 +33,7 @@ is counted (``num_restarts``, ``num_dropped``) and logged once with the reason.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from dataclasses import dataclass, field
@@ -74,7 +75,7 @@ class WorkerConfig:
     explore: bool = True
     policy_config: dict = field(default_factory=dict)
     policies: dict[str, PolicySpec] | None = None
-    policy_mapping_fn: Callable[[Any], str] | None = None
+    policy_mapping_fn: Callable[..., str] | None = None
     policies_to_train: Sequence[str] | None = None
     num_cpus_per_worker: float = 1.0
     remote_torch_threads: int | None = 1
@@ -160,15 +161,17 @@ class WorkerSet:
             raise
 
     @classmethod
-    def from_existing(cls, local_worker: RolloutWorker, remote_workers: Sequence = ()) -> "WorkerSet":
+    def from_existing(cls, local_worker: Any, remote_workers: Sequence = ()) -> "WorkerSet":
         """Wrap workers created elsewhere; ``stop()`` will leave them running.
 
-        The backend is ``"ray"`` when the remotes are Ray actor handles.
+        Workers are duck-typed: any object (or Ray actor of a class) with the methods
+        the plan calls (``sample``, ``compute_gradients``, ``apply_gradients``,
+        ``get_weights``, ``set_weights``...) will do. The backend is ``"ray"`` when
+        the remotes are Ray actor handles, else ``"local"``.
         """
         self = cls.__new__(cls)
         self._local, self._remotes = local_worker, list(remote_workers)
-        self.backend = ("local" if all(isinstance(w, RolloutWorker) for w in self._remotes)
-                        else "ray")
+        self.backend = "ray" if any(_is_actor_handle(w) for w in self._remotes) else "local"
         self.config = None
         self._owned = False
         self._indices = list(range(1, len(self._remotes) + 1))
@@ -373,9 +376,50 @@ class WorkerSet:
             return None
         return _Restarter(self, list(self._indices if indices is None else indices))
 
-    def foreach_policy(self, fn: Callable[[Any, str], Any]) -> list:
-        """``fn(policy, policy_id)`` for every policy of every worker, flattened."""
-        return [r for rs in self.foreach_worker(lambda w: w.foreach_policy(fn)) for r in rs]
+    def foreach_remote_worker(self, fn: Callable[[RolloutWorker], Any]) -> list:
+        """``[fn(w) for each remote worker]`` in worker order (waits for all)."""
+        if self.backend == "ray":
+            import ray
+            return ray.get([w.apply.remote(fn) for w in self._remotes])
+        return [fn(w) for w in self._remotes]
+
+    def apply_to_remotes(self, fn: Callable[[RolloutWorker, Any], Any], payload: Any, *,
+                         skip: int | None = None) -> None:
+        """``fn(worker, payload)`` on every remote worker except the one whose
+        ``worker_index`` is ``skip``; not awaited. Ray: ``payload`` is ``ray.put``
+        once and the calls run in submission order on each actor (so a later
+        ``sample()`` sees the change)."""
+        targets = [w for i, w in zip(self._indices, self._remotes) if i != skip]
+        if not targets:
+            return
+        if self.backend == "ray":
+            import ray
+            ref = ray.put(payload)
+            for w in targets:
+                w.apply.remote(fn, ref)
+        else:
+            for w in targets:
+                fn(w, payload)
+
+    def foreach_policy(self, fn: Callable[..., Any], **kwargs: Any) -> list:
+        """``fn(policy, policy_id, **kwargs)`` for every policy of every worker, flattened
+        (local worker first, then remotes in order).
+
+        Ray: ``fn`` and ``kwargs`` travel to the remote workers with ONE ``ray.put``
+        (large arguments such as weights are serialized once, as in the seeds'
+        ``sync_ensemble``); the call waits for every worker.
+        """
+        results = self._local.foreach_policy(fn, **kwargs)
+        if not self._remotes:
+            return results
+        if self.backend == "ray":
+            import ray
+            ref = ray.put((fn, kwargs))
+            per_worker = ray.get([w.apply.remote(_foreach_policy_packed, ref)
+                                  for w in self._remotes])
+        else:
+            per_worker = [w.foreach_policy(fn, **kwargs) for w in self._remotes]
+        return results + [r for rs in per_worker for r in rs]
 
     def trainable_policies(self) -> list[str]:
         """Ids of the policies the local worker trains."""
@@ -451,6 +495,73 @@ def _kill(remotes: list) -> None:
             pass
 
 
+class MultiWorkerSet:
+    """Several :class:`WorkerSet` s built alike, for plans that drive more than one
+    (e.g. training workers and separate evaluation workers, as RLlib 1.x's
+    ``MultiWorkerSet``).
+
+    ``mws[i]`` is set ``i`` (``len(mws)`` sets); each has ``num_workers_per_set``
+    remote workers. Worker seeds differ across sets (set ``i`` adds ``10_000 * i``
+    to ``config.seed``). ``stop()`` stops every set.
+
+    >>> from flowrl.policies import PGPolicy
+    >>> mws = MultiWorkerSet(2, "CartPole-v1", PGPolicy, WorkerConfig(seed=0),
+    ...                      num_workers_per_set=1, backend="local")
+    >>> len(mws), [len(ws.remote_workers()) for ws in mws]
+    (2, [1, 1])
+    >>> mws.stop()
+    """
+
+    def __init__(self, num_sets: int, env, policy: Callable[..., Any] | None = None,
+                 config: WorkerConfig | None = None, *, num_workers_per_set: int = 0,
+                 backend: str = "auto"):
+        if isinstance(num_sets, bool) or not isinstance(num_sets, int) or num_sets < 1:
+            raise ConfigError(f"MultiWorkerSet(num_sets={num_sets!r}): must be an int >= 1")
+        config = config or WorkerConfig()
+        self._sets: list[WorkerSet] = []
+        try:
+            for i in range(num_sets):
+                seed = None if config.seed is None else config.seed + 10_000 * i
+                self._sets.append(WorkerSet(env, policy, dataclasses.replace(config, seed=seed),
+                                            num_workers=num_workers_per_set, backend=backend))
+        except BaseException:
+            self.stop()
+            raise
+
+    def __len__(self) -> int:
+        return len(self._sets)
+
+    def __getitem__(self, index: int) -> WorkerSet:
+        return self._sets[index]
+
+    def __iter__(self):
+        return iter(self._sets)
+
+    def sync_weights(self, source: int = 0, policies: Sequence[str] | None = None) -> None:
+        """Copy set ``source``'s local-worker weights (of ``policies``; default all) to
+        every other set's local worker, then have every set broadcast to its remote
+        workers (:meth:`WorkerSet.sync_weights`)."""
+        weights = self._sets[source].local_worker().get_weights(policies)
+        for i, ws in enumerate(self._sets):
+            if i != source:
+                ws.local_worker().set_weights(weights)
+            ws.sync_weights(policies)
+
+    def stop(self) -> None:
+        """Stop every set (each stops only the workers it created)."""
+        for ws in self._sets:
+            ws.stop()
+
+
+def _foreach_policy_packed(worker: RolloutWorker, packed: tuple) -> list:
+    fn, kwargs = packed
+    return worker.foreach_policy(fn, **kwargs)
+
+
+def _is_actor_handle(obj: Any) -> bool:
+    return type(obj).__name__ == "ActorHandle" and type(obj).__module__.startswith("ray")
+
+
 def _ray_initialized() -> bool:
     try:
         import ray
@@ -459,4 +570,4 @@ def _ray_initialized() -> bool:
     return ray.is_initialized()
 
 
-__all__ = ["WorkerSet", "WorkerConfig"]
+__all__ = ["WorkerSet", "WorkerConfig", "MultiWorkerSet"]

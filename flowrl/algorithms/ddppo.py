@@ -1,0 +1,211 @@
+"""DD-PPO (Wijmans et al. 2020): decentralized PPO, gradients all-reduced among workers.
+
+There is no learner on the driver. Every Ray rollout worker samples its own
+batch, standardizes its advantages and runs ``num_sgd_iter`` epochs of minibatch
+SGD on PPO's clipped surrogate; after each minibatch's backward pass the workers
+average their gradients with ``torch.distributed.all_reduce`` (gloo backend) and
+take the same optimizer step. Starting from the same weights with the same
+optimizer state, the workers therefore stay identical, step after step.
+
+Set-up (the ``make_workers`` hook): worker 1 picks its node's address and a free
+port; every worker joins one process group there (rank ``worker_index - 1``).
+The plan: each worker's train step runs shard-side on ``rollout_shards``; a
+``gather_sync`` collects one ``(info, count)`` per worker per round; the driver
+counts steps, keeps its local worker's weights equal to worker 1's (for
+``get_policy`` and checkpoints) and reports.
+
+Needs ``backend="ray"`` and ``num_workers >= 1`` (several processes), and, as each
+worker's batch gives the same number of minibatches, a single-agent env.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from flowrl.algorithms.ppo import PPO, PPOConfig
+from flowrl.batch import SampleBatch
+from flowrl.errors import ConfigError
+from flowrl.graph.stream import LocalStream
+from flowrl.metrics import (AGENT_STEPS_SAMPLED_COUNTER, LEARNER_INFO, STEPS_SAMPLED_COUNTER,
+                            STEPS_TRAINED_COUNTER, get_metrics)
+from flowrl.ops import StandardMetricsReporting, rollout_shards
+from flowrl.ops.rollout_ops import standardized
+from flowrl.policies.sgd import mean_stats
+from flowrl.workers import WorkerSet
+
+SB = SampleBatch
+
+
+@dataclass
+class DDPPOConfig(PPOConfig):
+    """DD-PPO: PPO's fields; ``train_batch_size`` is unused (each worker trains on its
+    own ``rollout_fragment_length * num_envs_per_worker`` rows), ``kl_coeff`` must
+    stay 0 (an adaptive coefficient would drift apart between workers).
+
+    >>> DDPPOConfig(env="CartPole-v1", backend="local")
+    Traceback (most recent call last):
+    ...
+    flowrl.errors.ConfigError: DDPPOConfig.backend='local': DD-PPO all-reduces gradients between worker processes; use backend='ray'
+    """
+
+    backend: str = "ray"
+    num_workers: int = 2
+    num_envs_per_worker: int = 4
+    rollout_fragment_length: int = 128
+    sgd_minibatch_size: int = 128
+    train_batch_size: int = 512
+    num_sgd_iter: int = 6
+    gloo_timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.backend != "ray":
+            raise ConfigError(f"DDPPOConfig.backend={self.backend!r}: DD-PPO all-reduces "
+                              "gradients between worker processes; use backend='ray'")
+        if self.num_workers < 1:
+            raise ConfigError(f"DDPPOConfig.num_workers={self.num_workers}: DD-PPO trains on "
+                              "the remote workers; use num_workers >= 1")
+        if self.kl_coeff != 0:
+            raise ConfigError(f"DDPPOConfig.kl_coeff={self.kl_coeff}: must be 0 (each worker "
+                              "would adapt its own coefficient and the workers would diverge)")
+        if self.num_gpus:
+            raise ConfigError("DDPPOConfig.num_gpus: DD-PPO trains on the workers; set 0")
+
+
+def _node_address(worker) -> tuple[str, int]:
+    import socket
+
+    import ray
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    return ray.util.get_node_ip_address(), port
+
+
+class _JoinGroup:
+    def __init__(self, address: tuple[str, int], world_size: int, timeout_s: float):
+        self.address, self.world_size, self.timeout_s = address, world_size, timeout_s
+
+    def __call__(self, worker) -> int:
+        import datetime
+
+        import torch.distributed as dist
+        if not dist.is_initialized():
+            host, port = self.address
+            dist.init_process_group("gloo", init_method=f"tcp://{host}:{port}",
+                                    rank=worker.worker_index - 1, world_size=self.world_size,
+                                    timeout=datetime.timedelta(seconds=self.timeout_s))
+        return dist.get_rank()
+
+
+def allreduce_mean(grads: list[np.ndarray]) -> list[np.ndarray]:
+    """The element-wise mean of ``grads`` over every process of the default group
+    (one flat ``all_reduce``); the list as is with no group."""
+    import torch
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        return grads
+    flat = torch.from_numpy(np.concatenate([g.ravel() for g in grads]).astype(np.float32))
+    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
+    flat /= dist.get_world_size()
+    out, start = [], 0
+    for g in grads:
+        out.append(flat[start:start + g.size].numpy().reshape(g.shape))
+        start += g.size
+    return out
+
+
+class _DDPPOTrain:
+    """Shard-side: one DD-PPO round on the hosting worker's own batch."""
+
+    def __init__(self, num_sgd_iter: int, sgd_minibatch_size: int, seed: int | None):
+        self.num_sgd_iter, self.sgd_minibatch_size, self.seed = (num_sgd_iter,
+                                                                   sgd_minibatch_size, seed)
+        self.rng: np.random.Generator | None = None
+
+    def __call__(self, batch: SampleBatch) -> tuple[dict, int]:
+        from flowrl.workers import get_global_worker
+
+        worker = get_global_worker()
+        if self.rng is None:  # the same shuffles on every worker keep minibatch counts equal
+            self.rng = np.random.default_rng(self.seed)
+        if not isinstance(batch, SampleBatch):
+            raise ConfigError("DDPPO: workers sampled a MultiAgentBatch; DD-PPO supports "
+                              "single-agent envs")
+        (pid,) = worker.policies_to_train
+        policy = worker.get_policy(pid)
+        batch = batch.with_columns(**{SB.ADVANTAGES: standardized(batch[SB.ADVANTAGES])})
+        size = min(self.sgd_minibatch_size or batch.count, batch.count)
+        stats: list[dict] = []
+        for _ in range(self.num_sgd_iter):
+            stats = []
+            for mb in batch.minibatches(size, seed=self.rng, shuffle=size < batch.count):
+                grads, s = policy.compute_gradients(mb)
+                policy.apply_gradients(allreduce_mean(grads))
+                stats.append(s)
+        return {pid: mean_stats(stats)}, batch.count
+
+
+class _Record:
+    """Driver-side: count a round, keep the local worker equal to worker 1."""
+
+    def __init__(self, workers: WorkerSet):
+        self.workers = workers
+
+    def __call__(self, round_: list[tuple[dict, int]]) -> list:
+        metrics = get_metrics()
+        steps = sum(count for _, count in round_)
+        metrics.counters[STEPS_SAMPLED_COUNTER] += steps
+        metrics.counters[AGENT_STEPS_SAMPLED_COUNTER] += steps
+        metrics.counters[STEPS_TRAINED_COUNTER] += steps
+        metrics.info[LEARNER_INFO] = round_[0][0]
+        first = self.workers.foreach_remote_worker(_weights_if_first)[0]
+        self.workers.local_worker().set_weights(first)
+        return round_
+
+
+def _weights_if_first(worker) -> dict | None:
+    return worker.get_weights() if worker.worker_index == 1 else None
+
+
+class DDPPO(PPO):
+    """Decentralized PPO; see the module docstring.
+
+    >>> DDPPO.name, DDPPO.config_class.__name__
+    ('ddppo', 'DDPPOConfig')
+    """
+
+    config_class = DDPPOConfig
+    name = "ddppo"
+
+    def make_workers(self, *, env: Any, policy_class: Any, worker_config, num_workers: int,
+                     backend: str) -> WorkerSet:
+        workers = WorkerSet(env, policy_class, worker_config, num_workers=num_workers,
+                            backend=backend)
+        try:
+            address = workers.foreach_remote_worker(_node_address)[0]
+            workers.foreach_remote_worker(
+                _JoinGroup(address, num_workers, self.config.gloo_timeout_s))
+            workers.sync_weights()  # identical start; actor calls run in order
+        except BaseException:
+            workers.stop()
+            raise
+        return workers
+
+    @staticmethod
+    def execution_plan(workers, config: DDPPOConfig) -> LocalStream:
+        train = rollout_shards(workers, name="ddppo/rollouts").for_each(
+            _DDPPOTrain(config.num_sgd_iter, config.sgd_minibatch_size, config.seed),
+            name="ddppo/train")
+        rounds = train.gather_sync(name="ddppo/gather").batch(
+            len(workers.remote_workers()), name="ddppo/round").for_each(
+            _Record(workers), name="ddppo/record")
+        return StandardMetricsReporting(
+            rounds, workers, min_time_s_per_reporting=config.min_time_s_per_reporting,
+            timesteps_per_iteration=config.timesteps_per_iteration)
+
+
+__all__ = ["DDPPO", "DDPPOConfig", "allreduce_mean"]

@@ -1,0 +1,242 @@
+"""DQN as a plan: sample into a replay buffer, replay train batches, update the target.
+
+Two branches interleaved by ``Concurrently(mode="round_robin")``: rollouts ->
+:class:`~flowrl.ops.StoreToReplayBuffer` (gated by
+:class:`~flowrl.ops.LearningStarts`), and :func:`~flowrl.ops.Replay` ->
+``TrainOneStep`` -> :class:`~flowrl.ops.UpdateReplayPriorities` ->
+:class:`~flowrl.ops.UpdateTargetNetwork`. The round-robin weights come from
+``training_intensity`` (rows trained per row sampled): a rollout round stores
+``fragment = rollout_fragment_length * num_envs_per_worker * max(num_workers, 1)``
+rows and a train step uses ``train_batch_size``, so the natural intensity is
+``train_batch_size / fragment`` and the weights are ``[1, intensity / natural]``
+(or ``[natural / intensity, 1]`` below 1; fractions round stochastically).
+
+>>> algo = DQN(DQNConfig(env="CartPole-v1", learning_starts=64, timesteps_per_iteration=128,
+...                      seed=0))
+>>> r = algo.train()
+>>> r["timesteps_total"] >= 128, r["info"]["num_steps_trained"] > 0
+(True, True)
+>>> algo.local_replay_buffer.stats()["num_entries"] == r["timesteps_total"]
+True
+>>> algo.stop()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from flowrl.algorithms.base import Algorithm, AlgorithmConfig, _int_ge, _num, _or_none
+from flowrl.errors import ConfigError
+from flowrl.graph.stream import Concurrently, LocalStream
+from flowrl.ops import (LearningStarts, ParallelRollouts, Replay, StandardMetricsReporting,
+                        StoreToReplayBuffer, TrainOneStep, UpdateReplayPriorities,
+                        UpdateTargetNetwork)
+from flowrl.policies.dqn import DEFAULT_EXPLORATION, DQNPolicy
+from flowrl.replay import PrioritizedReplayBuffer, ReplayBuffer
+
+
+@dataclass
+class DQNConfig(AlgorithmConfig):
+    """DQN hyperparameters, RLlib 1.x names and (mostly) defaults.
+
+    ``model`` is the Q torso, ``hiddens`` the head layers; ``exploration_config``
+    holds ``initial_epsilon``, ``final_epsilon``, ``epsilon_timesteps``;
+    ``training_intensity`` (None: natural) sets the store/train ratio;
+    ``checkpoint_replay_buffer`` puts the buffer into checkpoints.
+
+    >>> DQNConfig(env="CartPole-v1", buffer_size=100, learning_starts=500)
+    Traceback (most recent call last):
+    ...
+    flowrl.errors.ConfigError: DQNConfig.learning_starts=500: must be <= buffer_size (100); replay could never start
+    """
+
+    num_workers: int = 0
+    rollout_fragment_length: int = 4
+    train_batch_size: int = 32
+    lr: float = 5e-4
+    model: tuple = (64, 64)
+    hiddens: tuple = (64,)
+    buffer_size: int = 50000
+    prioritized_replay: bool = True
+    prioritized_replay_alpha: float = 0.6
+    prioritized_replay_beta: float = 0.4
+    prioritized_replay_eps: float = 1e-6
+    learning_starts: int = 1000
+    target_network_update_freq: int = 500
+    n_step: int = 1
+    double_q: bool = True
+    dueling: bool = True
+    grad_clip: float | None = 40.0
+    exploration_config: dict = field(default_factory=lambda: dict(DEFAULT_EXPLORATION))
+    training_intensity: float | None = None
+    timesteps_per_iteration: int = 1000
+    worker_side_prioritization: bool = False
+    checkpoint_replay_buffer: bool = False
+
+    checks: ClassVar[dict[str, tuple]] = {
+        "buffer_size": _int_ge(1), "learning_starts": _int_ge(0),
+        "prioritized_replay_alpha": _num(0), "prioritized_replay_beta": _num(0),
+        "prioritized_replay_eps": _num(0), "target_network_update_freq": _int_ge(0),
+        "n_step": _int_ge(1), "grad_clip": _or_none(_num(0, open_lo=True)),
+        "training_intensity": _or_none(_num(0, open_lo=True)),
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        name = type(self).__name__
+        if self.learning_starts > self.buffer_size:
+            raise ConfigError(f"{name}.learning_starts={self.learning_starts}: must be <= "
+                              f"buffer_size ({self.buffer_size}); replay could never start")
+        hiddens = self.hiddens
+        if isinstance(hiddens, int) or not all(isinstance(h, int) and h > 0 for h in hiddens):
+            raise ConfigError(f"{name}.hiddens={hiddens!r}: give the head layer sizes, e.g. "
+                              "(64,) (or () for none)")
+        self.hiddens = tuple(hiddens)
+        explore = {**DEFAULT_EXPLORATION, **(self.exploration_config or {})}
+        unknown = sorted(set(explore) - set(DEFAULT_EXPLORATION) - {"type"})
+        if unknown:
+            raise ConfigError(f"{name}.exploration_config has unknown keys {unknown}; use "
+                              f"{sorted(DEFAULT_EXPLORATION)}")
+        if not (0 <= explore["initial_epsilon"] <= 1 and 0 <= explore["final_epsilon"] <= 1
+                and explore["epsilon_timesteps"] >= 0):
+            raise ConfigError(f"{name}.exploration_config={self.exploration_config!r}: "
+                              "epsilons must be in [0, 1] and epsilon_timesteps >= 0")
+        self.exploration_config = {k: explore[k] for k in DEFAULT_EXPLORATION}
+
+
+def round_robin_weights(config: DQNConfig) -> list[float]:
+    """``[store, train]`` weights for ``training_intensity`` (see the module docstring).
+
+    >>> round_robin_weights(DQNConfig(env="CartPole-v1", training_intensity=16))
+    [1, 2.0]
+    >>> round_robin_weights(DQNConfig(env="CartPole-v1", training_intensity=2))
+    [4.0, 1]
+    """
+    if not config.training_intensity:
+        return [1, 1]
+    fragment = (config.rollout_fragment_length * config.num_envs_per_worker
+                * max(config.num_workers, 1))
+    natural = config.train_batch_size / fragment
+    ratio = config.training_intensity / natural
+    return [1, ratio] if ratio >= 1 else [1 / ratio, 1]
+
+
+def make_buffer(config: DQNConfig, capacity: int | None = None, seed: int | None = None):
+    """The replay buffer a DQN config asks for: with ``multiagent`` policies, a dict of
+    one buffer per trained policy id."""
+    policies = config.multiagent.get("policies")
+    if policies and capacity is None:
+        ids = config.multiagent.get("policies_to_train") or list(policies)
+        return {pid: make_buffer(config, config.buffer_size, seed) for pid in ids}
+    capacity = capacity or config.buffer_size
+    seed = config.seed if seed is None else seed
+    if config.prioritized_replay:
+        return PrioritizedReplayBuffer(capacity, alpha=config.prioritized_replay_alpha,
+                                       beta=config.prioritized_replay_beta,
+                                       eps=config.prioritized_replay_eps, seed=seed)
+    return ReplayBuffer(capacity, seed=seed)
+
+
+class DQN(Algorithm):
+    """Deep Q-learning; see the module docstring. ``algo.local_replay_buffer`` is the
+    buffer the plan stores into."""
+
+    config_class = DQNConfig
+    policy_class = DQNPolicy
+    name = "dqn"
+
+    def __init__(self, config: DQNConfig | None = None, **fields: Any):
+        self.local_replay_buffer = None
+
+        def plan(workers, config):
+            self.local_replay_buffer = make_buffer(config)
+            return type(self).execution_plan(workers, config,
+                                             local_buffer=self.local_replay_buffer)
+
+        self.execution_plan = plan  # the built plan's buffer stays reachable for checkpoints
+        super().__init__(config, **fields)
+
+    @classmethod
+    def policy_config(cls, config: DQNConfig) -> dict[str, Any]:
+        return {"hidden_sizes": config.model, "hiddens": config.hiddens, "lr": config.lr,
+                "gamma": config.gamma, "n_step": config.n_step, "double_q": config.double_q,
+                "dueling": config.dueling, "grad_clip": config.grad_clip,
+                "exploration_config": config.exploration_config,
+                "worker_side_prioritization": config.worker_side_prioritization,
+                "prioritized_replay_eps": config.prioritized_replay_eps}
+
+    @staticmethod
+    def execution_plan(workers, config: DQNConfig, *, local_buffer=None) -> LocalStream:
+        buffer = local_buffer if local_buffer is not None else make_buffer(config)
+        store = StoreToReplayBuffer(local_buffer=buffer)
+        store_op = (ParallelRollouts(workers, mode="bulk_sync")
+                    .for_each(store, name="dqn/store")
+                    .filter(LearningStarts(store, config.learning_starts),
+                            name="dqn/learning_starts"))
+        replay_op = (Replay(local_buffer=buffer, batch_size=config.train_batch_size,
+                            name="dqn/replay")
+                     .for_each(TrainOneStep(workers), name="dqn/train"))
+        if config.prioritized_replay:
+            replay_op = replay_op.for_each(
+                UpdateReplayPriorities(workers, local_buffer=buffer,
+                                       eps=config.prioritized_replay_eps),
+                name="dqn/update_priorities")
+        replay_op = replay_op.for_each(
+            UpdateTargetNetwork(workers, config.target_network_update_freq),
+            name="dqn/update_target")
+        train_op = Concurrently([store_op, replay_op], mode="round_robin", output_indexes=[1],
+                                round_robin_weights=round_robin_weights(config),
+                                name="dqn/concurrently")
+        return StandardMetricsReporting(
+            train_op, workers, min_time_s_per_reporting=config.min_time_s_per_reporting,
+            timesteps_per_iteration=config.timesteps_per_iteration)
+
+    # -- checkpoints ---------------------------------------------------------------
+    def extra_state(self) -> dict:
+        """Every worker's exploration state and, with ``checkpoint_replay_buffer``,
+        the replay buffer."""
+        state: dict[str, Any] = {"exploration": self.workers.foreach_worker(_exploration_state)}
+        buf = self.local_replay_buffer
+        if self.config.checkpoint_replay_buffer and buf is not None:
+            state["replay_buffer"] = ({pid: b.get_state() for pid, b in buf.items()}
+                                      if isinstance(buf, dict) else buf.get_state())
+        return state
+
+    def restore_extra_state(self, state: dict) -> None:
+        restore_exploration(self.workers, state.get("exploration"))
+        if "replay_buffer" in state and self.local_replay_buffer is not None:
+            saved, buf = state["replay_buffer"], self.local_replay_buffer
+            if isinstance(buf, dict):
+                for pid, b in buf.items():
+                    b.set_state(saved[pid])
+            else:
+                buf.set_state(saved)
+
+
+def _exploration_state(worker) -> dict:
+    return {pid: p.exploration_state() for pid, p in worker.policy_map.items()
+            if hasattr(p, "exploration_state")}
+
+
+def restore_exploration(workers, states: list[dict] | None) -> None:
+    """Give each worker (local first, then remotes in order) its saved exploration state."""
+    if not states:
+        return
+    workers_list = [workers.local_worker(), *workers.remote_workers()]
+    for w, s in zip(workers_list, states):
+        if not s:
+            continue
+        if w is workers.local_worker() or workers.backend == "local":
+            _set_exploration(w, s)
+        else:
+            import ray
+            ray.get(w.apply.remote(_set_exploration, s))
+
+
+def _set_exploration(worker, states: dict) -> None:
+    for pid, s in states.items():
+        worker.get_policy(pid).set_exploration_state(s)
+
+
+__all__ = ["DQN", "DQNConfig", "round_robin_weights", "make_buffer", "restore_exploration"]

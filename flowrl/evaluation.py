@@ -1,0 +1,99 @@
+"""Evaluating a trained policy: whole episodes on a fresh env, mean and std of return.
+
+:func:`evaluate_policy` plays ``episodes`` complete episodes with the learner's
+policy on one new env built like the workers' (env id or creator plus
+``env_config``), taking the distribution's mode unless ``explore=True``, and
+returns the returns with their mean and (population) standard deviation. It does
+not touch the training run: no counters move and no worker is used.
+:func:`load_for_evaluation` rebuilds an algorithm from a checkpoint alone (the
+config is stored in it), with no remote workers.
+
+>>> from flowrl.algorithms import PG, PGConfig
+>>> algo = PG(PGConfig(env="CartPole-v1", seed=0))
+>>> r = evaluate_policy(algo, episodes=2, seed=0)
+>>> len(r["returns"]), r["mean"] == sum(r["returns"]) / 2
+(2, True)
+>>> algo.stop()
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from flowrl.errors import ConfigError
+
+
+def evaluate_policy(algo, episodes: int, seed: int | None = None,
+                    explore: bool = False, max_steps: int = 100_000) -> dict[str, Any]:
+    """Play ``episodes`` episodes with ``algo``'s learner policy; returns ``returns``,
+    ``lengths``, ``mean``, ``std``, ``min``, ``max``. An episode longer than
+    ``max_steps`` steps is cut there (an env without a time limit cannot hang it)."""
+    import gymnasium as gym
+
+    from flowrl.workers.multi_agent_env import MultiAgentEnv
+    from flowrl.workers.rollout_worker import _env_creator
+    if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
+        raise ConfigError(f"evaluate(episodes={episodes!r}): must be an int >= 1")
+    local = algo.workers.local_worker()
+    if len(local.policy_map) != 1:
+        raise ConfigError("evaluate: the algorithm has several policies "
+                          f"{sorted(local.policy_map)}; evaluation plays single-agent envs")
+    policy = next(iter(local.policy_map.values()))
+    env = _env_creator(algo.config.env, dict(algo.config.env_config))()
+    if isinstance(env, MultiAgentEnv):
+        raise ConfigError("evaluate: the env is multi-agent; evaluation plays single-agent envs")
+    space = env.action_space
+    clip = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
+    returns, lengths = [], []
+    try:
+        for i in range(episodes):
+            obs, _ = env.reset(seed=None if seed is None else seed + i)
+            total, steps, done = 0.0, 0, False
+            while not done and steps < max_steps:
+                actions, _ = policy.compute_actions(np.asarray(obs)[None], explore=explore)
+                action = actions[0]
+                if clip is not None:
+                    action = np.clip(action, *clip)
+                obs, reward, terminated, truncated, _ = env.step(action)
+                total += float(reward)
+                steps += 1
+                done = terminated or truncated
+            returns.append(total)
+            lengths.append(steps)
+    finally:
+        env.close()
+    arr = np.asarray(returns)
+    return {"returns": returns, "lengths": lengths, "mean": float(arr.mean()),
+            "std": float(arr.std()), "min": float(arr.min()), "max": float(arr.max())}
+
+
+def load_for_evaluation(path: str):
+    """An algorithm rebuilt from the checkpoint at ``path`` (file, checkpoint
+    directory or a directory of checkpoints), local backend, no remote workers,
+    with the checkpoint restored. ConfigError (one line) when it cannot be."""
+    import cloudpickle
+
+    from flowrl import checkpoint
+    from flowrl.experiment import algorithm_class
+    state = checkpoint.read_checkpoint(path)
+    cls = algorithm_class(state.get("algorithm"))
+    if state.get("config") is None:
+        raise ConfigError(f"checkpoint {state['path']!r} holds no config (it did not pickle "
+                          "when saved); rebuild the algorithm and call restore() instead")
+    try:
+        config = cloudpickle.loads(state["config"])
+    except Exception as e:
+        raise ConfigError(f"checkpoint {state['path']!r}: its config cannot be loaded here "
+                          f"({type(e).__name__}: {e})") from None
+    algo = cls(config.replace(num_workers=0, backend="local"))
+    try:
+        algo.restore(state["path"])
+    except BaseException:
+        algo.stop()
+        raise
+    return algo
+
+
+__all__ = ["evaluate_policy", "load_for_evaluation"]

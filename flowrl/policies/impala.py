@@ -1,0 +1,104 @@
+"""IMPALA's V-trace actor-critic loss (Espeholt et al. 2018) over flat train batches.
+
+Train batches are rows ``(s_t, a_t, r_t, s_{t+1})`` in time order per trajectory
+(env-major fragments, as workers sample them), possibly several trajectories and
+workers concatenated. :func:`vtrace_inputs` turns them into one time-major
+sequence ``[N, 1]`` for :func:`~flowrl.policies.vtrace.vtrace`: where the next row
+does not continue this one (a terminal step, a time-limit truncation, the end of
+a fragment, a different episode), the discount is 0 and a non-terminal cut adds
+``γ V(s_{t+1})`` to the reward. That is exactly V-trace with the bootstrap
+``V(x_T) = V(s_{t+1})`` at every cut, so the targets do not depend on how rows
+were grouped into fragments. Rows must stay in order: train on whole batches or
+unshuffled minibatches (``sgd_minibatch_size=0``, the IMPALA default).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from flowrl.batch import SampleBatch as SB
+from flowrl.policies.a2c import A2CPolicy
+from flowrl.policies.vtrace import vtrace
+
+
+def vtrace_inputs(train: dict[str, torch.Tensor], next_values: torch.Tensor,
+                  gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(discounts, rewards)`` of shape ``(N,)`` for one flat sequence of rows (see the
+    module docstring); ``next_values`` is ``V(s_{t+1})`` per row.
+
+    >>> train = {SB.EPS_ID: torch.tensor([0, 0, 0, 1]), SB.T: torch.tensor([0, 1, 2, 0]),
+    ...          SB.TERMINATEDS: torch.tensor([False, False, True, False]),
+    ...          SB.TRUNCATEDS: torch.tensor([False, False, False, False]),
+    ...          SB.REWARDS: torch.ones(4)}
+    >>> d, r = vtrace_inputs(train, torch.full((4,), 10.0), gamma=0.5)
+    >>> d.tolist(), r.tolist()
+    ([0.5, 0.5, 0.0, 0.0], [1.0, 1.0, 1.0, 6.0])
+    """
+    eps, t = train[SB.EPS_ID], train[SB.T]
+    term = train[SB.TERMINATEDS].bool()
+    trunc = train[SB.TRUNCATEDS].bool() if SB.TRUNCATEDS in train else torch.zeros_like(term)
+    cont = torch.zeros_like(term)
+    cont[:-1] = (eps[1:] == eps[:-1]) & (t[1:] == t[:-1] + 1) & ~term[:-1] & ~trunc[:-1]
+    discounts = gamma * cont.to(torch.float32)
+    cut = (~term & ~cont).to(torch.float32)
+    rewards = train[SB.REWARDS].to(torch.float32) + gamma * cut * next_values
+    return discounts, rewards
+
+
+class IMPALAPolicy(A2CPolicy):
+    """Actor-critic trained with V-trace targets; defaults follow RLlib 1.x IMPALA.
+
+    ``vtrace=True``: ``L = -mean(ρ^pg A^vtrace log π) + vf_loss_coeff · ½ mean((v_s -
+    V)²) - entropy_coeff · mean(H)``, with the V-trace clipping thresholds
+    ``vtrace_clip_rho_threshold`` and ``vtrace_clip_pg_rho_threshold``.
+    ``vtrace=False``: the A3C loss on GAE advantages computed by the workers.
+
+    >>> import gymnasium as gym
+    >>> p = IMPALAPolicy(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2), seed=0)
+    >>> p.vtrace, p.lr, p.grad_clip
+    (True, 0.0005, 40.0)
+    """
+
+    def __init__(self, observation_space, action_space, *, lr: float = 5e-4,
+                 vtrace: bool = True, vtrace_clip_rho_threshold: float | None = 1.0,
+                 vtrace_clip_pg_rho_threshold: float | None = 1.0, **kwargs):
+        super().__init__(observation_space, action_space, lr=lr, **kwargs)
+        self.vtrace = vtrace
+        self.clip_rho, self.clip_pg_rho = vtrace_clip_rho_threshold, vtrace_clip_pg_rho_threshold
+
+    def _train_tensors(self, batch):
+        out = super()._train_tensors(batch)
+        if SB.NEXT_OBS in batch:
+            out[SB.NEXT_OBS] = self._obs_tensor(batch[SB.NEXT_OBS])
+        return out
+
+    def vtrace_targets(self, train: dict[str, torch.Tensor], logp: torch.Tensor,
+                       values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(vs, pg_advantages)`` of shape ``(N,)`` for the rows of ``train``, with the
+        current model as the target policy π and the batch's ``action_logp`` as μ."""
+        with torch.no_grad():
+            next_values = self.model.value(train[SB.NEXT_OBS])
+        discounts, rewards = vtrace_inputs(train, next_values, self.gamma)
+        vs, adv = vtrace(train[SB.ACTION_LOGP].float()[:, None], logp.detach()[:, None],
+                         discounts[:, None], rewards[:, None], values.detach()[:, None],
+                         torch.zeros(1), clip_rho_threshold=self.clip_rho,
+                         clip_pg_rho_threshold=self.clip_pg_rho)
+        return vs[:, 0], adv[:, 0]
+
+    def loss(self, train):
+        if not self.vtrace:
+            return super().loss(train)
+        obs = train[SB.OBS]
+        dist = self.dist_class(self.model.dist_inputs(obs))
+        logp = dist.logp(train[SB.ACTIONS])
+        values = self.model.value(obs)
+        vs, adv = self.vtrace_targets(train, logp, values)
+        policy_loss = -(logp * adv).mean()
+        vf_loss = 0.5 * (values - vs).pow(2).mean()
+        entropy = dist.entropy().mean()
+        total = policy_loss + self.vf_loss_coeff * vf_loss - self.entropy_coeff * entropy
+        return total, {"policy_loss": policy_loss.detach(), "vf_loss": vf_loss.detach(),
+                       "entropy": entropy.detach()}
+
+
+__all__ = ["IMPALAPolicy", "vtrace_inputs"]

@@ -1,0 +1,153 @@
+"""Checkpoints users can trust: atomic writes, discovery, checked loads, full state."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from flowrl import checkpoint
+from flowrl.algorithms import A2C, PG, A2CConfig, PGConfig
+from flowrl.errors import ConfigError, FlowError
+
+
+def snapshot(root) -> dict[str, bytes]:
+    """Every file under ``root`` (relative path -> bytes)."""
+    out = {}
+    for d, _, files in os.walk(root):
+        for f in files:
+            p = os.path.join(d, f)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, root)] = fh.read()
+    return out
+
+
+def test_failed_writes_leave_the_previous_checkpoint_byte_identical(tmp_path, monkeypatch):
+    ck = tmp_path / "ck"
+    checkpoint.write_checkpoint(str(ck), {"v": 1})
+    before = snapshot(tmp_path)
+    with pytest.raises(FlowError, match="does not pickle"):
+        checkpoint.write_checkpoint(str(ck), {"v": lambda: 0})
+
+    def full_disk(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(FlowError, match="No space left on device.*unchanged"):
+        checkpoint.write_checkpoint(str(ck), {"v": 2})
+    with pytest.raises(FlowError, match="No space left"):      # a new directory as well
+        checkpoint.write_checkpoint(str(tmp_path / "new"), {"v": 2})
+    monkeypatch.undo()
+    assert snapshot(tmp_path) == before                       # no temporaries anywhere
+    assert sorted(os.listdir(tmp_path)) == ["ck"]
+    checkpoint.write_checkpoint(str(ck), {"v": 3})
+    assert checkpoint.read_checkpoint(str(ck))["v"] == 3
+
+
+def test_discovery_ignores_temporaries_and_incomplete_directories(tmp_path):
+    for it in (2, 10):
+        checkpoint.write_checkpoint(str(tmp_path / checkpoint.checkpoint_name(it)), {"it": it})
+    (tmp_path / checkpoint.checkpoint_name(11)).mkdir()        # no state file: incomplete
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True).stdout.strip()
+    stale = tmp_path / f".checkpoint_000012.tmp-{dead}-0"      # a writer killed mid-save
+    stale.mkdir()
+    (stale / checkpoint.CHECKPOINT_FILE).write_bytes(b"partial")
+    assert os.path.basename(checkpoint.latest_checkpoint(str(tmp_path))) == "checkpoint_000010"
+    assert checkpoint.read_checkpoint(str(tmp_path))["it"] == 10
+    checkpoint.write_checkpoint(str(tmp_path / checkpoint.checkpoint_name(13)), {"it": 13})
+    assert not stale.exists()                                  # cleaned by the next save
+    assert checkpoint.prune_checkpoints(str(tmp_path), keep=1) == [
+        str(tmp_path / "checkpoint_000002"), str(tmp_path / "checkpoint_000010")]
+    assert [os.path.basename(p) for p in checkpoint.list_checkpoints(str(tmp_path))] == [
+        "checkpoint_000013"]
+
+
+@pytest.mark.parametrize("content, reason", [
+    (b"", "EOFError"), (b"garbage", "UnpicklingError"),
+    (pickle.dumps([1, 2]), "not a flowrl checkpoint"),
+    (pickle.dumps({"format": 99}), "format 99"),
+])
+def test_unreadable_checkpoints_are_one_line_config_errors(tmp_path, content, reason):
+    (tmp_path / checkpoint.CHECKPOINT_FILE).write_bytes(content)
+    with pytest.raises(ConfigError, match=reason) as info:
+        checkpoint.read_checkpoint(str(tmp_path))
+    assert "\n" not in str(info.value)
+    with pytest.raises(ConfigError, match="no such file"):
+        checkpoint.read_checkpoint(str(tmp_path / "missing"))
+
+
+class ExplorationPG(PG):
+    """PG with an exploration schedule kept through extra_state."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.epsilon = 1.0
+
+    def extra_state(self):
+        return {"epsilon": self.epsilon}
+
+    def restore_extra_state(self, state):
+        self.epsilon = state["epsilon"]
+
+
+def small_pg(**kw):
+    return dict(env="CartPole-v1", rollout_fragment_length=25, train_batch_size=50, seed=0, **kw)
+
+
+def test_save_restore_keeps_rngs_extra_state_and_remote_worker_rngs(tmp_path):
+    algo = ExplorationPG(PGConfig(**small_pg(num_workers=1)))
+    algo.train()
+    algo.epsilon = 0.25
+    random.seed(1), np.random.seed(1), torch.manual_seed(1)
+    remote_before = algo.workers.remote_workers()[0].get_state()
+    algo.save(str(tmp_path / "ck"))
+    expected = (random.random(), np.random.rand(), torch.rand(1).item())
+    algo.train()
+    algo.epsilon = 0.0
+
+    fresh = ExplorationPG(PGConfig(**small_pg(num_workers=1)))
+    fresh.restore(str(tmp_path / "ck"))
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
+    assert fresh.epsilon == 0.25
+    assert fresh.metrics.counters["training_iteration"] == 1
+    gen = fresh.workers.remote_workers()[0].get_state()["policies"]["default_policy"]
+    np.testing.assert_array_equal(
+        gen["generator"], remote_before["policies"]["default_policy"]["generator"])
+    assert fresh.train()["training_iteration"] == 2
+    for a in (algo, fresh):
+        a.stop()
+
+
+def test_a_failed_save_raises_and_keeps_the_earlier_checkpoint(tmp_path):
+    algo = ExplorationPG(PGConfig(**small_pg()))
+    algo.save(str(tmp_path / "ck"))
+    before = snapshot(tmp_path)
+    algo.extra_state = lambda: {"bad": lambda: 0}   # something that does not pickle
+    with pytest.raises(FlowError, match="does not pickle.*extra_state"):
+        algo.save(str(tmp_path / "ck"))
+    assert snapshot(tmp_path) == before
+    algo.stop()
+
+
+def test_restore_refuses_other_algorithms_and_models(tmp_path):
+    with PG(PGConfig(**small_pg())) as pg:
+        pg.save(str(tmp_path / "pg"))
+    with A2C(A2CConfig(env="CartPole-v1", seed=0)) as a2c:
+        with pytest.raises(ConfigError, match="from 'pg', not 'a2c'"):
+            a2c.restore(str(tmp_path / "pg"))
+    with PG(PGConfig(**small_pg(model=(8,)))) as other:
+        with pytest.raises(ConfigError, match="model does not fit"):
+            other.restore(str(tmp_path / "pg"))
+    (tmp_path / "hand").mkdir()
+    (tmp_path / "hand" / checkpoint.CHECKPOINT_FILE).write_bytes(
+        pickle.dumps({"format": checkpoint.FORMAT_VERSION, "algorithm": "pg"}))
+    with PG(PGConfig(**small_pg())) as pg:
+        with pytest.raises(ConfigError, match="lacks.*not written by Algorithm.save"):
+            pg.restore(str(tmp_path / "hand"))

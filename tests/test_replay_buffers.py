@@ -1,0 +1,207 @@
+"""Replay buffers and segment trees against plain-Python models (Hypothesis)."""
+
+from __future__ import annotations
+
+import collections
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from flowrl.batch import SampleBatch
+from flowrl.errors import ConfigError
+from flowrl.replay import MinTree, PrioritizedReplayBuffer, ReplayBuffer, SumTree
+
+SETTINGS = settings(max_examples=30, deadline=None)
+
+
+# -- segment trees ------------------------------------------------------------------
+@SETTINGS
+@given(cap=st.integers(1, 40),
+       writes=st.lists(st.lists(st.tuples(st.integers(0, 39), st.floats(0.01, 100.0)),
+                                min_size=1, max_size=12), min_size=1, max_size=6))
+def test_trees_match_plain_model(cap, writes):
+    s, m = SumTree(cap), MinTree(cap)
+    model: dict[int, float] = {}
+    for write in writes:
+        write = [(i % cap, v) for i, v in write]
+        idx = np.array([i for i, _ in write])
+        vals = np.array([v for _, v in write])
+        s.set(idx, vals)
+        m.set(idx, vals)
+        for i, v in write:  # a later duplicate wins, as in a Python loop
+            model[i] = v
+    assert math.isclose(s.total(), sum(model.values()), rel_tol=1e-9)
+    assert m.min() == min(model.values())
+    # prefix-sum descent equals a linear scan of the leaves
+    leaves = [model.get(i, 0.0) for i in range(cap)]
+    cum = np.cumsum(leaves)
+    masses = np.linspace(0, s.total(), 17, endpoint=False)
+    expect = [int(np.searchsorted(cum, x, side="right")) for x in masses]
+    got = s.find_prefix_sum(masses).tolist()
+    for g, e, x in zip(got, expect, masses):
+        assert g == e or math.isclose(cum[g - 1] if g else 0.0, x, rel_tol=1e-9)
+        assert leaves[g] > 0
+
+
+# -- ring overwrite -----------------------------------------------------------------
+@SETTINGS
+@given(cap=st.integers(1, 20), sizes=st.lists(st.integers(0, 30), min_size=1, max_size=8),
+       prioritized=st.booleans())
+def test_ring_overwrite_keeps_the_last_capacity_rows(cap, sizes, prioritized):
+    buf = PrioritizedReplayBuffer(cap, seed=0) if prioritized else ReplayBuffer(cap, seed=0)
+    model: collections.deque = collections.deque(maxlen=cap)
+    slots: list = [None] * cap
+    nxt, total = 0, 0
+    for n in sizes:
+        rows = list(range(total, total + n))
+        buf.add(SampleBatch(obs=np.array(rows, dtype=np.int64)) if n else SampleBatch(obs=np.zeros(0, np.int64)))
+        for r in rows:  # the plain model: one row at a time into a ring
+            model.append(r)
+            slots[nxt] = r
+            nxt = (nxt + 1) % cap
+        total += n
+    assert len(buf) == len(model)
+    if not model:
+        return
+    state = buf.get_state()
+    assert sorted(state["columns"]["obs"].tolist()) == sorted(model)
+    assert state["columns"]["obs"].tolist() == slots[:len(model)]
+    sample = buf.sample(50)
+    assert set(sample["obs"].tolist()) <= set(model)
+    # row ids are insertion numbers, and each sampled row sits in the slot it claims
+    assert sample["batch_row_ids"].tolist() == sample["obs"].tolist()
+    assert [slots[i] for i in sample["batch_indexes"]] == sample["obs"].tolist()
+
+
+# -- prioritized sampling ------------------------------------------------------------
+@SETTINGS
+@given(prios=st.lists(st.floats(0.05, 10.0), min_size=1, max_size=8),
+       alpha=st.sampled_from([0.0, 0.5, 0.6, 1.0, 2.0]), seed=st.integers(0, 100))
+def test_sampling_frequencies_are_proportional_to_p_alpha(prios, alpha, seed):
+    n = len(prios)
+    buf = PrioritizedReplayBuffer(n + 3, alpha=alpha, beta=0.4, seed=seed)
+    buf.add(SampleBatch(obs=np.arange(n)))
+    buf.update_priorities(np.arange(n), np.array(prios))
+    draws = 20000
+    counts = np.bincount(buf.sample(draws)["obs"], minlength=n) / draws
+    pa = np.array(prios) ** alpha
+    expect = pa / pa.sum()
+    tol = 5 * np.sqrt(expect * (1 - expect) / draws) + 1e-3
+    assert np.all(np.abs(counts - expect) <= tol), (counts, expect)
+
+
+@SETTINGS
+@given(prios=st.lists(st.floats(0.05, 10.0), min_size=1, max_size=10),
+       alpha=st.sampled_from([0.3, 0.6, 1.0]), beta=st.sampled_from([0.0, 0.4, 1.0]),
+       extra=st.integers(0, 5))
+def test_importance_weights_match_the_formula(prios, alpha, beta, extra):
+    n = len(prios)
+    buf = PrioritizedReplayBuffer(n + extra, alpha=alpha, beta=0.9, seed=1)
+    buf.add(SampleBatch(obs=np.arange(n)))
+    buf.update_priorities(np.arange(n), np.array(prios))
+    s = buf.sample(64, beta=beta)
+    pa = np.array(prios) ** alpha
+    P = pa / pa.sum()
+    w_all = (n * P) ** -beta
+    expect = w_all[s["obs"]] / w_all.max()
+    np.testing.assert_allclose(s["weights"], expect, rtol=1e-5)
+
+
+def test_new_rows_get_the_largest_priority_seen_and_given_priorities_count():
+    buf = PrioritizedReplayBuffer(10, alpha=1.0, seed=0)
+    buf.add(SampleBatch(obs=[0, 1]))
+    buf.update_priorities(np.array([0]), np.array([7.0]))
+    buf.add(SampleBatch(obs=[2]))
+    assert buf._sum.get(np.array([2])).tolist() == [7.0]
+    buf.add(SampleBatch(obs=[3, 4]), priorities=np.array([0.5, 9.0]))
+    assert buf._sum.get(np.array([3, 4])).tolist() == [0.5, 9.0]
+    assert buf.stats()["max_priority"] == 9.0
+
+
+# -- bad input never corrupts a tree ----------------------------------------------------
+@pytest.mark.parametrize("indexes, priorities, match", [
+    ([0, 1], [1.0, float("nan")], "finite and > 0"),
+    ([0, 1], [1.0, 0.0], "finite and > 0"),
+    ([0, 1], [1.0, -2.0], "finite and > 0"),
+    ([0, 1], [1.0, float("inf")], "finite and > 0"),
+    ([0, -1], [1.0, 1.0], r"must lie in \[0, 8\)"),
+    ([0, 8], [1.0, 1.0], r"must lie in \[0, 8\)"),
+    ([0, 5], [1.0, 1.0], "never filled"),
+    ([0, 1], [1.0], "2 rows"),
+])
+def test_bad_priority_updates_raise_and_leave_the_trees_alone(indexes, priorities, match):
+    buf = PrioritizedReplayBuffer(8, seed=0)
+    buf.add(SampleBatch(obs=[0, 1, 2, 3]))
+    before = buf.get_state()
+    tree, mtree = buf._sum.tree.copy(), buf._min.tree.copy()
+    with pytest.raises(ValueError, match=match):
+        buf.update_priorities(np.array(indexes), np.array(priorities))
+    np.testing.assert_array_equal(buf._sum.tree, tree)
+    np.testing.assert_array_equal(buf._min.tree, mtree)
+    assert buf.get_state()["max_priority"] == before["max_priority"]
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: ReplayBuffer(0), r"ReplayBuffer\(capacity=0\): must be an int >= 1"),
+    (lambda: PrioritizedReplayBuffer(-3), r"capacity=-3"),
+    (lambda: PrioritizedReplayBuffer(10, alpha=-0.1), r"alpha=-0.1\): must be a finite number >= 0"),
+    (lambda: PrioritizedReplayBuffer(10, beta=float("nan")), r"beta=nan"),
+    (lambda: ReplayBuffer(2.5), r"capacity=2.5"),
+])
+def test_bad_construction_is_a_config_error(make, match):
+    with pytest.raises(ConfigError, match=match):
+        make()
+
+
+def test_bad_adds_and_samples():
+    buf = PrioritizedReplayBuffer(4, seed=0)
+    with pytest.raises(ValueError, match="the buffer is empty"):
+        buf.sample(2)
+    buf.add(SampleBatch(obs=[0, 1]))
+    with pytest.raises(ConfigError, match="but the buffer stores"):
+        buf.add(SampleBatch(x=[0]))
+    with pytest.raises(ValueError, match="finite and > 0"):
+        buf.add(SampleBatch(obs=[2]), priorities=np.array([0.0]))
+    assert len(buf) == 2  # the rejected rows were not written
+    with pytest.raises(ConfigError, match="n=0"):
+        buf.sample(0)
+    with pytest.raises(ConfigError, match="drop them first"):
+        buf.add(SampleBatch(obs=[1], weights=[1.0]))
+
+
+# -- stale priorities -----------------------------------------------------------------
+def test_priorities_for_overwritten_rows_are_dropped_and_counted():
+    buf = PrioritizedReplayBuffer(4, alpha=1.0, seed=0)
+    buf.add(SampleBatch(obs=[0, 1, 2, 3]))
+    s = buf.sample(16)
+    buf.add(SampleBatch(obs=[4, 5]))  # overwrites slots 0 and 1
+    before = buf._sum.get(np.array([0, 1])).copy()
+    written = buf.update_priorities(s["batch_indexes"], np.full(16, 50.0),
+                                    row_ids=s["batch_row_ids"])
+    stale = int(np.isin(s["batch_indexes"], [0, 1]).sum())
+    assert written == 16 - stale
+    assert buf.stats()["num_stale_priority_updates"] == stale
+    np.testing.assert_array_equal(buf._sum.get(np.array([0, 1])), before)
+
+
+# -- checkpoints ----------------------------------------------------------------------
+@pytest.mark.parametrize("cls", [ReplayBuffer, PrioritizedReplayBuffer])
+def test_a_restored_buffer_draws_what_the_original_would(cls):
+    buf = cls(16, seed=3)
+    for i in range(5):
+        buf.add(SampleBatch(obs=np.arange(i * 5, i * 5 + 5), r=np.ones(5, np.float32)))
+        buf.sample(3)
+    if cls is PrioritizedReplayBuffer:
+        s = buf.sample(8)
+        buf.update_priorities(s["batch_indexes"], np.arange(1, 9, dtype=float))
+    state = buf.get_state()
+    other = cls(16, seed=99)
+    other.set_state(state)
+    a, b = buf.sample(32), other.sample(32)
+    for k in a.keys():
+        np.testing.assert_array_equal(a[k], b[k])
+    assert buf.stats() == other.stats()
+    with pytest.raises(ConfigError, match="capacity 16, this one has 8"):
+        cls(8).set_state(state)

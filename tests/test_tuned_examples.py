@@ -1,0 +1,43 @@
+"""Every tuned example reaches its reward goal (slow: ``python -m pytest -m slow``).
+
+Each YAML in tuned_examples/ names an algorithm, an env, a reward goal
+(``stop.episode_reward_mean``) and a step budget (``stop.timesteps_total``); the
+run must stop because the goal was reached, not because the budget ran out.
+New algorithms add their YAML there and are picked up here.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+
+import pytest
+import yaml
+
+from flowrl.cli import main
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SPECS = sorted(glob.glob(os.path.join(ROOT, "tuned_examples", "*.yaml")))
+
+
+def test_every_tuned_example_has_a_reward_goal_and_a_budget():
+    assert SPECS
+    for path in SPECS:
+        with open(path) as f:
+            stop = yaml.safe_load(f)["stop"]
+        assert {"episode_reward_mean", "timesteps_total"} <= set(stop), path
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(3600)
+@pytest.mark.parametrize("path", SPECS, ids=[os.path.basename(p) for p in SPECS])
+def test_tuned_example_reaches_its_goal(path, tmp_path):
+    with open(path) as f:
+        goal = yaml.safe_load(f)["stop"]["episode_reward_mean"]
+    assert main(["train", "--config", path, "--run-dir", str(tmp_path), "--quiet",
+                 "--no-tensorboard"]) == 0
+    (run_dir,) = list(tmp_path.iterdir())
+    with open(run_dir / "result.jsonl") as f:
+        last = json.loads(f.read().splitlines()[-1])
+    assert last["episode_reward_mean"] >= goal, (path, last["timesteps_total"])
