@@ -1,4 +1,4 @@
-"""Chaos: PPO on CartPole-v1 with Ray rollout workers killed at random, next to the same run without kills.
+"""Chaos: PPO (or IMPALA) on CartPole-v1 with Ray rollout workers killed at random, next to the same run without kills.
 
 Each run is a fresh process (its own Ray instance, ``num_workers + 1`` CPUs)
 training ``PPO(PPOConfig(backend="ray", num_workers=W))`` with its default
@@ -13,9 +13,11 @@ goal, whether it was reached, kills, ``num_worker_restarts``,
 ``--hang-s`` seconds is killed and counted). The last line gives the slowdown:
 time to goal with kills / without (target: under 1.5x, 0 hangs).
 
-IMPALA is not in ``flowrl.algorithms`` yet; ``--algo`` takes it once it lands.
+``--algo IMPALA`` runs the async algorithm the same way (any class exported by
+``flowrl.algorithms`` whose config has ``num_workers``).
 
-    python benchmarks/chaos.py                      # 3 seeds, 3 workers
+    python benchmarks/chaos.py                      # PPO: 3 seeds, 3 workers
+    python benchmarks/chaos.py --algo IMPALA
     python benchmarks/chaos.py --seeds 1 --max-seconds 30 --kill-every 5   # smoke run
 """
 
