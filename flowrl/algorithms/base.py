@@ -142,6 +142,9 @@ def check_env_config(env: Any, env_config: dict, where: str) -> None:
                           f"{sorted(_MAKE_KWARGS)})")
 
 
+_BOOL = (lambda v: isinstance(v, bool), "True or False")
+
+
 def _or_none(check):
     ok, what = check
     return (lambda v: v is None or ok(v)), f"{what} or None"
@@ -182,6 +185,14 @@ class AlgorithmConfig:
     suits small MLPs, whose ops are too small to split across threads
     (``benchmarks/ppo_cartpole.py`` measures it); None leaves torch's setting alone.
 
+    Failures of remote workers (Ray): ``recreate_failed_workers`` (default True)
+    replaces a worker that died or stayed silent for ``sample_timeout_s`` seconds
+    (None: the 600 s default bound) with a new one (same ``worker_index``, current
+    weights); ``ignore_worker_failures`` drops it instead; with neither, a lost
+    worker is a WorkerError. ``max_worker_restarts`` (None: no limit) caps the
+    replacements over the whole run. Results report ``num_healthy_workers``,
+    ``num_worker_restarts`` and ``num_lost_requests``.
+
     >>> AlgorithmConfig(env="CartPole-v1", num_workers=-1)
     Traceback (most recent call last):
     ...
@@ -205,6 +216,10 @@ class AlgorithmConfig:
     seed: int | None = None
     backend: str = "local"
     torch_threads: int | None = 1
+    recreate_failed_workers: bool = True
+    ignore_worker_failures: bool = False
+    max_worker_restarts: int | None = None
+    sample_timeout_s: float | None = None
 
     checks: ClassVar[dict[str, tuple]] = {
         "num_workers": _int_ge(0), "num_envs_per_worker": _int_ge(1),
@@ -214,6 +229,9 @@ class AlgorithmConfig:
         "min_time_s_per_reporting": _num(0), "torch_threads": _or_none(_int_ge(1)),
         "backend": _one_of(BACKENDS), "seed": _or_none(_int_between(0, 2**32 - 1)),
         "model": _sizes(), "env_config": _str_dict(), "multiagent": _multiagent(),
+        "recreate_failed_workers": _BOOL, "ignore_worker_failures": _BOOL,
+        "max_worker_restarts": _or_none(_int_ge(0)),
+        "sample_timeout_s": _or_none(_num(0, open_lo=True)),
     }
 
     def __post_init__(self) -> None:
@@ -337,8 +355,10 @@ class Algorithm:
                 raise FlowError(f"{type(self).__name__}.execution_plan must return a LocalStream "
                                 f"of result dicts, got {output!r}")
             self.plan = Plan(output, name=self.name)
+            timeout = {} if config.sample_timeout_s is None else {
+                "remote_timeout_s": config.sample_timeout_s}
             self._run = self.plan.compile(backend="auto", seed=config.seed or 0,
-                                          local_worker=self.workers.local_worker())
+                                          local_worker=self.workers.local_worker(), **timeout)
             self._hook("after_init", self.after_init)
         except BaseException:
             if getattr(self, "_run", None) is not None:
@@ -412,7 +432,11 @@ class Algorithm:
             policy_config=policy_config, policies=policies,
             policy_mapping_fn=ma.get("policy_mapping_fn"),
             policies_to_train=ma.get("policies_to_train"),
-            num_cpus_per_worker=config.num_cpus_per_worker)
+            num_cpus_per_worker=config.num_cpus_per_worker,
+            recreate_failed_workers=config.recreate_failed_workers,
+            ignore_worker_failures=config.ignore_worker_failures,
+            max_worker_restarts=config.max_worker_restarts,
+            sample_timeout_s=config.sample_timeout_s)
 
     # -- running -----------------------------------------------------------------
     @property

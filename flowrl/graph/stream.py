@@ -503,10 +503,20 @@ def _is_ray_actor(obj: Any) -> bool:
     return type(obj).__name__ == "ActorHandle" and type(obj).__module__.startswith("ray")
 
 
-def from_actors(hosts: Sequence[Any], *, name: str | None = None) -> ParallelStream:
+def from_actors(hosts: Sequence[Any], *, name: str | None = None,
+                restart: Callable[[int], Any] | None = None,
+                max_restarts: int | None = None) -> ParallelStream:
     """One shard per ShardHost: in-process instances or Ray actor handles (not mixed).
 
-    The runtime never kills hosts it did not create.
+    The runtime never kills hosts it did not create, except a lost one it replaces.
+    With ``restart``, a host that dies, becomes unreachable or leaves a request
+    unanswered for ``remote_timeout_s`` is lost, not fatal: the runtime ends it
+    (``ray.kill``), abandons its in-flight requests (counted in the run's
+    ``num_lost_requests``), calls ``restart(index)`` for a replacement host, installs
+    the run's stage on it (a fresh stream) and goes on (``num_worker_restarts``);
+    ``restart`` returning None drops the shard (``num_dropped_workers``). A sync
+    gather's round waits for the replacement. After ``max_restarts`` replacements
+    of one shard (None: no limit) the next loss is a WorkerError naming it.
 
     >>> import flowrl
     >>> class Squares(flowrl.ShardHost):
@@ -530,8 +540,15 @@ def from_actors(hosts: Sequence[Any], *, name: str | None = None) -> ParallelStr
             if not isinstance(h, ShardHost):
                 raise ConfigError(f"from_actors: host {i} ({type(h).__name__}) does not inherit "
                                   "flowrl.ShardHost; subclass it and implement shard_items()")
+    if restart is not None and not callable(restart):
+        raise ConfigError(f"from_actors(restart={restart!r}): give a function "
+                          "restart(index) -> replacement host (or None to drop the shard)")
+    if max_restarts is not None and (isinstance(max_restarts, bool)
+                                     or not isinstance(max_restarts, int) or max_restarts < 0):
+        raise ConfigError(f"from_actors(max_restarts={max_restarts!r}): must be an int >= 0 "
+                          "or None (no limit)")
     return _source("from_actors", f"from_actors({len(hosts)})", name, len(hosts),
-                   hosts=hosts, remote=all(remote))
+                   hosts=hosts, remote=all(remote), restart=restart, max_restarts=max_restarts)
 
 
 def from_iterable(factory: Callable[[], Iterable[Any]], *, name: str | None = None) -> LocalStream:

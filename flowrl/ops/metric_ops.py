@@ -162,7 +162,9 @@ class CollectMetrics:
     :func:`summarize_episodes`),
     ``episodes_this_iter``, ``episodes_total``, ``timesteps_total`` (env steps
     sampled), ``timesteps_this_iter``, ``training_iteration``, ``time_this_iter_s``,
-    ``time_total_s``, ``num_healthy_workers``, ``info`` (every counter plus
+    ``time_total_s``, ``num_healthy_workers`` (remote workers now),
+    ``num_worker_restarts`` (replacements made), ``num_lost_requests`` (requests to
+    lost workers abandoned), ``info`` (every counter plus
     ``learner``: the last learner stats per policy) and ``timers``
     (``<name>_time_ms`` / ``<name>_throughput``).
 
@@ -219,6 +221,9 @@ class CollectMetrics:
             "time_this_iter_s": this_iter,
             "time_total_s": metrics.info[TIME_TOTAL_S],
             "num_healthy_workers": len(self.workers.remote_workers()),
+            "num_worker_restarts": max(counters.get("num_worker_restarts", 0),
+                                       getattr(self.workers, "num_restarts", 0)),
+            "num_lost_requests": counters.get("num_lost_requests", 0),
             "info": info,
             "timers": metrics.timer_summary(),
         }

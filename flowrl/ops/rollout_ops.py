@@ -40,7 +40,10 @@ def rollout_shards(workers, *, name: str = "rollouts") -> ParallelStream:
     """The remote workers' experience as a ParallelStream: one shard per remote worker.
 
     Each shard is that worker's ``sample()`` called forever, on the worker (so a
-    ``for_each`` here runs shard-side, on the actor). Touches no metrics. With no
+    ``for_each`` here runs shard-side, on the actor). A worker lost mid-run is
+    replaced or dropped as the WorkerSet's failure settings say
+    (``from_actors(restart=workers.restarter())``; a WorkerSet built elsewhere via
+    ``from_existing`` cannot rebuild workers). Touches no metrics. With no
     remote workers there is nothing to shard: a ConfigError says to use
     ``ParallelRollouts``, which then samples the local worker on the driver.
 
@@ -57,7 +60,8 @@ def rollout_shards(workers, *, name: str = "rollouts") -> ParallelStream:
         raise ConfigError("rollout_shards(workers): the WorkerSet has no remote workers, so "
                           "there are no shards; use ParallelRollouts(workers, ...), which "
                           "samples the local worker on the driver, or set num_workers >= 1")
-    return from_actors(remotes, name=name)
+    restarter = getattr(workers, "restarter", None)
+    return from_actors(remotes, name=name, restart=restarter() if restarter else None)
 
 
 class _CountSampled:

@@ -9,9 +9,25 @@ order (a host serves one request at a time).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
+from flowrl.errors import WorkerError
 from flowrl.runtime.stages import FusedStage
+
+
+def host_lost(error: WorkerError, reason: str) -> WorkerError:
+    """Mark ``error`` as "the shard's host is gone or stuck" (``reason``: why).
+
+    Only such errors are recovered by a shard's ``restart``; any other error (an
+    operator raising on the host) ends the run as before.
+    """
+    error.host_lost = reason
+    return error
+
+
+def lost_reason(error: BaseException) -> str | None:
+    """Why the host behind ``error`` was lost, or None if ``error`` is not a lost host."""
+    return getattr(error, "host_lost", None)
 
 
 @dataclass(eq=False)
@@ -22,6 +38,11 @@ class Shard:
     key: str                  # the install key of this run's consumer on the host
     label: str                # "<source id>[<index>]" for messages and stats
     stage: FusedStage
+    #: ``restart(index) -> host | None`` from ``from_actors(restart=...)``; None: no recovery
+    restart: Callable[[int], Any] | None = None
+    index: int = 0            # the shard's index in its source (what restart gets)
+    max_restarts: int | None = None
+    origin: Any = None        # (source node, index): hosts shared by several gathers
 
     @property
     def actor(self) -> Any:
@@ -66,7 +87,7 @@ class Backend:
     def make_aggregator_host(self, spec: Any) -> Any:
         raise TypeError(f"{type(self).__name__} must implement make_aggregator_host")
 
-    def install(self, shards: list[Shard]) -> None:
+    def install(self, shards: list[Shard], replacing: bool = False) -> None:
         raise TypeError(f"{type(self).__name__} must implement install")
 
     def submit(self, shard: Shard, n: int) -> Request:
@@ -79,6 +100,12 @@ class Backend:
     async def wait_any(self, requests: list[Request]) -> None:
         """Return once at least one request is done."""
         raise TypeError(f"{type(self).__name__} must implement wait_any")
+
+    def forget(self, shard: Shard) -> None:
+        """Drop what the backend keeps for ``shard`` (its host is being replaced)."""
+
+    def end_host(self, host: Any) -> None:
+        """End a host that died or went silent (Ray: ``ray.kill``; in-process: nothing)."""
 
     def release(self, shards: list[Shard]) -> None:
         """Uninstall the run's stages from hosts that outlive the run."""

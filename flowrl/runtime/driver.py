@@ -16,22 +16,29 @@ counters, resolved into per-node figures by :meth:`Driver.node_stats`), and
 
 from __future__ import annotations
 
+import logging
 import random
 import time
 from collections import deque
 from typing import Any, AsyncIterator
 
-from flowrl.errors import ConfigError
+from flowrl.errors import ConfigError, WorkerError
 from flowrl.graph.compile import Compiled, Step, is_sync_source, stage_for_segment
 from flowrl.graph.node import Node
 from flowrl.metrics import MetricsContext
-from flowrl.runtime.backend import Backend, Request, Shard
+from flowrl.runtime.backend import Backend, Request, Shard, lost_reason
 from flowrl.runtime.concurrency import Splitter, async_union, round_robin
 from flowrl.runtime.context import RunContext, into_loop
 from flowrl.runtime.stages import _DROP, FusedStage, ShuffleBuffer, compose_map, operator_error
 from flowrl.runtime.stats import NodeStats
 
 perf = time.perf_counter
+log = logging.getLogger("flowrl.runtime")
+
+#: Run counters of fault recovery (also at top level of algorithm results).
+WORKER_RESTARTS_COUNTER = "num_worker_restarts"
+LOST_REQUESTS_COUNTER = "num_lost_requests"
+DROPPED_WORKERS_COUNTER = "num_dropped_workers"
 
 
 class Driver:
@@ -56,6 +63,7 @@ class Driver:
         self.chains: list[tuple[list[str], "_ChainCounter"]] = []
         self.segments: list[tuple[list[str], Any, "_ChainCounter"]] = []
         self.agens: list[Any] = []
+        self.restarts: dict[Any, int] = {}   # shard origin -> replacements so far
 
     # ------------------------------------------------------------------ setup
     def start(self) -> None:
@@ -67,11 +75,13 @@ class Driver:
                 continue  # consumed inside the aggregators, not by this driver
             self.shards[gather] = [
                 Shard(self.hosts[s.source][s.index][0], f"{self.key}/{self.ids[gather]}",
-                      f"{self.ids[s.source]}[{s.index}]", FusedStage.from_spec(s.stage))
+                      f"{self.ids[s.source]}[{s.index}]", FusedStage.from_spec(s.stage),
+                      **_recovery(s.source, s.index))
                 for s in slots]
-        for entry, triples in self.preset.items():
-            self.shards[entry] = [Shard(host, f"{self.key}/{self.ids[entry]}", label, stage)
-                                  for host, stage, label in triples]
+        for entry, members in self.preset.items():
+            self.shards[entry] = [Shard(host, f"{self.key}/{self.ids[entry]}", label, stage,
+                                        **(extra[0] if extra else {}))
+                                  for host, stage, label, *extra in members]
         self.backend.install([s for shards in self.shards.values() for s in shards])
 
     def _make_hosts(self, src: Node) -> list[tuple[Any, bool]]:
@@ -82,7 +92,8 @@ class Driver:
             hosts = []
             for j, group in enumerate(self.compiled.groups[src]):
                 members = [(self.hosts[s.source][s.index][0], FusedStage.from_spec(s.stage),
-                            f"{self.ids[s.source]}[{s.index}]") for s in group]
+                            f"{self.ids[s.source]}[{s.index}]",
+                            _recovery(s.source, s.index, shipped=True)) for s in group]
                 spec = AggregatorSpec(self.plan, src, members, f"{self.key}/agg{j}",
                                       self.seed + j, self.backend.remote_timeout_s)
                 hosts.append((self.backend.make_aggregator_host(spec), True))
@@ -99,6 +110,96 @@ class Driver:
             self.backend.release(outliving)
         finally:
             self.backend.destroy(list(created.values()))
+
+    # ------------------------------------------------------------------ recovery
+    def recover(self, shard: Shard, error: BaseException, lost: int) -> bool:
+        """Replace ``shard``'s lost host, or drop the shard; re-raise what is not recoverable.
+
+        ``error`` is what a request to the shard raised; ``lost`` is how many of the
+        shard's requests (in flight or failed) are abandoned. Only a lost host (died,
+        unreachable, silent past the bound) with a ``restart`` is recovered:
+        ``restart(index)`` gives the replacement, on which the shard's stage is
+        installed afresh (a new stream), or None to go on without the shard.
+        Returns True if the shard has a new host, False if it was dropped.
+
+        Counters: ``num_lost_requests`` += ``lost``; ``num_worker_restarts`` += 1 per
+        replacement; ``num_dropped_workers`` += 1 per dropped shard. Each is logged
+        once (``flowrl.runtime`` logger, WARNING) with the reason.
+        """
+        reason = lost_reason(error)
+        if reason is None or shard.restart is None:
+            raise error
+        self.metrics.counters[LOST_REQUESTS_COUNTER] += lost
+        while True:  # a replacement lost while it starts is replaced in turn
+            replaced = self._replace(shard, error, reason, lost)
+            if replaced is not True:
+                return replaced
+            try:
+                self.backend.install([shard], replacing=True)
+            except WorkerError as e:
+                reason = lost_reason(e)
+                if reason is None:
+                    raise
+                log.warning("the replacement of shard host %s was lost while it started "
+                            "(%s): %s", shard.label, reason, str(e).splitlines()[0][:200])
+                error, lost = e, 0
+                continue
+            self.metrics.counters[WORKER_RESTARTS_COUNTER] += 1
+            log.warning("shard host %s was lost (%s) and replaced (restart %d); %d "
+                        "request(s) abandoned", shard.label, reason,
+                        self.restarts[shard.origin or id(shard)], lost)
+            return True
+
+    def _replace(self, shard: Shard, error: BaseException, reason: str, lost: int) -> bool | None:
+        """Give ``shard`` a new host (True) or drop it (False); see :meth:`recover`."""
+        counters = self.metrics.counters
+        origin = shard.origin or id(shard)
+        done = self.restarts.get(origin, 0)
+        if shard.max_restarts is not None and done >= shard.max_restarts:
+            raise WorkerError(
+                f"shard host {shard.label} failed again ({reason}) after {done} restart(s): "
+                f"max_restarts={shard.max_restarts} (from_actors(max_restarts=...); "
+                "AlgorithmConfig.max_worker_restarts for algorithms) is used up; find out why "
+                "it fails, or raise the limit") from error
+        self.backend.forget(shard)
+        dead = shard.host
+        new = self._current_host(shard, dead)
+        if new is None:
+            self.backend.end_host(dead)
+            try:
+                new = shard.restart(shard.index)
+            except WorkerError:
+                raise
+            except Exception as e:
+                raise WorkerError(f"shard host {shard.label} was lost ({reason}) and "
+                                  f"restart({shard.index}) raised {type(e).__name__}: {e}") from e
+        if new is None:
+            counters[DROPPED_WORKERS_COUNTER] += 1
+            log.warning("shard host %s was lost (%s); restart(%d) gave None, so the run goes "
+                        "on without it; %d request(s) abandoned", shard.label, reason,
+                        shard.index, lost)
+            self._set_host(shard, None)
+            return False
+        self.restarts[origin] = done + 1
+        shard.host = new
+        self._set_host(shard, new)
+        return True
+
+    def _current_host(self, shard: Shard, dead: Any) -> Any:
+        """The replacement another gather of this run already made for ``dead``, if any."""
+        if shard.origin is None:
+            return None
+        src, index = shard.origin
+        hosts = self.hosts.get(src)
+        if hosts is None or hosts[index][0] is dead:
+            return None
+        return hosts[index][0]
+
+    def _set_host(self, shard: Shard, host: Any) -> None:
+        if shard.origin is not None and shard.origin[0] in self.hosts:
+            src, index = shard.origin
+            self.hosts[src][index] = (host if host is not None else shard.host,
+                                      self.hosts[src][index][1])
 
     # ------------------------------------------------------------------ stats
     def node_stats(self) -> dict[str, dict]:
@@ -329,7 +430,18 @@ class Driver:
             requests = [backend.submit(s, 1) for s in live]
             st.depth(len(requests))
             t = perf()
-            await backend.wait_all(requests)
+            pending = requests
+            while pending:  # the barrier waits for the replacements of lost hosts
+                await backend.wait_all(pending)
+                pending = []
+                for k, req in enumerate(requests):
+                    if req.done and req._error is not None:
+                        if self.recover(req.shard, req._error, 1):
+                            requests[k] = backend.submit(req.shard, 1)
+                            pending.append(requests[k])
+                        else:
+                            requests[k] = None
+                requests = [r for r in requests if r is not None]
             st.wait_s += perf() - t
             st.depth(0)
             live, produced = [], 0
@@ -367,7 +479,15 @@ class Driver:
                 queue = inflight.get(sid)
                 while queue and queue[0].done:
                     req = queue.popleft()
-                    items, ended = req.result()
+                    try:
+                        items, ended = req.result()
+                    except WorkerError as e:
+                        if self.recover(req.shard, e, 1 + len(queue)):
+                            inflight[sid] = deque(backend.submit(req.shard, 1)
+                                                  for _ in range(num_async))
+                        else:
+                            del inflight[sid]
+                        break
                     if ended:
                         del inflight[sid]
                     else:
@@ -391,6 +511,21 @@ class Driver:
         weights = p["weights"] or [1] * len(inputs)
         rng = random.Random(p["seed"] if p["seed"] is not None else self.seed)
         return round_robin(self.ctx, inputs, weights, emit, rng, st)
+
+
+def _recovery(source: Node, index: int, shipped: bool = False) -> dict[str, Any]:
+    """The Shard fields that let the runtime replace shard ``index`` of ``source``.
+
+    ``shipped``: for an aggregator's members, which recover inside the aggregator; a
+    ``restart`` that only works on the driver (``driver_only``) is left out there.
+    """
+    p = source.params
+    restart = p.get("restart") if source.op == "from_actors" else None
+    if restart is not None and shipped and getattr(restart, "driver_only", False):
+        restart = None
+    return {"restart": restart, "index": index,
+            "max_restarts": p.get("max_restarts") if restart is not None else None,
+            "origin": None if shipped else (source, index)}
 
 
 class _ChainCounter:

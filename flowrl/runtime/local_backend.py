@@ -44,7 +44,7 @@ class LocalBackend(Backend):
         from flowrl.runtime.aggregator import AggregatorHost
         return AggregatorHost(own_copy(spec), backend="local")
 
-    def install(self, shards: list[Shard]) -> None:
+    def install(self, shards: list[Shard], replacing: bool = False) -> None:
         with shard_side():
             for s in shards:
                 s.host.flowrl_install(s.key, own_copy(s.stage))
@@ -77,6 +77,9 @@ class LocalBackend(Backend):
             heads.setdefault(id(r.shard), r)
         keys = list(heads)
         self._run_through(heads[keys[self.rng.randrange(len(keys))]])
+
+    def forget(self, shard: Shard) -> None:
+        self._queued.pop(id(shard), None)
 
     def release(self, shards: list[Shard]) -> None:
         for s in shards:

@@ -62,17 +62,20 @@ import time
 from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError, RayTaskError
+from ray.exceptions import (GetTimeoutError, ObjectLostError, RayActorError, RayError,
+                            RayTaskError)
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from flowrl.errors import ConfigError, FlowError, OperatorError, WorkerError
 from flowrl.runtime.shard_host import ItemsHost
 from flowrl.runtime.aggregator import AggregatorHost
-from flowrl.runtime.backend import Backend, Request, Shard
+from flowrl.runtime.backend import Backend, Request, Shard, host_lost
 from flowrl.runtime.context import call_blocking
 
 #: Actor options of the hosts the runtime creates for item sources.
 ITEM_HOST_OPTIONS = {"num_cpus": 0}
+#: Least time a replacement host gets to start and take the run's stage.
+START_WAIT_S = 120.0
 #: Upper bound on each wait ``stop()`` does (uninstalls, aggregator close, kills).
 STOP_WAIT_S = 3.0
 #: ``ray.init`` arguments when no Ray is running (the address is resolved by Ray:
@@ -113,11 +116,13 @@ def translate_error(shard: Shard, e: BaseException) -> BaseException:
 
     The returned error has ``e`` as its ``__cause__``.
     """
-    if isinstance(e, RayActorError):
-        err: BaseException = WorkerError(
+    if isinstance(e, (RayActorError, ObjectLostError)):
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        err: BaseException = host_lost(WorkerError(
             f"shard host {shard.label} (a Ray actor) died or became unreachable: "
-            f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}; "
-            "the run cannot continue without it")
+            f"{type(e).__name__}: {first}; the run cannot continue without it (give "
+            "from_actors(restart=...) or, for algorithms, keep recreate_failed_workers=True "
+            "to replace it)"), f"died ({type(e).__name__})")
     elif isinstance(e, RayTaskError):
         cause = e.cause
         if isinstance(cause, FlowError):
@@ -153,10 +158,11 @@ def _wait_one(refs: list, timeout: float | None) -> tuple[list, list]:
 def stuck_error(labels: list[str], timeout: float) -> WorkerError:
     """The WorkerError for shards that left a request unanswered for ``timeout`` s."""
     which = ", ".join(sorted(set(labels)))
-    return WorkerError(
+    return host_lost(WorkerError(
         f"shard host {which} has not answered a request for {timeout:g} s "
         f"(remote_timeout_s={timeout:g}): it is stuck (an env hanging in step, a deadlock) "
-        "or far too slow; find out why, or raise plan.compile(remote_timeout_s=...)")
+        "or far too slow; find out why, or raise plan.compile(remote_timeout_s=...)"),
+        f"silent for {timeout:g} s")
 
 
 def _heads(requests: list[RayRequest]) -> list[RayRequest]:
@@ -228,8 +234,12 @@ class RayBackend(Backend):
         self._aggregators.add(id(host))
         return host
 
-    def install(self, shards: list[Shard]) -> None:
-        """One ``flowrl_install`` call per shard, all awaited together."""
+    def install(self, shards: list[Shard], replacing: bool = False) -> None:
+        """One ``flowrl_install`` call per shard, all awaited together.
+
+        ``replacing``: the hosts are replacements just created, whose start-up may
+        take longer than ``remote_timeout_s``; the wait is at least :data:`START_WAIT_S`.
+        """
         calls = []
         for s in shards:
             try:
@@ -240,7 +250,10 @@ class RayBackend(Backend):
                     "inherit flowrl.ShardHost; subclass it and implement shard_items()"
                 ) from None
             calls.append((s, method.remote(s.key, s.stage)))
-        for (s, _), slot in zip(calls, self._fetch(calls)):
+        timeout = self.remote_timeout_s
+        if replacing and timeout is not None:
+            timeout = max(timeout, START_WAIT_S)
+        for (s, _), slot in zip(calls, self._fetch(calls, timeout)):
             if slot is not None:
                 self._slot_methods[s] = getattr(s.host, f"flowrl_pull_{slot}")
 
@@ -265,9 +278,12 @@ class RayBackend(Backend):
         try:
             values = await self._block(_get_within, refs, self._time_left(pending))
         except GetTimeoutError:
+            # The stuck shards' requests fail (the driver restarts or raises); the rest
+            # are collected.
             ready = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0])
-            raise stuck_error([r.shard.label for r in pending if r.ref not in ready],
-                              self.remote_timeout_s) from None
+            self._fail_stuck(pending, [r for r in pending if r.ref not in ready])
+            self._collect([r for r in pending if not r.done])
+            return
         except Exception:  # noqa: BLE001 - some failed: let all finish, resolve one by one
             await self._block(_wait_all, refs, self._time_left(pending))
             self._collect(pending)
@@ -292,13 +308,14 @@ class RayBackend(Backend):
         done = _in_order(requests, ready) if ready else []
         while not done:
             heads = _heads(requests)
-            self._check_stuck(heads)
+            if self._fail_stuck(requests, self._stuck(heads)):
+                return
             first, _ = await self._block(_wait_one, [r.ref for r in heads],
                                          self._time_left(heads))
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
             done = _in_order(requests, set(ready).union(first))
         if self.remote_timeout_s is not None:  # a stuck shard among answering ones
-            self._check_stuck(_heads([r for r in requests if r not in done]))
+            self._fail_stuck(requests, self._stuck(_heads([r for r in requests if r not in done])))
         self._collect(done)
 
     def _since(self, r: RayRequest) -> float:
@@ -312,14 +329,22 @@ class RayBackend(Backend):
         oldest = min(self._since(r) for r in heads)
         return max(0.0, oldest + self.remote_timeout_s - time.monotonic())
 
-    def _check_stuck(self, heads: list[RayRequest]) -> None:
+    def _stuck(self, heads: list[RayRequest]) -> list[RayRequest]:
+        """The requests among ``heads`` that have waited ``remote_timeout_s`` or more."""
         limit = self.remote_timeout_s
         if limit is None or not heads:
-            return
+            return []
         now = time.monotonic()
-        stuck = [r.shard.label for r in heads if now - self._since(r) >= limit]
-        if stuck:
-            raise stuck_error(stuck, limit)
+        return [r for r in heads if now - self._since(r) >= limit]
+
+    def _fail_stuck(self, requests: list[RayRequest], stuck: list[RayRequest]) -> bool:
+        """Fail every pending request of the shards of ``stuck`` with a lost-host error."""
+        shards = {r.shard for r in stuck}
+        for r in requests:
+            if r.shard in shards and not r.done:
+                r.set_error(stuck_error([r.shard.label], self.remote_timeout_s))
+                r.ref = None
+        return bool(shards)
 
     async def _block(self, fn: Any, *args: Any) -> Any:
         """Blocking ``fn(*args)`` (a ray.wait/ray.get), never stalling other inputs."""
@@ -346,26 +371,34 @@ class RayBackend(Backend):
             r.set_result(v)
             r.ref = None
 
-    def _fetch(self, calls: list[tuple[Shard, Any]]) -> list[Any]:
+    def _fetch(self, calls: list[tuple[Shard, Any]], timeout: float | None) -> list[Any]:
         """``ray.get`` every ref of ``calls`` (bounded); raise the first failure, translated."""
         refs = [ref for _, ref in calls]
         try:
-            return ray.get(refs, timeout=self.remote_timeout_s)
+            return ray.get(refs, timeout=timeout)
         except GetTimeoutError:
             ready = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0])
             raise stuck_error([s.label for s, ref in calls if ref not in ready],
-                              self.remote_timeout_s) from None
+                              timeout) from None
         except Exception:  # noqa: BLE001 - find and translate the failing call
             pass
         out = []
         for shard, ref in calls:
             try:
-                out.append(ray.get(ref, timeout=self.remote_timeout_s))
+                out.append(ray.get(ref, timeout=timeout))
             except GetTimeoutError:
-                raise stuck_error([shard.label], self.remote_timeout_s) from None
+                raise stuck_error([shard.label], timeout) from None
             except Exception as e:  # noqa: BLE001
                 raise translate_error(shard, e) from e
         return out
+
+    def forget(self, shard: Shard) -> None:
+        self._methods.pop(shard, None)
+        self._slot_methods.pop(shard, None)
+        self._replied.pop(shard, None)
+
+    def end_host(self, host: Any) -> None:
+        _kill(host)
 
     # ------------------------------------------------------------------ stop
     def release(self, shards: list[Shard]) -> None:

@@ -14,6 +14,15 @@ are ready (a worker that fails to start raises :class:`~flowrl.errors.WorkerErro
 Remote workers start with the local worker's weights. ``stop()`` releases only the
 workers this set created (not those passed to :meth:`WorkerSet.from_existing`).
 
+Failures (Ray; :class:`WorkerConfig` fields): a remote worker that dies or does not
+answer within ``sample_timeout_s`` is replaced (``recreate_failed_workers``: a new
+actor with the same ``worker_index`` and the local worker's current weights; the
+old process is killed) or dropped (``ignore_worker_failures``); otherwise it is a
+:class:`~flowrl.errors.WorkerError` naming the worker. ``foreach_worker`` and
+``sync_weights`` do this themselves; plans reading :func:`rollout_shards` get it
+through ``from_actors(restart=workers.restarter(...))``. Each replacement and drop
+is counted (``num_restarts``, ``num_dropped``) and logged once with the reason.
+
 >>> from flowrl.policies import PGPolicy
 >>> ws = WorkerSet("CartPole-v1", PGPolicy, WorkerConfig(rollout_fragment_length=5, seed=0),
 ...                num_workers=2, backend="local")
@@ -25,6 +34,8 @@ workers this set created (not those passed to :meth:`WorkerSet.from_existing`).
 from __future__ import annotations
 
 import dataclasses
+import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -32,6 +43,13 @@ from flowrl.errors import ConfigError, WorkerError
 from flowrl.workers.rollout_worker import PolicySpec, RolloutWorker
 
 BACKENDS = ("auto", "local", "ray")
+#: Bound on a remote call of ``foreach_worker``/``sync_weights`` when
+#: ``sample_timeout_s`` is None.
+DEFAULT_TIMEOUT_S = 600.0
+#: Least time a replacement worker gets to start before its first answer is due.
+START_WAIT_S = 120.0
+
+log = logging.getLogger("flowrl.workers")
 
 
 @dataclass
@@ -61,6 +79,15 @@ class WorkerConfig:
     policies_to_train: Sequence[str] | None = None
     num_cpus_per_worker: float = 1.0
     remote_torch_threads: int | None = 1
+    recreate_failed_workers: bool = True
+    ignore_worker_failures: bool = False
+    max_worker_restarts: int | None = None
+    sample_timeout_s: float | None = None
+
+    @property
+    def tolerates_failures(self) -> bool:
+        """Whether a lost remote worker is replaced or dropped rather than fatal."""
+        return self.recreate_failed_workers or self.ignore_worker_failures
 
     def __post_init__(self) -> None:
         for name in ("num_envs_per_worker", "rollout_fragment_length"):
@@ -109,6 +136,11 @@ class WorkerSet:
         self.backend = backend
         self.config = config
         kwargs = config.worker_kwargs(policy)
+        self._env, self._kwargs = env, kwargs
+        self.num_restarts = 0
+        self.num_dropped = 0
+        self._pending_syncs: list[tuple[int, Any, Any, float]] = []
+        self._fresh: dict[int, float] = {}   # replacement worker_index -> when created
         self._remotes = []
         if backend == "ray":
             self._remotes = _submit_ray_workers(env, kwargs, config, num_workers)
@@ -119,6 +151,7 @@ class WorkerSet:
                 self._remotes = [RolloutWorker(env, worker_index=i, **kwargs)
                                  for i in range(1, num_workers + 1)]
             self._owned = True
+            self._indices = list(range(1, len(self._remotes) + 1))
             if self._remotes:
                 self.sync_weights()
             if backend == "ray":
@@ -141,6 +174,10 @@ class WorkerSet:
         self.backend = "ray" if any(_is_actor_handle(w) for w in self._remotes) else "local"
         self.config = None
         self._owned = False
+        self._indices = list(range(1, len(self._remotes) + 1))
+        self.num_restarts = self.num_dropped = 0
+        self._pending_syncs = []
+        self._fresh = {}
         return self
 
     def local_worker(self) -> RolloutWorker:
@@ -151,34 +188,193 @@ class WorkerSet:
         """Remote workers: Ray actor handles, or in-process workers (local backend)."""
         return list(self._remotes)
 
-    def sync_weights(self, policies: Sequence[str] | None = None) -> None:
+    @property
+    def timeout_s(self) -> float:
+        """Bound on each remote call this set waits for (``sample_timeout_s`` or 600 s)."""
+        t = self.config.sample_timeout_s if self.config is not None else None
+        return DEFAULT_TIMEOUT_S if t is None else t
+
+    def worker_indices(self) -> list[int]:
+        """``worker_index`` of each of :meth:`remote_workers`, in the same order."""
+        return list(self._indices)
+
+    def sync_weights(self, policies: Sequence[str] | None = None, *, wait: bool = False) -> None:
         """Send the local worker's weights to every remote worker.
 
         Ray: one ``ray.put`` per broadcast, then ``set_weights.remote(ref)`` on each
-        actor; the calls are not awaited, but actor calls run in submission order,
-        so each worker's next ``sample()`` uses the new weights.
+        actor; actor calls run in submission order, so each worker's next
+        ``sample()`` uses the new weights. The calls are not awaited (a worker busy
+        sampling would stall the learner), but none is forgotten: every later call
+        first checks the earlier ones that finished, so a failed ``set_weights``
+        raises a :class:`~flowrl.errors.WorkerError` naming the worker at the next
+        ``sync_weights`` (or now, with ``wait=True``, which waits for all of them,
+        each bounded by :attr:`timeout_s`). A worker found dead or silent is
+        replaced or dropped when the set tolerates failures.
         """
         if not self._remotes:
+            self._check_syncs(wait)
             return
         weights = self._local.get_weights(policies)
         if self.backend == "ray":
             import ray
             ref = ray.put(weights)
-            for w in self._remotes:
-                w.set_weights.remote(ref)
+            self._check_syncs(False)
+            for idx, w in zip(self._indices, self._remotes):
+                self._pending_syncs.append((idx, w, w.set_weights.remote(ref), time.monotonic()))
+            if wait:
+                self._check_syncs(True)
         else:
-            for w in self._remotes:
-                w.set_weights(weights)
+            for idx, w in zip(self._indices, self._remotes):
+                try:
+                    w.set_weights(weights)
+                except Exception as e:
+                    raise WorkerError(f"WorkerSet.sync_weights: remote worker {idx} failed to "
+                                      f"set weights: {type(e).__name__}: {e}") from e
+
+    def _check_syncs(self, wait: bool) -> None:
+        """Surface the outcome of earlier ``set_weights`` calls (all of them if ``wait``)."""
+        if not self._pending_syncs:
+            return
+        import ray
+        from ray.exceptions import GetTimeoutError
+        still = []
+        for idx, w, ref, sent in self._pending_syncs:
+            left = max(0.0, sent + self._bound(idx) - time.monotonic()) if wait else 0
+            try:
+                ray.get(ref, timeout=left)
+            except GetTimeoutError:
+                if wait or time.monotonic() - sent > self._bound(idx):
+                    self._lost(idx, w, f"set_weights not answered within {self.timeout_s:g} s "
+                                       "(sample_timeout_s)", "sync_weights")
+                else:
+                    still.append((idx, w, ref, sent))
+            except Exception as e:  # noqa: BLE001 - classified below
+                self._remote_failed(idx, w, e, "sync_weights")
+        self._pending_syncs = still
 
     def foreach_worker(self, fn: Callable[[RolloutWorker], Any]) -> list:
-        """``fn(worker)`` on every worker, local first then remotes in order."""
+        """``fn(worker)`` on every worker, local first then remotes in order.
+
+        On Ray each remote call is bounded by :attr:`timeout_s`. A worker that died or
+        did not answer in time is replaced or dropped when the set tolerates
+        failures (its result is then missing from the list: the list holds one
+        result per worker that answered), else it is a WorkerError naming it.
+        """
         results = [fn(self._local)]
         if self.backend == "ray":
             import ray
-            results += ray.get([w.apply.remote(fn) for w in self._remotes])
+            from ray.exceptions import GetTimeoutError
+            calls = [(idx, w, w.apply.remote(fn)) for idx, w in zip(self._indices, self._remotes)]
+            refs = [ref for _, _, ref in calls]
+            if refs:
+                ray.wait(refs, num_returns=len(refs), timeout=self._bound())
+            for idx, w, ref in calls:
+                try:
+                    results.append(ray.get(ref, timeout=0))
+                    self._fresh.pop(idx, None)
+                except GetTimeoutError:
+                    self._lost(idx, w, f"not answered within {self.timeout_s:g} s "
+                                       "(sample_timeout_s)", "foreach_worker")
+                except Exception as e:  # noqa: BLE001 - classified below
+                    self._remote_failed(idx, w, e, "foreach_worker")
         else:
             results += [fn(w) for w in self._remotes]
         return results
+
+    def _bound(self, idx: int | None = None) -> float:
+        """Seconds to wait for worker ``idx`` (any worker if None): :attr:`timeout_s`, or
+        what is left of :data:`START_WAIT_S` for a replacement that has not answered yet."""
+        now, bound = time.monotonic(), self.timeout_s
+        for i, t0 in list(self._fresh.items()):
+            if now - t0 > START_WAIT_S:
+                del self._fresh[i]
+            elif idx is None or i == idx:
+                bound = max(bound, t0 + START_WAIT_S - now)
+        return bound
+
+    # -- failures -------------------------------------------------------------------
+    def _remote_failed(self, idx: int, w: Any, e: BaseException, where: str) -> None:
+        """Handle exception ``e`` from a call to remote worker ``idx`` (handle ``w``)."""
+        from ray.exceptions import ObjectLostError, RayActorError
+        if isinstance(e, (RayActorError, ObjectLostError)):
+            self._lost(idx, w, f"died ({type(e).__name__})", where, e)
+            return
+        cause = getattr(e, "cause", None) or e
+        raise WorkerError(f"WorkerSet.{where}: remote worker {idx} raised "
+                          f"{type(cause).__name__}: {cause}") from e
+
+    def _lost(self, idx: int, w: Any, reason: str, where: str,
+              error: BaseException | None = None) -> None:
+        """Remote worker ``idx`` (handle ``w``) is lost: replace or drop it, or raise."""
+        if idx not in self._indices or self._remotes[self._indices.index(idx)] is not w:
+            return  # already replaced or dropped by an earlier call
+        if self.config is None or not self.config.tolerates_failures:
+            raise WorkerError(
+                f"WorkerSet.{where}: remote worker {idx} (a Ray actor) {reason}; set "
+                "recreate_failed_workers=True to replace it or ignore_worker_failures=True to "
+                "go on without it") from error
+        self.restart_worker(idx, reason=reason)
+
+    def restart_worker(self, worker_index: int, *, reason: str = "requested") -> Any:
+        """Replace remote worker ``worker_index`` (or drop it); returns the new one or None.
+
+        The old worker is ended (``ray.kill``); the replacement has the same
+        ``worker_index`` and gets the local worker's current weights before anything
+        else. With ``ignore_worker_failures`` (or ``recreate_failed_workers=False``)
+        the worker is dropped instead and None is returned. Raises WorkerError once
+        ``max_worker_restarts`` replacements were made. Counts ``num_restarts`` /
+        ``num_dropped`` and logs once (``flowrl.workers`` logger, WARNING).
+        """
+        if worker_index not in self._indices:
+            raise ConfigError(f"WorkerSet.restart_worker({worker_index!r}): no such remote "
+                              f"worker; have {self._indices}")
+        pos = self._indices.index(worker_index)
+        old = self._remotes[pos]
+        config = self.config
+        if config is None:
+            raise WorkerError(f"WorkerSet.restart_worker({worker_index}): this set wraps "
+                              "workers created elsewhere (from_existing) and cannot rebuild them")
+        if self.backend == "ray":
+            _kill([old])
+        else:
+            old.stop()
+        if config.ignore_worker_failures or not config.recreate_failed_workers:
+            del self._remotes[pos], self._indices[pos]
+            self.num_dropped += 1
+            log.warning("remote worker %d was lost (%s) and dropped "
+                        "(ignore_worker_failures); %d remote worker(s) left", worker_index,
+                        reason, len(self._remotes))
+            return None
+        limit = config.max_worker_restarts
+        if limit is not None and self.num_restarts >= limit:
+            raise WorkerError(f"remote worker {worker_index} was lost ({reason}) after "
+                              f"{self.num_restarts} restart(s): max_worker_restarts={limit} is "
+                              "used up; find out why workers fail, or raise the limit")
+        weights = self._local.get_weights()
+        if self.backend == "ray":
+            new = _submit_ray_workers(self._env, self._kwargs, config, 1, first=worker_index)[0]
+            new.set_weights.remote(weights)
+        else:
+            new = RolloutWorker(self._env, worker_index=worker_index, **self._kwargs)
+            new.set_weights(weights)
+        self._remotes[pos] = new
+        self._fresh[worker_index] = time.monotonic()
+        self.num_restarts += 1
+        log.warning("remote worker %d was lost (%s) and replaced (restart %d)", worker_index,
+                    reason, self.num_restarts)
+        return new
+
+    def restarter(self, indices: Sequence[int] | None = None) -> "Callable[[int], Any] | None":
+        """``restart(i)`` for ``from_actors(self.remote_workers(), restart=...)``.
+
+        Shard ``i`` is worker ``indices[i]`` (default: :meth:`worker_indices` now).
+        If this set already replaced or dropped that worker (``foreach_worker`` found
+        it dead first), the current one (or None) is returned instead of another.
+        None when the set does not tolerate failures (or cannot rebuild workers).
+        """
+        if self.config is None or not self.config.tolerates_failures:
+            return None
+        return _Restarter(self, list(self._indices if indices is None else indices))
 
     def foreach_remote_worker(self, fn: Callable[[RolloutWorker], Any]) -> list:
         """``[fn(w) for each remote worker]`` in worker order (waits for all)."""
@@ -193,7 +389,7 @@ class WorkerSet:
         ``worker_index`` is ``skip``; not awaited. Ray: ``payload`` is ``ray.put``
         once and the calls run in submission order on each actor (so a later
         ``sample()`` sees the change)."""
-        targets = [w for i, w in enumerate(self._remotes, start=1) if i != skip]
+        targets = [w for i, w in zip(self._indices, self._remotes) if i != skip]
         if not targets:
             return
         if self.backend == "ray":
@@ -238,21 +434,42 @@ class WorkerSet:
             return
         self._local.stop()
         if self.backend == "ray":
-            import ray
-            for w in self._remotes:
-                ray.kill(w)
+            _kill(self._remotes)
         else:
             for w in self._remotes:
                 w.stop()
         self._remotes = []
 
 
-def _submit_ray_workers(env, kwargs: dict, config: WorkerConfig, num_workers: int) -> list:
+class _Restarter:
+    """The ``restart`` a WorkerSet gives ``from_actors``; runs on the driver only."""
+
+    driver_only = True
+
+    def __init__(self, workers: WorkerSet, indices: list[int]):
+        self.workers = workers
+        self.indices = indices
+        self.handed = {idx: w for idx, w in zip(workers._indices, workers._remotes)}
+
+    def __call__(self, i: int) -> Any:
+        ws, idx = self.workers, self.indices[i]
+        if idx not in ws._indices:
+            return None                       # dropped already
+        current = ws._remotes[ws._indices.index(idx)]
+        if current is not self.handed.get(idx):
+            self.handed[idx] = current        # replaced already (foreach_worker, sync)
+            return current
+        self.handed[idx] = new = ws.restart_worker(idx, reason="lost in the plan")
+        return new
+
+
+def _submit_ray_workers(env, kwargs: dict, config: WorkerConfig, num_workers: int,
+                        first: int = 1) -> list:
     """Submit every remote worker's creation at once; Ray starts them in parallel."""
     import ray
     actor = ray.remote(num_cpus=config.num_cpus_per_worker)(RolloutWorker)
     return [actor.remote(env, worker_index=i, **kwargs, torch_threads=config.remote_torch_threads)
-            for i in range(1, num_workers + 1)]
+            for i in range(first, first + num_workers)]
 
 
 def _wait_ready(remotes: list) -> None:
@@ -272,7 +489,10 @@ def _wait_ready(remotes: list) -> None:
 def _kill(remotes: list) -> None:
     import ray
     for w in remotes:
-        ray.kill(w)
+        try:
+            ray.kill(w, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
 
 
 class MultiWorkerSet:

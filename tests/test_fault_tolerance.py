@@ -1,0 +1,312 @@
+"""Fault tolerance: real Ray actors killed (``ray.kill``) or stuck mid-run.
+
+A generic ``from_actors(hosts, restart=...)`` plan goes on after a host dies, in
+sync and async gathers and inside aggregators; a stuck host is ended and replaced;
+without ``restart`` the WorkerError stays; ``max_restarts`` is enforced. PPO
+(bulk-sync and async sampling) keeps training while a rollout worker is killed.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+import ray
+
+import flowrl
+from flowrl import ConfigError, Plan, WorkerError
+
+pytestmark = pytest.mark.ray
+
+
+class Counter(flowrl.ShardHost):
+    """Yields ``(tag, i)`` for i = 0, 1, ...; with ``hang_at`` sleeps there (stuck)."""
+
+    def __init__(self, tag, hang_at=None):
+        self.tag = tag
+        self.hang_at = hang_at
+
+    def shard_items(self):
+        i = 0
+        while True:
+            if i == self.hang_at:
+                time.sleep(3600)
+            yield (self.tag, i)
+            i += 1
+
+    def pid(self):
+        import os
+        return os.getpid()
+
+
+RemoteCounter = ray.remote(num_cpus=0)(Counter)
+
+
+def replacement(index):
+    return RemoteCounter.remote(f"new{index}")
+
+
+def kill(actor):
+    """``ray.kill`` and wait until the actor is dead (the kill itself is asynchronous)."""
+    ray.kill(actor, no_restart=True)
+    deadline = time.monotonic() + 60   # only catches a kill that never takes effect
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.flowrl_ping.remote(), timeout=60)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{actor} is still alive 60 s after ray.kill")
+
+
+def _kill_after(run, n, victim):
+    out = run.take(n)
+    kill(victim)
+    return out
+
+
+@pytest.mark.parametrize("gather", ["gather_sync", "gather_async", "batch_across_shards"])
+def test_killed_host_is_replaced_and_the_plan_goes_on(ray_session, gather, caplog):
+    hosts = [RemoteCounter.remote(f"old{i}") for i in range(2)]
+    src = flowrl.from_actors(hosts, name="src", restart=replacement)
+    stream = getattr(src, gather)(**({"num_async": 2} if gather == "gather_async" else {}))
+    try:
+        with caplog.at_level(logging.WARNING, logger="flowrl.runtime"), \
+                Plan(stream).compile(backend="ray", remote_timeout_s=60) as run:
+            _kill_after(run, 10, hosts[1])
+            after = run.take(40)
+            counters = dict(run.metrics.counters)
+    finally:
+        for h in hosts:
+            ray.kill(h)
+    flat = [x for item in after for x in (item if gather == "batch_across_shards" else [item])]
+    tags = {t for t, _ in flat}
+    assert "new1" in tags and "old0" in tags          # replacement answers, survivor goes on
+    assert [i for t, i in flat if t == "new1"][:3] == [0, 1, 2]   # a fresh stream
+    assert counters["num_worker_restarts"] == 1
+    assert counters["num_lost_requests"] >= 1
+    msgs = [r.getMessage() for r in caplog.records if "src[1]" in r.getMessage()]
+    assert len(msgs) == 1 and "replaced" in msgs[0] and "died" in msgs[0]
+
+
+def test_without_restart_a_killed_host_is_still_a_worker_error(ray_session):
+    hosts = [RemoteCounter.remote(f"h{i}") for i in range(2)]
+    try:
+        with Plan(flowrl.from_actors(hosts, name="src").gather_async()).compile(
+                backend="ray", remote_timeout_s=60) as run:
+            run.take(4)
+            ray.kill(hosts[0], no_restart=True)
+            with pytest.raises(WorkerError, match=r"shard host src\[0\] \(a Ray actor\) died"):
+                run.take(200)
+    finally:
+        for h in hosts:
+            ray.kill(h)
+
+
+def test_restart_none_drops_the_shard(ray_session):
+    hosts = [RemoteCounter.remote(f"h{i}") for i in range(2)]
+    src = flowrl.from_actors(hosts, name="src", restart=lambda i: None)
+    try:
+        with Plan(src.gather_sync()).compile(backend="ray", remote_timeout_s=60) as run:
+            run.take(4)
+            ray.kill(hosts[1], no_restart=True)
+            after = run.take(20)
+            counters = dict(run.metrics.counters)
+    finally:
+        for h in hosts:
+            ray.kill(h)
+    assert {t for t, _ in after[-10:]} == {"h0"}
+    assert counters["num_dropped_workers"] == 1 and counters.get("num_worker_restarts", 0) == 0
+
+
+def test_max_restarts_is_enforced(ray_session):
+    hosts = [RemoteCounter.remote("h0")]
+    made = []
+
+    def restart(i):
+        made.append(RemoteCounter.remote(f"r{len(made)}"))
+        return made[-1]
+
+    src = flowrl.from_actors(hosts, name="src", restart=restart, max_restarts=1)
+    try:
+        with Plan(src.gather_sync()).compile(backend="ray", remote_timeout_s=60) as run:
+            run.take(2)
+            kill(hosts[0])
+            assert run.take(3)[0] == ("r0", 0)
+            kill(made[0])
+            with pytest.raises(WorkerError, match=r"src\[0\] failed again .* max_restarts=1"):
+                run.take(10)
+    finally:
+        for h in hosts + made:
+            ray.kill(h)
+
+
+def test_from_actors_checks_restart_arguments():
+    host = Counter("x")
+    with pytest.raises(ConfigError, match=r"from_actors\(restart=3\): give a function"):
+        flowrl.from_actors([host], restart=3)
+    with pytest.raises(ConfigError, match=r"from_actors\(max_restarts=-1\): must be an int"):
+        flowrl.from_actors([host], restart=replacement, max_restarts=-1)
+
+
+def test_stuck_host_is_ended_and_replaced(ray_session):
+    hosts = [RemoteCounter.remote("ok"), RemoteCounter.remote("stuck", hang_at=3)]
+    stuck_pid = ray.get(hosts[1].pid.remote())
+    src = flowrl.from_actors(hosts, name="src", restart=replacement)
+    try:
+        with Plan(src.gather_async()).compile(backend="ray", remote_timeout_s=1.5) as run:
+            out, deadline = [], time.monotonic() + 60   # only catches a hang
+            while ("new1", 0) not in out and time.monotonic() < deadline:
+                out += run.take(50)
+            counters = dict(run.metrics.counters)
+    finally:
+        for h in hosts:
+            ray.kill(h)
+    assert ("new1", 0) in out
+    assert counters["num_worker_restarts"] == 1
+    # the stuck actor's process was ended, not leaked
+    import psutil
+    deadline = time.monotonic() + 30   # only catches a leak
+    while psutil.pid_exists(stuck_pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not psutil.pid_exists(stuck_pid)
+
+
+def test_killed_member_of_an_aggregator_is_replaced(ray_session):
+    hosts = [RemoteCounter.remote(f"old{i}") for i in range(2)]
+    src = flowrl.from_actors(hosts, name="src", restart=replacement)
+    stream = src.aggregate(1, lambda g: g.for_each(lambda t: t)).gather_sync()
+    try:
+        with Plan(stream).compile(backend="ray", remote_timeout_s=60) as run:
+            _kill_after(run, 6, hosts[0])
+            after = run.take(40)
+    finally:
+        for h in hosts:
+            ray.kill(h)
+    tags = {t for t, _ in after}
+    assert "new0" in tags and "old1" in tags
+
+
+# ---------------------------------------------------------------- workers & algorithms
+from flowrl.algorithms.ppo import PPO, PPOConfig  # noqa: E402
+from flowrl.ops import ParallelRollouts  # noqa: E402
+from flowrl.policies import PGPolicy  # noqa: E402
+from flowrl.workers import WorkerConfig, WorkerSet  # noqa: E402
+
+PPO_SMALL = dict(env="CartPole-v1", num_workers=2, num_envs_per_worker=1,
+                 rollout_fragment_length=32, train_batch_size=64, sgd_minibatch_size=32,
+                 num_sgd_iter=1, num_cpus_per_worker=0, backend="ray", seed=0)
+
+
+def test_ppo_keeps_training_when_a_worker_is_killed(ray_session):
+    algo = PPO(PPOConfig(**PPO_SMALL))
+    try:
+        first = algo.train()
+        old = algo.workers.remote_workers()[1]
+        ray.kill(old, no_restart=True)
+        results = [algo.train() for _ in range(3)]
+        new = algo.workers.remote_workers()[1]
+        assert new is not old
+        assert ray.get(new.apply.remote(lambda w: w.worker_index)) == 2
+        # the replacement got the learner's current weights
+        local = algo.workers.local_worker().get_weights()
+        algo.workers.sync_weights(wait=True)
+        remote = ray.get(new.apply.remote(lambda w: w.get_weights()))
+        for pid in local:
+            for k in local[pid]:
+                assert (local[pid][k] == remote[pid][k]).all()
+    finally:
+        algo.stop()
+    last = results[-1]
+    assert last["num_worker_restarts"] == 1 and last["num_healthy_workers"] == 2
+    assert last["num_lost_requests"] >= 0
+    assert last["timesteps_total"] > first["timesteps_total"]
+
+
+def test_ppo_ignore_worker_failures_drops_the_worker(ray_session):
+    algo = PPO(PPOConfig(**PPO_SMALL, ignore_worker_failures=True))
+    try:
+        algo.train()
+        ray.kill(algo.workers.remote_workers()[0], no_restart=True)
+        results = [algo.train() for _ in range(2)]
+    finally:
+        algo.stop()
+    assert results[-1]["num_healthy_workers"] == 1
+    assert results[-1]["num_worker_restarts"] == 0
+    assert results[-1]["timesteps_this_iter"] > 0
+
+
+def test_async_rollouts_replace_a_killed_worker(ray_session):
+    ws = WorkerSet("CartPole-v1", PGPolicy, WorkerConfig(rollout_fragment_length=16, seed=0,
+                                                        num_cpus_per_worker=0),
+                   num_workers=2, backend="ray")
+    try:
+        with Plan(ParallelRollouts(ws, mode="async", num_async=2)).compile() as run:
+            run.take(4)
+            ray.kill(ws.remote_workers()[0], no_restart=True)
+            assert all(b.count == 16 for b in run.take(20))
+            counters = dict(run.metrics.counters)
+        assert counters["num_worker_restarts"] == 1 and ws.num_restarts == 1
+        # counters count only what arrived
+        assert counters["num_steps_sampled"] == 24 * 16
+    finally:
+        ws.stop()
+
+
+def test_foreach_worker_and_sync_weights_are_bounded(ray_session):
+    ws = WorkerSet("CartPole-v1", PGPolicy, WorkerConfig(rollout_fragment_length=8,
+                                                        num_cpus_per_worker=0,
+                                                        sample_timeout_s=1.0,
+                                                        recreate_failed_workers=False),
+                   num_workers=2, backend="ray")
+    try:
+        ws.remote_workers()[1].apply.remote(lambda w: time.sleep(3600))
+        with pytest.raises(WorkerError, match=r"foreach_worker: remote worker 2 .* not "
+                                              r"answered within 1 s \(sample_timeout_s\)"):
+            ws.foreach_worker(lambda w: w.worker_index)
+        with pytest.raises(WorkerError, match=r"sync_weights: remote worker 2 .* not "
+                                              r"answered within 1 s"):
+            ws.sync_weights(wait=True)
+    finally:
+        ws.stop()
+
+
+def test_stuck_worker_is_replaced_by_foreach_worker(ray_session):
+    ws = WorkerSet("CartPole-v1", PGPolicy, WorkerConfig(rollout_fragment_length=8,
+                                                        num_cpus_per_worker=0,
+                                                        sample_timeout_s=1.0),
+                   num_workers=2, backend="ray")
+    try:
+        stuck = ws.remote_workers()[0]
+        stuck.apply.remote(lambda w: time.sleep(3600))
+        assert ws.foreach_worker(lambda w: w.worker_index) == [0, 2]   # one answered
+        assert ws.foreach_worker(lambda w: w.worker_index) == [0, 1, 2]  # replaced
+        assert ws.num_restarts == 1 and ws.remote_workers()[0] is not stuck
+    finally:
+        ws.stop()
+
+
+def test_a_failed_weight_sync_surfaces_on_ray(ray_session):
+    ws = WorkerSet("CartPole-v1", PGPolicy, WorkerConfig(rollout_fragment_length=8,
+                                                        num_cpus_per_worker=0),
+                   num_workers=1, backend="ray")
+    try:
+        # weights for a policy the remote worker does not have: set_weights raises there
+        ws.local_worker().get_weights = lambda policies=None: {"no_such_policy": {}}
+        with pytest.raises(WorkerError, match=r"sync_weights: remote worker 1 raised "
+                                              r"ConfigError: .*no_such_policy"):
+            ws.sync_weights(wait=True)
+    finally:
+        ws.stop()
+
+
+@pytest.mark.parametrize("field,value,match", [
+    ("recreate_failed_workers", 1, r"PPOConfig\.recreate_failed_workers=1: must be True or False"),
+    ("ignore_worker_failures", None, r"ignore_worker_failures=None: must be True or False"),
+    ("max_worker_restarts", -1, r"max_worker_restarts=-1: must be an int >= 0 or None"),
+    ("sample_timeout_s", 0, r"sample_timeout_s=0: must be a number > 0 .*or None"),
+])
+def test_failure_fields_are_validated(field, value, match):
+    with pytest.raises(ConfigError, match=match):
+        PPOConfig(env="CartPole-v1", **{field: value})
