@@ -17,7 +17,6 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import torch
 
 from flowrl.errors import ConfigError
 
@@ -38,6 +37,8 @@ def ensemble_weights(worker) -> dict[str, dict[str, np.ndarray]]:
 
 
 def _set_ensembles(worker, weights: dict[str, dict[str, np.ndarray]]) -> None:
+    import torch  # here, not at the top: `import flowrl.ops` stays free of torch
+
     for pid, state in weights.items():
         model = worker.get_policy(pid).dynamics_model
         model.load_state_dict({k: torch.as_tensor(np.array(v)) for k, v in state.items()})
@@ -49,7 +50,7 @@ def sync_ensemble(workers) -> None:
     then one call per worker, in submission order (so each worker's next request
     sees the new model).
 
-    >>> import gymnasium as gym
+    >>> import torch
     >>> from flowrl.policies import PGPolicy
     >>> from flowrl.workers import WorkerSet
     >>> class WithModel(PGPolicy):

@@ -1,17 +1,36 @@
-"""Torch policies (PG, A2C/A3C, PPO, IMPALA, APPO, DQN) and the pure RL maths they use."""
+"""Torch policies (PG, A2C/A3C, PPO, IMPALA, APPO, DQN) and the pure RL maths they use.
 
-from flowrl.policies.a2c import A2CPolicy
-from flowrl.policies.appo import APPOPolicy
-from flowrl.policies.dqn import DQNPolicy
-from flowrl.policies.distributions import Categorical, DiagGaussian
-from flowrl.policies.impala import IMPALAPolicy
-from flowrl.policies.maths import discounted_returns, explained_variance, gae
-from flowrl.policies.pg import PGPolicy
-from flowrl.policies.ppo import PPOPolicy
-from flowrl.policies.sgd import minibatch_sgd
-from flowrl.policies.torch_policy import ActorCriticModel, LoadedBatch, TorchPolicy
-from flowrl.policies.vtrace import vtrace
+Names resolve on first use (PEP 562), so importing a light submodule such as
+``flowrl.policies.sgd`` (the operators do) does not import torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_WHERE = {
+    "A2CPolicy": "a2c", "APPOPolicy": "appo", "DQNPolicy": "dqn",
+    "Categorical": "distributions", "DiagGaussian": "distributions",
+    "IMPALAPolicy": "impala", "discounted_returns": "maths", "explained_variance": "maths",
+    "gae": "maths", "PGPolicy": "pg", "PPOPolicy": "ppo", "minibatch_sgd": "sgd",
+    "ActorCriticModel": "torch_policy", "LoadedBatch": "torch_policy",
+    "TorchPolicy": "torch_policy", "vtrace": "vtrace",
+}
 
 __all__ = ["TorchPolicy", "ActorCriticModel", "PGPolicy", "A2CPolicy", "PPOPolicy",
            "Categorical", "DiagGaussian", "discounted_returns", "gae", "explained_variance",
            "IMPALAPolicy", "APPOPolicy", "vtrace", "minibatch_sgd", "LoadedBatch", "DQNPolicy"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'flowrl.policies' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"flowrl.policies.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
