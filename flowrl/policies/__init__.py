@@ -9,13 +9,18 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+# Light (numpy-only) names are bound now; ``vtrace`` must be, since the import of
+# its submodule would otherwise leave the package attribute ``vtrace`` the module.
+from flowrl.policies.maths import discounted_returns, explained_variance, gae
+from flowrl.policies.sgd import minibatch_sgd
+from flowrl.policies.vtrace import vtrace
+
 _WHERE = {
     "A2CPolicy": "a2c", "APPOPolicy": "appo", "DQNPolicy": "dqn",
     "Categorical": "distributions", "DiagGaussian": "distributions",
-    "IMPALAPolicy": "impala", "discounted_returns": "maths", "explained_variance": "maths",
-    "gae": "maths", "PGPolicy": "pg", "PPOPolicy": "ppo", "minibatch_sgd": "sgd",
+    "IMPALAPolicy": "impala", "PGPolicy": "pg", "PPOPolicy": "ppo",
     "ActorCriticModel": "torch_policy", "LoadedBatch": "torch_policy",
-    "TorchPolicy": "torch_policy", "vtrace": "vtrace",
+    "TorchPolicy": "torch_policy",
 }
 
 __all__ = ["TorchPolicy", "ActorCriticModel", "PGPolicy", "A2CPolicy", "PPOPolicy",
