@@ -72,7 +72,7 @@ class ActorCriticModel(nn.Module):
 def _adam(params, lr: float) -> torch.optim.Adam:
     """Adam, fused into one kernel where torch supports it: for small MLPs on CPU
     the per-parameter Python loop of the default implementation dominates a step
-    (measured 2.9 ms -> 1.2 ms per 256-row step of the 64x64 actor-critic)."""
+    (``benchmarks/profile_ppo.py`` splits an iteration's time into SGD and the rest)."""
     try:
         return torch.optim.Adam(params, lr=lr, fused=True)
     except (RuntimeError, TypeError, ValueError):  # an old torch or unsupported device
