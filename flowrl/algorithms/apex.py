@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from flowrl.algorithms.base import Algorithm, _int_ge, _num
-from flowrl.algorithms.dqn import DQN, DQNConfig, restore_exploration
+from flowrl.algorithms.dqn import DQN, DQNConfig, exploration_states, restore_exploration
 from flowrl.errors import ConfigError
 from flowrl.graph.stream import Concurrently, LocalStream
 from flowrl.metrics import (LEARNER_INFO, STEPS_TRAINED_COUNTER, WORKER_UPDATE_TIMER,
@@ -319,7 +319,7 @@ class ApeX(DQN):
     def extra_state(self) -> dict:
         """Exploration state of every worker and, with ``checkpoint_replay_buffer``,
         every replay actor's buffer."""
-        state: dict[str, Any] = {"exploration": self.workers.foreach_worker(_exploration)}
+        state: dict[str, Any] = {"exploration": self.workers.foreach_worker(exploration_states)}
         if self.config.checkpoint_replay_buffer and self.replay_actors:
             state["replay_actors"] = ReplayCalls(self.replay_actors).call_all("get_state")
         return state
@@ -352,11 +352,6 @@ class ApeX(DQN):
             run.stop()
         self._stop_replay()
         self.workers.stop()
-
-
-def _exploration(worker) -> dict:
-    return {pid: p.exploration_state() for pid, p in worker.policy_map.items()
-            if hasattr(p, "exploration_state")}
 
 
 __all__ = ["ApeX", "ApeXConfig", "ApeXLearnerThread", "UpdateWorkerWeights", "apex_epsilon",

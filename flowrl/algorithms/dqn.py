@@ -205,7 +205,7 @@ class DQN(Algorithm):
     def extra_state(self) -> dict:
         """Every worker's exploration state and, with ``checkpoint_replay_buffer``,
         the replay buffer."""
-        state: dict[str, Any] = {"exploration": self.workers.foreach_worker(_exploration_state)}
+        state: dict[str, Any] = {"exploration": self.workers.foreach_worker(exploration_states)}
         buf = self.local_replay_buffer
         if self.config.checkpoint_replay_buffer and buf is not None:
             state["replay_buffer"] = ({pid: b.get_state() for pid, b in buf.items()}
@@ -223,7 +223,8 @@ class DQN(Algorithm):
                 buf.set_state(saved)
 
 
-def _exploration_state(worker) -> dict:
+def exploration_states(worker) -> dict:
+    """``{policy_id: exploration state}`` of ``worker``'s policies that explore."""
     return {pid: p.exploration_state() for pid, p in worker.policy_map.items()
             if hasattr(p, "exploration_state")}
 
@@ -248,4 +249,5 @@ def _set_exploration(worker, states: dict) -> None:
         worker.get_policy(pid).set_exploration_state(s)
 
 
-__all__ = ["DQN", "DQNConfig", "round_robin_weights", "make_buffer", "restore_exploration"]
+__all__ = ["DQN", "DQNConfig", "round_robin_weights", "make_buffer", "exploration_states",
+           "restore_exploration"]

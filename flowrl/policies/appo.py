@@ -9,16 +9,16 @@ RLlib 1.x default): ``Â`` and ``V_targ`` are GAE(γ, λ) from the workers;
 
 from __future__ import annotations
 
-from typing import Any
 
 import torch
 
 from flowrl.batch import SampleBatch as SB
 from flowrl.errors import ConfigError
+from flowrl.policies.adaptive_kl import AdaptiveKL
 from flowrl.policies.impala import IMPALAPolicy
 
 
-class APPOPolicy(IMPALAPolicy):
+class APPOPolicy(AdaptiveKL, IMPALAPolicy):
     """Asynchronous PPO; defaults follow RLlib 1.x APPO (``clip_param=0.4``,
     ``vtrace=False``, ``use_kl_loss=False``, ``kl_coeff=1.0``, ``kl_target=0.01``).
 
@@ -40,13 +40,6 @@ class APPOPolicy(IMPALAPolicy):
         self.clip_param, self.use_kl_loss = clip_param, use_kl_loss
         self.kl_coeff, self.kl_target = kl_coeff, kl_target
 
-    def update_kl(self, sampled_kl: float) -> float:
-        """Adapt β from the last KL (x1.5 above 2·target, x0.5 below target/2)."""
-        if sampled_kl > 2.0 * self.kl_target:
-            self.kl_coeff *= 1.5
-        elif sampled_kl < 0.5 * self.kl_target:
-            self.kl_coeff *= 0.5
-        return self.kl_coeff
 
     def loss(self, train):
         obs = train[SB.OBS]
@@ -70,14 +63,6 @@ class APPOPolicy(IMPALAPolicy):
         return total, {"policy_loss": policy_loss.detach(), "vf_loss": vf_loss.detach(),
                        "entropy": entropy.detach(), "kl": kl.detach(),
                        "cur_kl_coeff": torch.tensor(self.kl_coeff)}
-
-    def get_state(self) -> dict[str, Any]:
-        """Base state plus the current KL coefficient."""
-        return {**super().get_state(), "kl_coeff": self.kl_coeff}
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        super().set_state(state)
-        self.kl_coeff = state["kl_coeff"]
 
 
 __all__ = ["APPOPolicy"]

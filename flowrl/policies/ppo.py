@@ -12,16 +12,16 @@ The KL coefficient β adapts between training steps through :meth:`PPOPolicy.upd
 
 from __future__ import annotations
 
-from typing import Any
 
 import torch
 
 from flowrl.batch import SampleBatch as SB
 from flowrl.errors import ConfigError
+from flowrl.policies.adaptive_kl import AdaptiveKL
 from flowrl.policies.torch_policy import TorchPolicy
 
 
-class PPOPolicy(TorchPolicy):
+class PPOPolicy(AdaptiveKL, TorchPolicy):
     """Proximal policy optimisation; defaults follow RLlib 1.x PPO.
 
     ``clip_param`` (ε), ``vf_clip_param``, ``vf_loss_coeff``, ``entropy_coeff``,
@@ -52,17 +52,6 @@ class PPOPolicy(TorchPolicy):
         self.vf_loss_coeff, self.entropy_coeff = vf_loss_coeff, entropy_coeff
         self.kl_coeff, self.kl_target = kl_coeff, kl_target
 
-    def update_kl(self, sampled_kl: float) -> float:
-        """Adapt β from the KL measured in the last training step (RLlib 1.x rule).
-
-        β grows 1.5x when ``sampled_kl > 2 kl_target``, halves when
-        ``sampled_kl < kl_target / 2``, else stays. Returns the new β.
-        """
-        if sampled_kl > 2.0 * self.kl_target:
-            self.kl_coeff *= 1.5
-        elif sampled_kl < 0.5 * self.kl_target:
-            self.kl_coeff *= 0.5
-        return self.kl_coeff
 
     def loss(self, train):
         obs = train[SB.OBS]
@@ -83,14 +72,6 @@ class PPOPolicy(TorchPolicy):
         return total, {"policy_loss": -surrogate.mean().detach(), "vf_loss": vf_loss.mean().detach(),
                        "entropy": entropy.mean().detach(), "kl": kl.mean().detach(),
                        "cur_kl_coeff": torch.tensor(self.kl_coeff)}
-
-    def get_state(self) -> dict[str, Any]:
-        """Base state plus the current KL coefficient."""
-        return {**super().get_state(), "kl_coeff": self.kl_coeff}
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        super().set_state(state)
-        self.kl_coeff = state["kl_coeff"]
 
 
 __all__ = ["PPOPolicy"]
