@@ -9,8 +9,10 @@ class AdaptiveKL:
     """Mixin for a policy with a KL penalty ``kl_coeff`` (β) adapted towards
     ``kl_target``; β is part of the policy's checkpointed state.
 
-    >>> class P(AdaptiveKL):
+    >>> class Base:
     ...     def get_state(self): return {}
+    >>> class P(AdaptiveKL, Base):
+    ...     pass
     >>> p = P(); p.kl_coeff, p.kl_target = 1.0, 0.01
     >>> p.update_kl(0.05), p.update_kl(0.001), p.get_state()
     (1.5, 0.75, {'kl_coeff': 0.75})
