@@ -1,45 +1,59 @@
 """Prioritized replay throughput: flowrl vs RLlib 2.x vs a plain Python reference.
 
-At capacity ``--capacity`` (default 1M rows of CartPole-sized transitions), each
-buffer is filled, then timed on three operations:
+Systems (each seed of each in a fresh process, interleaved, on an idle CPU; see
+``benchmarks/harness.py``), all proportional prioritized replay with alpha 0.6,
+beta 0.4, at capacity ``--capacity`` (default 1M rows of CartPole-sized
+transitions):
 
-- add: ``--add-batch`` rows per call (a rollout fragment) into the full buffer;
-- sample: ``sample(--batch)`` (default 512) with importance weights;
-- update: ``update_priorities`` of the ``--batch`` rows just sampled.
+- ``flowrl``: :class:`flowrl.replay.PrioritizedReplayBuffer` (numpy segment
+  trees, one numpy call per tree level for a whole batch);
+- ``rllib``: RLlib 2.x ``ray.rllib.utils.replay_buffers.PrioritizedReplayBuffer``
+  (old API stack, ``storage_unit="timesteps"``);
+- ``reference``: a plain Python sum/min segment tree updated one row at a time
+  (what a straightforward implementation does).
 
-Buffers, all proportional prioritized replay with alpha 0.6, beta 0.4:
+Each buffer is filled (flowrl to the capacity; RLlib and the reference to
+``--fill`` rows, default 100k, because their own ``add`` keeps one Python object
+per row, which at 1M rows is slow and takes several GB; their trees keep the full
+capacity's depth, and flowrl's fuller storage does not make its sampling
+cheaper), then each operation is repeated for ``--reps`` calls:
 
-- flowrl: :class:`flowrl.replay.PrioritizedReplayBuffer` (numpy segment trees,
-  one numpy call per tree level for a whole batch);
-- RLlib 2.x: ``ray.rllib.utils.replay_buffers.PrioritizedReplayBuffer`` (old API
-  stack, ``storage_unit="timesteps"``), when RLlib is installed;
-- reference: a plain Python sum/min segment tree, one row at a time (what a
-  straightforward implementation does; also the model the property tests use).
+- add: ``--add-batch`` rows per call (a rollout fragment) -> ``add_rows_per_s``;
+- sample: ``sample(--batch)`` (default 512) with importance weights ->
+  ``sample_per_s`` (calls/s);
+- update: ``update_priorities`` of the ``--batch`` rows just sampled ->
+  ``update_per_s`` (calls/s);
+- sample + update, one after the other -> ``sample_update_per_s`` (calls/s).
 
-Printed: operations/s and rows/s per buffer, and flowrl's speed-up over the
-others; the target is >= 3x RLlib on sample + update. The reference and RLlib are
-filled to ``--fill`` rows (default: the capacity) through their own ``add``, which
-for them is slow at 1M rows; ``--fill`` smaller keeps the run short while the
-trees keep their full 1M-leaf depth.
+The table gives the median [min-max] over seeds per system and flowrl's ratio to
+each other system; the target is flowrl/RLlib >= 3x on sample + update.
 
-    python benchmarks/replay.py                          # capacity 1M, batch 512
-    python benchmarks/replay.py --capacity 10000 --reps 5  # a smoke run
+    python benchmarks/replay.py                         # 3 seeds x 3 systems, about 2 min idle
+    python benchmarks/replay.py --quick --no-idle-wait  # smoke run (capacity 20k)
+    python benchmarks/replay.py --report benchmarks/results/replay-<stamp>.json
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import random
+import sys
 import time
 
-import numpy as np
-
-from flowrl.batch import SampleBatch
-from flowrl.replay import PrioritizedReplayBuffer
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (stdlib only)
 
 ALPHA, BETA = 0.6, 0.4
+SYSTEMS = ["flowrl", "rllib", "reference"]
+BASELINE = "rllib"
+KEYS = ["add_rows_per_s", "sample_per_s", "update_per_s", "sample_update_per_s", "fill_s",
+        "filled_rows"]
 
 
-def rows(n: int, start: int = 0) -> dict[str, np.ndarray]:
+def rows(n: int, start: int = 0) -> dict:
+    """``n`` CartPole-sized transitions (seeded by ``start``)."""
+    import numpy as np
     rng = np.random.default_rng(start)
     return {"obs": rng.normal(size=(n, 4)).astype(np.float32),
             "new_obs": rng.normal(size=(n, 4)).astype(np.float32),
@@ -48,7 +62,7 @@ def rows(n: int, start: int = 0) -> dict[str, np.ndarray]:
 
 
 class PythonPrioritized:
-    """Plain Python proportional replay: list storage, per-row segment trees."""
+    """Plain Python proportional replay: list storage, per-row sum/min segment trees."""
 
     def __init__(self, capacity: int, alpha: float, seed: int = 0):
         self.capacity, self.alpha = capacity, alpha
@@ -60,7 +74,6 @@ class PythonPrioritized:
         self.min = [float("inf")] * (2 * size)
         self.data: list = []
         self.next, self.max_p = 0, 1.0
-        import random
         self.rng = random.Random(seed)
 
     def _set(self, i: int, v: float) -> None:
@@ -72,7 +85,7 @@ class PythonPrioritized:
             self.min[j] = min(self.min[2 * j], self.min[2 * j + 1])
             j //= 2
 
-    def add(self, batch: dict[str, np.ndarray]) -> None:
+    def add(self, batch: dict) -> None:
         n = len(batch["rewards"])
         for r in range(n):
             row = {k: v[r] for k, v in batch.items()}
@@ -93,7 +106,8 @@ class PythonPrioritized:
                 j = 2 * j
         return j - self.size
 
-    def sample(self, n: int, beta: float):
+    def sample(self, n: int, beta: float) -> dict:
+        import numpy as np
         total, count = self.sum[1], len(self.data)
         idx = [min(self._find(self.rng.random() * total), count - 1) for _ in range(n)]
         max_w = (self.min[1] / total * count) ** -beta
@@ -108,106 +122,123 @@ class PythonPrioritized:
             self.max_p = max(self.max_p, float(p))
 
 
-def _time(fn, reps: int) -> float:
-    fn()  # warm-up
+def _per_s(fn, reps: int) -> float:
+    """Calls per second of ``fn`` over ``reps`` calls (after one warm-up call)."""
+    fn()
     t = time.perf_counter()
     for _ in range(reps):
         fn()
-    return (time.perf_counter() - t) / reps
+    return reps / (time.perf_counter() - t)
 
 
-def bench(name: str, buf, add, sample, update, args) -> dict:
-    out = {"name": name}
-    out["add"] = _time(add, args.reps)
-    state = {}
-
-    def do_sample():
-        state["s"] = sample()
-
-    out["sample"] = _time(do_sample, args.reps)
-    out["update"] = _time(lambda: update(state["s"]), args.reps)
-    return out
-
-
-def fill(add_fn, total: int, chunk: int = 50_000) -> float:
+def _fill(add_fn, total: int, chunk: int = 50_000) -> float:
     t = time.perf_counter()
     done = 0
     while done < total:
         n = min(chunk, total - done)
-        add_fn(rows(n, done), n)
+        add_fn(rows(n, done))
         done += n
     return time.perf_counter() - t
 
 
-def main() -> None:
+def _buffer(system: str, args):
+    """``(fill_rows, add(dict), sample(), update(sample))`` for ``system``."""
+    import numpy as np
+    rng = np.random.default_rng(args.seed)
+    if system == "flowrl":
+        from flowrl.batch import SampleBatch
+        from flowrl.replay import PrioritizedReplayBuffer
+        buf = PrioritizedReplayBuffer(args.capacity, alpha=ALPHA, beta=BETA, seed=args.seed)
+        return (args.capacity, lambda b: buf.add(SampleBatch(b)),
+                lambda: buf.sample(args.batch),
+                lambda s: buf.update_priorities(s["batch_indexes"],
+                                                rng.uniform(0.1, 10, args.batch),
+                                                row_ids=s["batch_row_ids"]))
+    if system == "rllib":
+        from ray.rllib.policy.sample_batch import SampleBatch as RSB
+        from ray.rllib.utils.replay_buffers.prioritized_replay_buffer import \
+            PrioritizedReplayBuffer as RLlibPRB
+        rb = RLlibPRB(capacity=args.capacity, storage_unit="timesteps", alpha=ALPHA)
+        return (min(args.fill, args.capacity), lambda b: rb.add(RSB(b)),
+                lambda: rb.sample(args.batch, beta=BETA),
+                lambda s: rb.update_priorities(s["batch_indexes"],
+                                               rng.uniform(0.1, 10, args.batch)))
+    if system == "reference":
+        pb = PythonPrioritized(args.capacity, ALPHA, seed=args.seed)
+        return (min(args.fill, args.capacity), pb.add, lambda: pb.sample(args.batch, BETA),
+                lambda s: pb.update_priorities(s["batch_indexes"],
+                                               rng.uniform(0.1, 10, args.batch)))
+    raise SystemExit(f"unknown system {system!r}; choose from {SYSTEMS}")
+
+
+def child(args) -> None:
+    fill_rows, add, sample, update = _buffer(args.child, args)
+    out = {"fill_s": _fill(add, fill_rows), "filled_rows": fill_rows}
+    fresh = rows(args.add_batch, 10**9 + args.seed)
+    out["add_rows_per_s"] = _per_s(lambda: add(fresh), args.reps) * args.add_batch
+    state = {"s": sample()}
+
+    def do_sample():
+        state["s"] = sample()
+
+    out["sample_per_s"] = _per_s(do_sample, args.reps)
+    out["update_per_s"] = _per_s(lambda: update(state["s"]), args.reps)
+    out["sample_update_per_s"] = _per_s(lambda: update(sample()), args.reps)
+    harness.write_result(out)
+
+
+def report(runs: list[dict], args) -> None:
+    groups = harness.summarize(runs, KEYS)
+    flowrl = next((g for g in groups if g.system == "flowrl"), None)
+    rows_ = []
+    for g in groups:
+        f = g.figures.get
+        vs = "-" if flowrl is None or g is flowrl else \
+            f"{harness.ratio(flowrl.figures.get('sample_update_per_s'), f('sample_update_per_s')):.1f}x"
+        rows_.append([g.system, g.label, harness.fmt_figure(f("add_rows_per_s"), "{:,.0f}"),
+                      harness.fmt_figure(f("sample_per_s"), "{:,.0f}"),
+                      harness.fmt_figure(f("update_per_s"), "{:,.0f}"),
+                      harness.fmt_figure(f("sample_update_per_s"), "{:,.0f}"), vs,
+                      harness.fmt_figure(f("filled_rows"), "{:,.0f}"),
+                      harness.fmt_figure(f("fill_s"))])
+    harness.print_table(
+        ["system", "runs", "add rows/s", f"sample({args.batch})/s",
+         f"update_priorities({args.batch})/s", "sample+update/s",
+         "flowrl/this sample+update", "filled rows", "fill s"], rows_,
+        title=f"prioritized replay, capacity {args.capacity:,}, add batch {args.add_batch}, "
+              f"{args.reps} calls per figure: median [min-max] (target flowrl/{BASELINE} "
+              ">= 3x on sample+update)")
+
+
+def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--systems", nargs="*", default=SYSTEMS, choices=SYSTEMS)
     p.add_argument("--capacity", type=int, default=1_000_000)
-    p.add_argument("--fill", type=int, default=None, help="rows added before timing "
-                   "(default: the capacity) for RLlib and the reference")
+    p.add_argument("--fill", type=int, default=100_000,
+                   help="rows added before timing for rllib and reference (flowrl: capacity)")
     p.add_argument("--batch", type=int, default=512)
     p.add_argument("--add-batch", type=int, default=200)
     p.add_argument("--reps", type=int, default=50)
-    p.add_argument("--only", nargs="*", default=["flowrl", "rllib", "python"])
-    args = p.parse_args()
-    fill_rows = args.fill or args.capacity
-    rng = np.random.default_rng(0)
-    fresh = rows(args.add_batch, 10**9)
-    results = []
-
-    if "flowrl" in args.only:
-        buf = PrioritizedReplayBuffer(args.capacity, alpha=ALPHA, beta=BETA, seed=0)
-        s = fill(lambda b, n: buf.add(SampleBatch(b)), args.capacity)
-        print(f"flowrl: filled {args.capacity:,} rows in {s:.1f} s")
-        fresh_b = SampleBatch(fresh)
-        results.append(bench(
-            "flowrl", buf, lambda: buf.add(fresh_b), lambda: buf.sample(args.batch),
-            lambda s: buf.update_priorities(s["batch_indexes"],
-                                            rng.uniform(0.1, 10, args.batch),
-                                            row_ids=s["batch_row_ids"]), args))
-
-    if "rllib" in args.only:
-        try:
-            from ray.rllib.policy.sample_batch import SampleBatch as RSB
-            from ray.rllib.utils.replay_buffers.prioritized_replay_buffer import \
-                PrioritizedReplayBuffer as RLlibPRB
-        except ImportError as e:
-            print(f"RLlib not installed ({e}); skipped")
-        else:
-            rb = RLlibPRB(capacity=args.capacity, storage_unit="timesteps", alpha=ALPHA)
-            s = fill(lambda b, n: rb.add(RSB(b)), fill_rows)
-            print(f"RLlib: filled {fill_rows:,} rows in {s:.1f} s")
-            fresh_r = RSB(fresh)
-            results.append(bench(
-                "RLlib", rb, lambda: rb.add(fresh_r), lambda: rb.sample(args.batch, beta=BETA),
-                lambda s: rb.update_priorities(s["batch_indexes"],
-                                               rng.uniform(0.1, 10, args.batch)), args))
-
-    if "python" in args.only:
-        pb = PythonPrioritized(args.capacity, ALPHA)
-        s = fill(lambda b, n: pb.add(b), fill_rows)
-        print(f"python: filled {fill_rows:,} rows in {s:.1f} s")
-        results.append(bench(
-            "python", pb, lambda: pb.add(fresh), lambda: pb.sample(args.batch, BETA),
-            lambda s: pb.update_priorities(s["batch_indexes"], rng.uniform(0.1, 10, args.batch)),
-            args))
-
-    print(f"\ncapacity {args.capacity:,}, sample/update batch {args.batch}, add batch "
-          f"{args.add_batch}, {args.reps} reps (ms per call; rows/s)")
-    print(f"{'buffer':<8} {'add':>16} {'sample':>16} {'update':>16} {'sample+update':>16}")
-    for r in results:
-        su = r["sample"] + r["update"]
-        print(f"{r['name']:<8} {r['add'] * 1e3:7.3f} {args.add_batch / r['add']:8.0f} "
-              f"{r['sample'] * 1e3:7.3f} {args.batch / r['sample']:8.0f} "
-              f"{r['update'] * 1e3:7.3f} {args.batch / r['update']:8.0f} {su * 1e3:16.3f}")
-    base = next((r for r in results if r["name"] == "flowrl"), None)
-    if base is not None:
-        for r in results:
-            if r is base:
-                continue
-            su = (r["sample"] + r["update"]) / (base["sample"] + base["update"])
-            print(f"flowrl vs {r['name']}: add {r['add'] / base['add']:.1f}x, sample "
-                  f"{r['sample'] / base['sample']:.1f}x, update {r['update'] / base['update']:.1f}x, "
-                  f"sample+update {su:.1f}x" + ("  (target >= 3x)" if r["name"] == "RLlib" else ""))
+    harness.add_arguments(p, default_seeds=3)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.capacity, args.fill, args.reps = (min(args.capacity, 20_000),
+                                               min(args.fill, 20_000), min(args.reps, 5))
+    if args.child:
+        child(args)
+        return
+    s = harness.settings_from(args)
+    child_args = ["--capacity", str(args.capacity), "--fill", str(args.fill), "--batch",
+                  str(args.batch), "--add-batch", str(args.add_batch), "--reps", str(args.reps)]
+    runs, _ = harness.run_all("replay", os.path.abspath(__file__), args.systems, s, child_args,
+                              meta={k: getattr(args, k.replace("-", "_")) for k in
+                                    ("capacity", "fill", "batch", "add_batch", "reps")})
+    if args.report:
+        import json
+        meta = json.loads(args.report.read_text())["meta"]
+        args.capacity, args.batch, args.add_batch, args.reps = (
+            meta["capacity"], meta["batch"], meta["add_batch"], meta["reps"])
+    report(runs, args)
 
 
 if __name__ == "__main__":
