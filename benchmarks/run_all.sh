@@ -1,27 +1,104 @@
 #!/usr/bin/env bash
-# Every benchmark at its defaults (5 seeds, idle-CPU wait, overlapped runs repeated),
-# one after the other, on an otherwise idle machine. Raw JSON goes to
-# benchmarks/results/<name>-<UTC time>.json, each script's table to
-# benchmarks/results/<name>.log (small: commit it with the JSON). Expect about 50 minutes on 2 idle cores (most of it
-# ppo_cartpole: RLlib runs to its 300k-step / 180 s budget when it misses 450).
+# Every benchmark under benchmarks/, one after the other, each at its defaults
+# (3-5 seeds, a fresh process per system and seed, idle-CPU wait, overlapped runs
+# repeated: see benchmarks/harness.py), on an otherwise idle machine. Raw JSON goes
+# to benchmarks/results/<name>-<UTC time>.json, each script's table to
+# benchmarks/results/<name>.log (small: commit it with the JSON). Options other than
+# the ones below go to every script (e.g. --seeds 5). A benchmark that fails is
+# reported and the others still run; the exit status is 1 if any failed.
 #
-#   bash benchmarks/run_all.sh            # everything
-#   bash benchmarks/run_all.sh --quick --no-idle-wait   # smoke run of every script
-set -euo pipefail
+# Expected duration on 2 idle cores: about 2 h 15 min in all (startup 2, sampling 5,
+# local_overhead 5, ray_overhead 5, profile_ppo 5, ppo_cartpole --matched 25 and
+# --tuned 25, impala_throughput 10, async_cartpole 15, apex_throughput 10, replay 2,
+# dqn_cartpole 20, multi_agent_sampling 3, ddppo_cartpole 8, chaos 12 minutes; the
+# targeted ones are upper bounds, reached when runs use their whole budget). Idle
+# waits add to it on a machine that is not idle. --quick --no-idle-wait (a smoke
+# run of every script, results under benchmarks/results/smoke/) takes about 20 min.
+#
+#   bash benchmarks/run_all.sh                            # everything
+#   bash benchmarks/run_all.sh replay dqn_cartpole        # a subset, by name
+#   bash benchmarks/run_all.sh --only replay,chaos        # the same with --only
+#   bash benchmarks/run_all.sh --quick --no-idle-wait     # smoke run of every script
+#   bash benchmarks/run_all.sh --list                     # the names, in run order
+# A selected subset runs in the order above; a stem selects every variant
+# (ppo_cartpole: --matched and --tuned).
+set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export RAY_ADDRESS=local  # never attach to a Ray cluster that happens to run here
+
+# name|script and its own options, in run order
+BENCHMARKS=(
+  "startup|startup"
+  "sampling|sampling"
+  "local_overhead|local_overhead"
+  "ray_overhead|ray_overhead"
+  "profile_ppo|profile_ppo"
+  "ppo_cartpole-matched|ppo_cartpole --matched"
+  "ppo_cartpole-tuned|ppo_cartpole --tuned"
+  "impala_throughput|impala_throughput"
+  "async_cartpole|async_cartpole"
+  "apex_throughput|apex_throughput"
+  "replay|replay"
+  "dqn_cartpole|dqn_cartpole"
+  "multi_agent_sampling|multi_agent_sampling"
+  "ddppo_cartpole|ddppo_cartpole"
+  "chaos|chaos"
+)
+
+names() { for b in "${BENCHMARKS[@]}"; do echo "${b%%|*}"; done; }
+known() { names | grep -qx -- "$1" || names | grep -q -- "^$1-"; }
+
+selected=()
+pass=()
+while (($#)); do
+  case $1 in
+    --list) names; exit 0 ;;
+    --only) IFS=, read -ra more <<<"${2:-}"; selected+=("${more[@]}"); shift 2 || shift ;;
+    --only=*) IFS=, read -ra more <<<"${1#--only=}"; selected+=("${more[@]}"); shift ;;
+    -*) pass+=("$1"); shift ;;
+    *) if known "$1"; then
+         selected+=("$1")
+       elif ((${#pass[@]})) && [[ ${pass[-1]} == -* ]]; then
+         pass+=("$1")  # an option's value (e.g. --seeds 5)
+       else
+         echo "run_all.sh: unknown benchmark '$1'; choose from: $(names | tr '\n' ' ')" >&2
+         exit 2
+       fi
+       shift ;;
+  esac
+done
+for s in "${selected[@]}"; do
+  known "$s" || { echo "run_all.sh: unknown benchmark '$s'; choose from: $(names | tr '\n' ' ')" >&2; exit 2; }
+done
+
 out=benchmarks/results
-case " $* " in *" --quick "*) out=benchmarks/results/smoke ;; esac
+for a in "${pass[@]}"; do [[ $a == --quick ]] && out=benchmarks/results/smoke; done
 mkdir -p "$out"
-run() {
-  local name=$1; shift
-  echo "== $name $*"
-  python "benchmarks/$1.py" "${@:2}" 2>&1 | tee "$out/$name.log"
+
+wanted() {  # a benchmark runs when nothing is selected, or its name (or its stem) is
+  ((${#selected[@]} == 0)) && return 0
+  local s
+  for s in "${selected[@]}"; do [[ $1 == "$s" || ${1%%-*} == "$s" ]] && return 0; done
+  return 1
 }
-run startup startup "$@"
-run sampling sampling "$@"
-run local_overhead local_overhead "$@"
-run ray_overhead ray_overhead "$@"
-run profile_ppo profile_ppo "$@"
-run ppo_cartpole-matched ppo_cartpole --matched "$@"
-run ppo_cartpole-tuned ppo_cartpole --tuned "$@"
+
+failed=()
+start=$SECONDS
+for b in "${BENCHMARKS[@]}"; do
+  name=${b%%|*}
+  read -ra cmd <<<"${b#*|}"
+  wanted "$name" || continue
+  echo "== $name: python benchmarks/${cmd[0]}.py ${cmd[*]:1} ${pass[*]} ($(date -u +%H:%M:%S) UTC)"
+  t=$SECONDS
+  if ! python "benchmarks/${cmd[0]}.py" "${cmd[@]:1}" "${pass[@]}" 2>&1 | tee "$out/$name.log"; then
+    failed+=("$name")
+    echo "!! $name FAILED (see $out/$name.log)"
+  fi
+  echo "== $name took $((SECONDS - t)) s"
+done
+echo "== all done in $(((SECONDS - start) / 60)) min; tables in $out/<name>.log"
+if ((${#failed[@]})); then
+  echo "== FAILED: ${failed[*]}"
+  exit 1
+fi
