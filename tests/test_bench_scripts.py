@@ -1,0 +1,105 @@
+"""The benchmark scripts' own reporting and ``run_all.sh``: no benchmark is run and nothing is timed.
+
+Each script's table is checked on synthetic run records (as ``harness.run_all``
+saves them): runs that missed the target get their own row and never enter the
+medians or ratios of the runs that reached it. ``run_all.sh`` must know every
+script under ``benchmarks/`` and refuse an unknown name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import chaos  # noqa: E402
+import ddppo_cartpole  # noqa: E402
+import dqn_cartpole  # noqa: E402
+import replay  # noqa: E402
+
+
+def _run(system: str, **result) -> dict:
+    return {"system": system, "valid": True, "ok": True, "timed_out": False, "result": result}
+
+
+def test_replay_reports_flowrl_over_rllib_on_sample_and_update(capsys):
+    runs = [_run("flowrl", add_rows_per_s=1e6, sample_per_s=3000, update_per_s=4000,
+                 sample_update_per_s=1500, fill_s=1.0, filled_rows=1000),
+            _run("rllib", add_rows_per_s=2e4, sample_per_s=90, update_per_s=100,
+                 sample_update_per_s=50, fill_s=4.0, filled_rows=1000),
+            _run("rllib", add_rows_per_s=2e4, sample_per_s=90, update_per_s=100,
+                 sample_update_per_s=70, fill_s=4.0, filled_rows=1000)]
+    replay.report(runs, argparse.Namespace(batch=512, capacity=1000, add_batch=200, reps=5))
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("rllib"))
+    assert "2 runs" in line and "25.0x" in line  # 1500 / median(50, 70)
+
+
+def test_dqn_keeps_runs_that_missed_out_of_the_reached_medians(capsys):
+    runs = [_run("flowrl", reached=True, from_start_s=20.0, train_s=15.0, startup_s=5.0,
+                 env_steps=10_000, steps_per_s=666.0, final_mean=460.0),
+            _run("sb3", reached=True, from_start_s=40.0, train_s=35.0, startup_s=5.0,
+                 env_steps=30_000, steps_per_s=857.0, final_mean=455.0),
+            _run("sb3", reached=False, from_start_s=None, train_s=110.0, startup_s=5.0,
+                 env_steps=90_000, steps_per_s=818.0, final_mean=120.0)]
+    dqn_cartpole.report(runs, 450.0)
+    lines = capsys.readouterr().out.splitlines()
+    reached = next(ln for ln in lines if ln.startswith("sb3") and "reached 1/2" in ln)
+    missed = next(ln for ln in lines if ln.startswith("sb3") and "not reached 1/2" in ln)
+    assert "40.0 [40.0-40.0]" in reached and "2.00x" in reached
+    assert "110.0 [110.0-110.0] (budget)" in missed and "2.00x" not in missed
+
+
+def test_ddppo_ratios_use_reached_runs_for_time_and_all_runs_for_speed(capsys):
+    runs = [_run("ddppo", reached=True, train_s=30.0, from_start_s=40.0, startup_s=10.0,
+                 env_steps=60_000, steps_per_s=2000.0, final_mean=460.0),
+            _run("ppo", reached=True, train_s=60.0, from_start_s=70.0, startup_s=10.0,
+                 env_steps=60_000, steps_per_s=1000.0, final_mean=455.0),
+            _run("ppo", reached=False, train_s=600.0, from_start_s=None, startup_s=10.0,
+                 env_steps=600_000, steps_per_s=1000.0, final_mean=200.0)]
+    ddppo_cartpole.report(runs, 450.0)
+    out = capsys.readouterr().out
+    assert "env steps/s (all runs): 2.00x" in out
+    assert f"to 450 (runs that reached it): {30 / 60:.2f}x" in out
+
+
+def test_chaos_counts_hangs_and_gives_the_slowdown_per_algorithm(capsys):
+    base = dict(startup_s=5.0, from_start_s=30.0, final_mean=460.0, lost=0)
+    runs = [_run("ppo", reached=True, train_s=20.0, env_steps=50_000, kills=0, restarts=0,
+                 hung=0, **base),
+            _run("ppo-kills", reached=True, train_s=25.0, env_steps=55_000, kills=2,
+                 restarts=2, hung=0, **base),
+            _run("ppo-kills", reached=False, train_s=45.0, env_steps=70_000, kills=4,
+                 restarts=3, hung=1, **{**base, "from_start_s": None}),
+            {"system": "impala-kills", "valid": False, "ok": False, "timed_out": True,
+             "result": None}]
+    chaos.report(runs, argparse.Namespace(workers=3, target=450.0, kill_every=10.0))
+    out = capsys.readouterr().out
+    assert "ppo: slowdown (median training time to 450, kills / no kills): 1.25x" in out
+    assert "ppo: slowdown" in out and "hangs 1 (target 0)" in out
+    kills_row = next(ln for ln in out.splitlines()
+                     if ln.startswith("ppo-kills") and "reached 1/2" in ln
+                     and "not" not in ln)
+    assert "| 6 " in kills_row and "| 5 " in kills_row  # totals: kills, restarts
+    assert "impala: slowdown" in out and "hangs 1" in out.split("impala: slowdown")[1]
+
+
+def test_run_all_knows_every_benchmark_script():
+    listed = subprocess.run(["bash", str(ROOT / "benchmarks" / "run_all.sh"), "--list"],
+                            capture_output=True, text=True, check=True).stdout.split()
+    stems = {name.split("-")[0] for name in listed}
+    scripts = {p.stem for p in (ROOT / "benchmarks").glob("*.py")} - {"harness"}
+    assert scripts <= stems, f"run_all.sh misses {sorted(scripts - stems)}"
+
+
+@pytest.mark.parametrize("argv", [["nosuch"], ["--only", "replay,nosuch"]])
+def test_run_all_refuses_an_unknown_benchmark(argv):
+    proc = subprocess.run(["bash", str(ROOT / "benchmarks" / "run_all.sh"), *argv],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert "unknown benchmark 'nosuch'; choose from: startup" in proc.stderr
