@@ -25,8 +25,9 @@ reached the target.
 Figures per run: start-up (process start to ready to train: imports, Ray start
 for RLlib, building the algorithm), training time to the target, time from
 process start to the target, env steps, env steps/s (steps / training time); per
-system the median [min-max] and reached n/N, and each system's time from
-process start relative to flowrl's.
+system the median [min-max] and reached n/N, and each system's ratios to flowrl:
+time from process start and training time (runs that reached the target), env
+steps/s (against all of flowrl's runs).
 
 SB3 and RLlib are optional (``pip install -c constraints.txt -e ".[bench]"``); a
 missing one fails its runs, which the table reports.
@@ -161,24 +162,33 @@ CHILDREN = {"flowrl": child_flowrl, "sb3": child_sb3, "rllib": child_rllib}
 def report(runs: list[dict], target: float) -> None:
     groups = harness.summarize(runs, KEYS, TARGET_KEYS)
     base = next((g for g in groups if g.system == BASELINE and g.reached), None)
+    # throughput compares any two groups; times only groups that reached the target
+    base_speed = harness.median_range(run["result"].get("steps_per_s") for run in runs
+                                      if run.get("valid") and run["system"] == BASELINE)
     rows = []
     for g in groups:
         f = g.figures.get
         vs = (harness.ratio(f("from_start_s"), base.figures.get("from_start_s"))
               if base is not None and g.reached else math.nan)
+        vs_train = (harness.ratio(f("train_s"), base.figures.get("train_s"))
+                    if base is not None and g.reached else math.nan)
+        speed = harness.ratio(f("steps_per_s"), base_speed)
         rows.append([g.system, g.label,
                      harness.fmt_figure(f("from_start_s")),
                      "-" if math.isnan(vs) else f"{vs:.2f}x",
                      harness.fmt_figure(f("train_s")) + (" (budget)" if g.reached is False
                                                          else ""),
+                     "-" if math.isnan(vs_train) else f"{vs_train:.2f}x",
                      harness.fmt_figure(f("startup_s")),
                      harness.fmt_figure(f("env_steps"), "{:,.0f}"),
                      harness.fmt_figure(f("steps_per_s"), "{:,.0f}"),
+                     "-" if math.isnan(speed) else f"{speed:.2f}x",
                      harness.fmt_figure(f("final_mean"))])
     harness.print_table(
         ["system", "runs", f"from process start to {target:g} s",
-         f"this / {BASELINE} from start", f"training to {target:g} s", "start-up s",
-         "env steps", "env steps/s", "final mean return"], rows,
+         f"this / {BASELINE} from start", f"training to {target:g} s",
+         f"this / {BASELINE} training", "start-up s", "env steps", "env steps/s",
+         f"steps/s vs {BASELINE} (all its runs)", "final mean return"], rows,
         title=f"DQN CartPole-v1 to a 100-episode mean of {target:g}: median [min-max]; "
               "'reached' rows use only the runs that reached it")
 
