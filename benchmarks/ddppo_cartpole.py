@@ -1,63 +1,132 @@
-"""DD-PPO against PPO on CartPole-v1 with 2 Ray workers: env steps/s and time to a reward.
+"""DD-PPO against PPO on CartPole-v1 with 2 Ray workers: env steps/s and time to a mean return of 450.
 
-PPO trains on the driver (one learner; workers only sample); DD-PPO trains on the
-workers, all-reducing gradients over gloo. Both sample 2 workers x 4 envs x 128
-steps per round and run 6 epochs of 128-row minibatches on it. Each runs until
-``episode_reward_mean >= --target`` or ``--max-time`` seconds.
+Systems (each seed of each in a fresh process with its own Ray instance of 3
+CPUs, interleaved, on an idle CPU; see ``benchmarks/harness.py``):
 
-    python benchmarks/ddppo_cartpole.py [--target 450] [--max-time 600]
+- ``ppo``: ``PPO(PPOConfig(backend="ray"))``: the workers only sample, the
+  driver is the one learner;
+- ``ddppo``: ``DDPPO(DDPPOConfig())``: every worker samples and learns on its own
+  samples, all-reducing gradients over gloo; no driver learner.
 
-Prints per algorithm: env steps/s, time and env steps to the target, and the
-ratios DD-PPO / PPO.
+Both use identical sampling and SGD settings (``COMMON``): 2 workers x 4 envs x
+128 steps = 1024 env steps per round, 6 epochs of 128-row minibatches over them
+(PPO's ``train_batch_size`` is set to that round, 1024). Each run trains until
+the 100-episode train mean (``episode_reward_mean``) is >= ``--target`` or
+``--max-seconds`` of training (default 55) run out; a run that misses is
+reported as "not reached" in its own row.
+
+Figures per run: env steps/s (env steps / training time), training time to the
+target, time from process start to the target, start-up (process start to ready
+to train, ``ray.init`` included), env steps; per system median [min-max] and
+reached n/N, and the ratios ddppo/ppo.
+
+    python benchmarks/ddppo_cartpole.py          # 3 seeds x 2 systems: at most ~8 min idle
+    python benchmarks/ddppo_cartpole.py --quick --no-idle-wait   # smoke run
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import sys
 import time
 
-import ray
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (stdlib only)
 
-from flowrl.algorithms import DDPPO, PPO, DDPPOConfig, PPOConfig
-
+SYSTEMS = ["ddppo", "ppo"]
 COMMON = dict(env="CartPole-v1", num_workers=2, num_envs_per_worker=4,
-              rollout_fragment_length=128, sgd_minibatch_size=128, num_sgd_iter=6, seed=0,
+              rollout_fragment_length=128, sgd_minibatch_size=128, num_sgd_iter=6,
               backend="ray")
+KEYS = ["steps_per_s", "train_s", "from_start_s", "startup_s", "env_steps", "final_mean"]
+TARGET_KEYS = ["from_start_s"]
 
 
-def race(algo, target: float, max_time: float) -> dict:
-    start = time.perf_counter()
-    reached = None
-    r = {"timesteps_total": 0}
-    while time.perf_counter() - start < max_time:
-        r = algo.train()
-        if r["episode_reward_mean"] >= target:
-            reached = time.perf_counter() - start
-            break
-    wall = time.perf_counter() - start
-    algo.stop()
-    return {"steps_per_s": r["timesteps_total"] / wall, "time_to_target": reached,
-            "steps": r["timesteps_total"], "reward": r.get("episode_reward_mean")}
+def child(args) -> None:
+    os.environ.pop("RAY_ADDRESS", None)  # a Ray instance of its own, never another's
+    import ray
 
-
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--target", type=float, default=450.0)
-    p.add_argument("--max-time", type=float, default=600.0)
-    args = p.parse_args()
+    from flowrl.algorithms import DDPPO, PPO, DDPPOConfig, PPOConfig
     ray.init(num_cpus=3, include_dashboard=False, log_to_driver=False)
-    out = {
-        "ppo": race(PPO(PPOConfig(train_batch_size=1024, **COMMON)), args.target, args.max_time),
-        "ddppo": race(DDPPO(DDPPOConfig(**COMMON)), args.target, args.max_time),
-    }
-    for name, m in out.items():
-        ttt = f"{m['time_to_target']:.1f} s" if m["time_to_target"] else "not reached"
-        print(f"{name:6s}: {m['steps_per_s']:8.0f} env steps/s, to {args.target:g}: {ttt} "
-              f"({m['steps']} steps, last reward {m['reward']:.1f})")
-    print(f"ratio ddppo/ppo env steps/s: {out['ddppo']['steps_per_s'] / out['ppo']['steps_per_s']:.2f}x")
-    if out["ppo"]["time_to_target"] and out["ddppo"]["time_to_target"]:
-        print(f"ratio ddppo/ppo time to target: "
-              f"{out['ddppo']['time_to_target'] / out['ppo']['time_to_target']:.2f}x")
+    if args.child == "ppo":
+        algo = PPO(PPOConfig(train_batch_size=1024, seed=args.seed, **COMMON))
+    elif args.child == "ddppo":
+        algo = DDPPO(DDPPOConfig(seed=args.seed, **COMMON))
+    else:
+        raise SystemExit(f"unknown system {args.child!r}; choose from {SYSTEMS}")
+    ready = harness.since_start()
+    start = time.perf_counter()
+    reached = False
+    r = {"timesteps_total": 0, "episode_reward_mean": math.nan}
+    while time.perf_counter() - start < args.max_seconds:
+        r = algo.train()
+        if r["episode_reward_mean"] >= args.target:
+            reached = True
+            break
+    train_s = time.perf_counter() - start
+    out = {"reached": reached, "startup_s": ready, "train_s": train_s,
+           "from_start_s": harness.since_start() if reached else None,
+           "env_steps": r["timesteps_total"], "steps_per_s": r["timesteps_total"] / train_s,
+           "final_mean": r["episode_reward_mean"]}
+    algo.stop()
+    ray.shutdown()
+    harness.write_result(out)
+
+
+def report(runs: list[dict], target: float) -> None:
+    groups = harness.summarize(runs, KEYS, TARGET_KEYS)
+    rows = [[g.system, g.label, harness.fmt_figure(g.figures.get("steps_per_s"), "{:,.0f}"),
+             harness.fmt_figure(g.figures.get("train_s"))
+             + (" (budget)" if g.reached is False else ""),
+             harness.fmt_figure(g.figures.get("from_start_s")),
+             harness.fmt_figure(g.figures.get("startup_s")),
+             harness.fmt_figure(g.figures.get("env_steps"), "{:,.0f}"),
+             harness.fmt_figure(g.figures.get("final_mean"))] for g in groups]
+    harness.print_table(
+        ["system", "runs", "env steps/s", f"training to {target:g} s",
+         "from process start s", "start-up s", "env steps", "final mean return"], rows,
+        title=f"DD-PPO vs PPO, CartPole-v1, 2 Ray workers, target {target:g}: median "
+              "[min-max]; 'reached' rows use only the runs that reached it")
+
+    def median_of(system: str, key: str, reached_only: bool):
+        values = [run["result"].get(key) for run in runs
+                  if run.get("valid") and run["system"] == system
+                  and (run["result"].get("reached") or not reached_only)]
+        return harness.median_range(values)
+
+    speed = harness.ratio(median_of("ddppo", "steps_per_s", False),
+                          median_of("ppo", "steps_per_s", False))
+    ttt = harness.ratio(median_of("ddppo", "train_s", True), median_of("ppo", "train_s", True))
+    fmt = lambda x: "n/a" if math.isnan(x) else f"{x:.2f}x"  # noqa: E731
+    print(f"ddppo/ppo env steps/s (all runs): {fmt(speed)}; ddppo/ppo training time to "
+          f"{target:g} (runs that reached it): {fmt(ttt)}")
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--systems", nargs="*", default=SYSTEMS, choices=SYSTEMS)
+    p.add_argument("--target", type=float, default=450.0)
+    p.add_argument("--max-seconds", type=float, default=55.0,
+                   help="training budget per run (start-up not included)")
+    harness.add_arguments(p, default_seeds=3)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.max_seconds = min(args.max_seconds, 10.0)
+    if args.child:
+        child(args)
+        return
+    s = harness.settings_from(args)
+    s.run_timeout = min(s.run_timeout, args.max_seconds * 2 + 240)
+    runs, _ = harness.run_all("ddppo_cartpole", os.path.abspath(__file__), args.systems, s,
+                              ["--target", str(args.target), "--max-seconds",
+                               str(args.max_seconds)],
+                              meta={"target": args.target, "max_seconds": args.max_seconds,
+                                    "common": COMMON})
+    if args.report:
+        import json
+        args.target = json.loads(args.report.read_text())["meta"]["target"]
+    report(runs, args.target)
 
 
 if __name__ == "__main__":
