@@ -1,54 +1,86 @@
-"""Chaos: PPO (or IMPALA) on CartPole-v1 with Ray rollout workers killed at random, next to the same run without kills.
+"""Chaos: PPO and IMPALA on CartPole-v1 with Ray rollout workers killed at random, side by side with the same runs without kills.
 
-Each run is a fresh process (its own Ray instance, ``num_workers + 1`` CPUs)
-training ``PPO(PPOConfig(backend="ray", num_workers=W))`` with its default
-``recreate_failed_workers=True``. In the ``kills`` runs a thread ``ray.kill``s a
-random remote worker every ``--kill-every`` seconds (10 by default), from the first
-training result on. Both kinds stop at a train mean of 450 (``episode_reward_mean``
-over the last 100 episodes) or at ``--max-seconds``/``--max-steps``.
+Systems (each seed of each in a fresh process with its own Ray instance of
+``--workers + 1`` CPUs, interleaved, on an idle CPU; see ``benchmarks/harness.py``):
 
-Figures per kind (median and range over seeds): training time and env steps to the
-goal, whether it was reached, kills, ``num_worker_restarts``,
-``num_lost_requests``, and hangs (a run that printed nothing for
-``--hang-s`` seconds is killed and counted). The last line gives the slowdown:
-time to goal with kills / without (target: under 1.5x, 0 hangs).
+- ``ppo`` / ``ppo-kills``: ``PPO(PPOConfig(backend="ray", num_workers=W))``;
+- ``impala`` / ``impala-kills``: ``IMPALA(IMPALAConfig(backend="ray", num_workers=W))``;
 
-``--algo IMPALA`` runs the async algorithm the same way (any class exported by
-``flowrl.algorithms`` whose config has ``num_workers``).
+with W = ``--workers`` (default 3, 2-4 is the intended range), the algorithms'
+defaults otherwise (``recreate_failed_workers=True``) and ``sample_timeout_s``
+``--sample-timeout-s``. In the ``-kills`` runs a thread ``ray.kill``s a random
+remote worker every ``--kill-every`` seconds (default 10), from the first
+training result on. Every run stops at a 100-episode train mean
+(``episode_reward_mean``) of ``--target`` (450) or after ``--max-seconds`` of
+training (default 40); a run that misses is reported as "not reached" in its own
+row. A run whose ``train()`` returns nothing for ``--hang-s`` seconds is ended by
+its own watchdog and counted as a hang (as is a run the harness had to kill).
 
-    python benchmarks/chaos.py                      # PPO: 3 seeds, 3 workers
-    python benchmarks/chaos.py --algo IMPALA
-    python benchmarks/chaos.py --seeds 1 --max-seconds 30 --kill-every 5   # smoke run
+Figures per run: training time and env steps to the target, time from process
+start, kills (``ray.kill`` calls: one may hit a worker that is already dead and
+not yet replaced), ``num_worker_restarts``, ``num_lost_requests``, hangs. Per
+system median [min-max], reached n/N, totals of kills/restarts/lost
+requests/hangs per row, and
+the slowdown per algorithm: median training time to the target with kills /
+without (target: under 1.5x, 0 hangs).
+
+    python benchmarks/chaos.py                 # 3 seeds x 4 systems: about 12 min idle
+
+A run's last ``train()`` call may end past its budget (a kill in that round makes
+the round wait for the replacement), so -kills runs that miss the target can run
+longer than ``--max-seconds``; the harness's run timeout is budget + ``--hang-s``
++ 180 s.
+    python benchmarks/chaos.py --systems ppo ppo-kills --workers 4
+    python benchmarks/chaos.py --quick --no-idle-wait   # smoke run
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import math
 import os
 import random
-import statistics
-import subprocess
 import sys
 import threading
 import time
 
-GOAL = 450.0
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (stdlib only)
+
+SYSTEMS = ["ppo", "ppo-kills", "impala", "impala-kills"]
+ALGOS = {"ppo": "PPO", "impala": "IMPALA"}
+KEYS = ["train_s", "env_steps", "from_start_s", "startup_s", "final_mean", "kills",
+        "restarts", "lost", "hung"]
+TARGET_KEYS = ["from_start_s"]
 
 
-def child(args: argparse.Namespace) -> None:
+def child(args) -> None:
+    os.environ.pop("RAY_ADDRESS", None)  # a Ray instance of its own, never another's
+    algo_name, _, kind = args.child.partition("-")
+    if algo_name not in ALGOS or kind not in ("", "kills"):
+        raise SystemExit(f"unknown system {args.child!r}; choose from {SYSTEMS}")
     import ray
 
     import flowrl.algorithms as algos
-
     ray.init(num_cpus=args.workers + 1, include_dashboard=False, log_to_driver=False)
-    algo_cls = getattr(algos, args.algo)
-    config_cls = algo_cls.config_class
-    algo = algo_cls(config_cls(env="CartPole-v1", num_workers=args.workers, backend="ray",
-                               seed=args.seed, sample_timeout_s=args.sample_timeout_s))
+    algo_cls = getattr(algos, ALGOS[algo_name])
+    algo = algo_cls(algo_cls.config_class(
+        env="CartPole-v1", num_workers=args.workers, backend="ray", seed=args.seed,
+        sample_timeout_s=args.sample_timeout_s))
+    ready = harness.since_start()
     rng = random.Random(args.seed)
     kills = [0]
     done = threading.Event()
+    last_result = [time.monotonic()]
+    state = {"steps": 0, "mean": math.nan, "restarts": 0, "lost": 0}
+    start = time.perf_counter()
+
+    def figures(reached: bool, hung: bool) -> dict:
+        return {"reached": reached, "hung": int(hung), "startup_s": ready,
+                "train_s": time.perf_counter() - start,
+                "from_start_s": harness.since_start() if reached else None,
+                "env_steps": state["steps"], "final_mean": state["mean"], "kills": kills[0],
+                "restarts": state["restarts"], "lost": state["lost"]}
 
     def killer():
         while not done.wait(args.kill_every):
@@ -57,118 +89,127 @@ def child(args: argparse.Namespace) -> None:
                 ray.kill(rng.choice(remotes), no_restart=True)
                 kills[0] += 1
 
-    start = time.perf_counter()
+    def watchdog():
+        while not done.wait(1.0):
+            if time.monotonic() - last_result[0] > args.hang_s:
+                harness.write_result(figures(False, True))
+                os._exit(0)  # the hung train() cannot be interrupted any other way
+
+    threading.Thread(target=watchdog, daemon=True).start()
     thread = None
-    result: dict = {}
     reached = False
     while True:
-        result = algo.train()
-        print("PROGRESS", result["timesteps_total"], flush=True)
-        if thread is None and args.kill:
+        r = algo.train()
+        last_result[0] = time.monotonic()
+        state.update(steps=r["timesteps_total"], mean=r["episode_reward_mean"],
+                     restarts=r.get("num_worker_restarts", 0),
+                     lost=r.get("num_lost_requests", 0))
+        if thread is None and kind == "kills":
             thread = threading.Thread(target=killer, daemon=True)
             thread.start()
-        if result["episode_reward_mean"] >= GOAL:
+        if r["episode_reward_mean"] >= args.target:
             reached = True
             break
-        if (time.perf_counter() - start > args.max_seconds
-                or result["timesteps_total"] >= args.max_steps):
+        if time.perf_counter() - start > args.max_seconds:
             break
-    elapsed = time.perf_counter() - start
+    out = figures(reached, False)
     done.set()
-    print("RESULT " + json.dumps({
-        "kill": args.kill, "seed": args.seed, "reached": reached, "time_s": elapsed,
-        "steps": result["timesteps_total"], "kills": kills[0],
-        "restarts": result.get("num_worker_restarts", 0),
-        "lost": result.get("num_lost_requests", 0),
-        "healthy": result.get("num_healthy_workers")}), flush=True)
     algo.stop()
     ray.shutdown()
+    harness.write_result(out)
 
 
-def run_one(args: argparse.Namespace, seed: int, kill: bool) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", "--seed", str(seed),
-           "--workers", str(args.workers), "--algo", args.algo,
-           "--kill-every", str(args.kill_every), "--max-seconds", str(args.max_seconds),
-           "--max-steps", str(args.max_steps), "--sample-timeout-s", str(args.sample_timeout_s)]
-    if kill:
-        cmd.append("--kill")
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            env=env)
-    last = [time.monotonic()]
-    lines: list[str] = []
+def report(runs: list[dict], args) -> None:
+    groups = harness.summarize(runs, KEYS, TARGET_KEYS)
+    counted = ("kills", "restarts", "lost", "hung")
 
-    def read():
-        for line in proc.stdout:
-            last[0] = time.monotonic()
-            lines.append(line)
+    def totals(system: str, reached: bool | None) -> dict[str, int]:
+        """Sums over the group's runs; a run the harness killed (timed out) is a hang
+        that did not reach the target."""
+        t = dict.fromkeys(counted, 0)
+        for run in runs:
+            if run["system"] != system:
+                continue
+            if run.get("valid"):
+                if reached is not None and bool(run["result"].get("reached")) != reached:
+                    continue
+                for k in counted:
+                    t[k] += int(run["result"].get(k) or 0)
+            elif run.get("timed_out") and reached is not True:
+                t["hung"] += 1
+        return t
 
-    reader = threading.Thread(target=read, daemon=True)
-    reader.start()
-    hung = False
-    while proc.poll() is None:
-        if time.monotonic() - last[0] > args.hang_s:
-            hung = True
-            proc.kill()
-            break
-        time.sleep(0.5)
-    proc.wait()
-    reader.join(5)
-    results = [json.loads(ln[len("RESULT "):]) for ln in lines if ln.startswith("RESULT ")]
-    if results:
-        return {**results[-1], "hung": False}
-    return {"kill": kill, "seed": seed, "reached": False, "hung": hung, "rc": proc.returncode}
+    rows = []
+    shown = set()
+    for g in groups:
+        f = g.figures.get
+        t = totals(g.system, g.reached)
+        shown.add(g.system)
+        rows.append([g.system, g.label,
+                     harness.fmt_figure(f("train_s")) + (" (budget)" if g.reached is False
+                                                         else ""),
+                     harness.fmt_figure(f("env_steps"), "{:,.0f}"),
+                     harness.fmt_figure(f("from_start_s")),
+                     harness.fmt_figure(f("final_mean")), *(str(t[k]) for k in counted)])
+    for system in dict.fromkeys(run["system"] for run in runs):
+        if system not in shown:  # every run failed or was killed
+            t = totals(system, None)
+            rows.append([system, "no result", "-", "-", "-", "-", *(str(t[k]) for k in counted)])
+    harness.print_table(
+        ["system", "runs", f"training to {args.target:g} s", "env steps",
+         "from process start s", "final mean", "kills", "restarts", "lost requests",
+         "hangs"], rows,
+        title=f"chaos, CartPole-v1, {args.workers} Ray workers, a worker killed every "
+              f"{args.kill_every:g} s in -kills runs: median [min-max]; kills..hangs are "
+              "totals over the row's runs")
+    for algo in ALGOS:
+        times = {k: harness.median_range(run["result"]["train_s"] for run in runs
+                                         if run.get("valid") and run["system"] == k
+                                         and run["result"].get("reached"))
+                 for k in (algo, f"{algo}-kills")}
+        if not any(run["system"].startswith(algo) for run in runs):
+            continue
+        slow = harness.ratio(times[f"{algo}-kills"], times[algo])
+        hangs = totals(algo, None)["hung"] + totals(f"{algo}-kills", None)["hung"]
+        print(f"{algo}: slowdown (median training time to {args.target:g}, kills / no kills): "
+              + ("n/a (a kind never reached the target)" if math.isnan(slow)
+                 else f"{slow:.2f}x") + f" (target < 1.5x); hangs {hangs} (target 0)")
 
 
-def _med(xs: list[float]) -> str:
-    if not xs:
-        return "-"
-    return f"{statistics.median(xs):,.1f} [{min(xs):,.1f}-{max(xs):,.1f}]"
-
-
-def main() -> None:
+def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--algo", default="PPO")
+    p.add_argument("--systems", nargs="*", default=SYSTEMS, choices=SYSTEMS)
     p.add_argument("--workers", type=int, default=3)
-    p.add_argument("--seeds", type=int, default=3)
+    p.add_argument("--target", type=float, default=450.0)
     p.add_argument("--kill-every", type=float, default=10.0)
-    p.add_argument("--max-seconds", type=float, default=300.0)
-    p.add_argument("--max-steps", type=int, default=2_000_000)
+    p.add_argument("--max-seconds", type=float, default=40.0,
+                   help="training budget per run (start-up not included)")
     p.add_argument("--sample-timeout-s", type=float, default=60.0)
-    p.add_argument("--hang-s", type=float, default=180.0,
-                   help="a run silent this long is killed and counted as a hang")
-    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--kill", action="store_true", help=argparse.SUPPRESS)
-    p.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
-    args = p.parse_args()
+    p.add_argument("--hang-s", type=float, default=120.0,
+                   help="a run whose train() returns nothing this long counts as a hang")
+    harness.add_arguments(p, default_seeds=3)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.max_seconds, args.kill_every = min(args.max_seconds, 12.0), min(args.kill_every,
+                                                                              4.0)
     if args.child:
         child(args)
         return
-    runs = []
-    for seed in range(args.seeds):
-        for kill in (False, True):  # side by side, alternating
-            r = run_one(args, seed, kill)
-            print(json.dumps(r), flush=True)
-            runs.append(r)
-    print(f"\n{args.algo} on CartPole-v1, {args.workers} Ray workers, goal train mean {GOAL:g}, "
-          f"kill every {args.kill_every:g} s")
-    print(f"{'run':<9} {'reached':>8} {'time to goal s':>24} {'env steps':>30} {'kills':>6} "
-          f"{'restarts':>9} {'lost req':>9} {'hangs':>6}")
-    medians = {}
-    for kill in (False, True):
-        rs = [r for r in runs if r["kill"] == kill]
-        ok = [r for r in rs if r.get("reached")]
-        times = [r["time_s"] for r in ok]
-        medians[kill] = statistics.median(times) if times else None
-        print(f"{'kills' if kill else 'no kills':<9} {len(ok):>4}/{len(rs):<3} {_med(times):>24} "
-              f"{_med([r['steps'] for r in ok]):>30} {sum(r.get('kills', 0) for r in rs):>6} "
-              f"{sum(r.get('restarts', 0) for r in rs):>9} {sum(r.get('lost', 0) for r in rs):>9} "
-              f"{sum(1 for r in rs if r.get('hung')):>6}")
-    if medians[False] and medians[True]:
-        print(f"slowdown (median time to goal, kills / no kills): "
-              f"{medians[True] / medians[False]:.2f}x")
-    else:
-        print("slowdown: n/a (a kind did not reach the goal)")
+    s = harness.settings_from(args)
+    s.run_timeout = min(s.run_timeout, args.max_seconds + args.hang_s + 180)
+    child_args = ["--workers", str(args.workers), "--target", str(args.target),
+                  "--kill-every", str(args.kill_every), "--max-seconds", str(args.max_seconds),
+                  "--sample-timeout-s", str(args.sample_timeout_s), "--hang-s",
+                  str(args.hang_s)]
+    meta = {k: getattr(args, k) for k in ("workers", "target", "kill_every", "max_seconds",
+                                          "sample_timeout_s", "hang_s")}
+    runs, _ = harness.run_all("chaos", os.path.abspath(__file__), args.systems, s, child_args,
+                              meta=meta)
+    if args.report:
+        import json
+        for k, v in json.loads(args.report.read_text())["meta"].items():
+            setattr(args, k, v)
+    report(runs, args)
 
 
 if __name__ == "__main__":

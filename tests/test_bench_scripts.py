@@ -85,7 +85,10 @@ def test_chaos_counts_hangs_and_gives_the_slowdown_per_algorithm(capsys):
     kills_row = next(ln for ln in out.splitlines()
                      if ln.startswith("ppo-kills") and "reached 1/2" in ln
                      and "not" not in ln)
-    assert "| 6 " in kills_row and "| 5 " in kills_row  # totals: kills, restarts
+    assert "| 2 " in kills_row and "| 2 " in kills_row  # this row's totals: kills, restarts
+    missed = next(ln for ln in out.splitlines() if "not reached 1/2" in ln)
+    assert "| 4 " in missed and "| 3 " in missed and missed.rstrip().endswith("1")
+    assert any(ln.startswith("impala-kills") and "no result" in ln for ln in out.splitlines())
     assert "impala: slowdown" in out and "hangs 1" in out.split("impala: slowdown")[1]
 
 
