@@ -91,6 +91,52 @@ def test_one_batched_forward_per_policy_per_step_across_env_copies():
     assert mb.env_steps() == 75
 
 
+class CountingAgents(MultiAgentEnv):
+    """Agent ``i`` sees ``[i, t]``, earns ``10 i + t + action / 2`` and is done after
+    ``i + 2`` steps; every row can thus be checked against its own agent and step."""
+
+    def __init__(self, n=4):
+        self.possible_agents = list(range(n))
+        box = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.observation_spaces = {i: box for i in self.possible_agents}
+        self.action_spaces = {i: ACT for i in self.possible_agents}
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return {i: np.array([i, 0], np.float32) for i in self.possible_agents}, {}
+
+    def step(self, actions):
+        self.t += 1
+        obs = {i: np.array([i, self.t], np.float32) for i in actions}
+        rew = {i: 10.0 * i + self.t - 1 + int(a) / 2 for i, a in actions.items()}
+        term = {i: self.t == i + 2 for i in actions}
+        term["__all__"] = self.t == len(self.possible_agents) + 1
+        return obs, rew, term, {"__all__": False}, {}
+
+
+def test_every_row_keeps_its_own_agents_obs_reward_and_next_obs_when_policies_interleave():
+    # The mapping changes with the episode, so on one step the env copies interleave
+    # the two policies' agents in different orders.
+    box = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    w = RolloutWorker(lambda cfg: CountingAgents(),
+                      policies={"p0": PolicySpec(ConstPolicy, box, ACT, {"action": 0}),
+                                "p1": PolicySpec(ConstPolicy, box, ACT, {"action": 1})},
+                      policy_mapping_fn=lambda agent, ep: f"p{(agent + ep.episode_id) % 2}",
+                      num_envs=3, rollout_fragment_length=7, seed=0)
+    for _ in range(2):
+        mb = w.sample()
+        for pid, b in mb.policy_batches.items():
+            agent, t = b[SB.OBS][:, 0], b[SB.OBS][:, 1]
+            np.testing.assert_array_equal(agent, b[SB.AGENT_INDEX])
+            np.testing.assert_array_equal(t, b[SB.T])
+            np.testing.assert_array_equal(b[SB.ACTIONS], int(pid[1]))
+            np.testing.assert_array_equal(b[SB.REWARDS], 10 * agent + t + int(pid[1]) / 2)
+            np.testing.assert_array_equal(b[SB.NEXT_OBS], b[SB.OBS] + [0, 1])
+            np.testing.assert_array_equal(b[SB.TERMINATEDS], t + 1 == agent + 2)
+            assert np.all((b[SB.EPS_ID] + agent) % 2 == int(pid[1]))
+    assert mb.env_steps() == 21
+
+
 def test_unknown_policy_id_at_run_time_is_an_operator_error_naming_agent_and_id():
     def mapping(agent_id, episode):
         return "ghost" if episode.episode_id >= 0 and agent_id == 1 else "p"

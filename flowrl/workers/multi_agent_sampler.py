@@ -111,14 +111,18 @@ def spaces_match(a: gym.Space, b: gym.Space) -> bool:
 
 
 class _Rows:
-    """One policy's rows of a fragment, appended step by step."""
+    """One policy's rows of a fragment.
 
-    __slots__ = ("obs", "actions", "logp", "vf", "dist", "traj", "rewards", "terms",
-                 "truncs", "next_obs", "t")
+    The forward outputs are appended once per step as arrays (one row per acting
+    agent of that policy); ``out`` gets one ``(reward, terminated, truncated,
+    next_obs, trajectory, t)`` tuple per row, in the same order, as the envs step.
+    """
+
+    __slots__ = ("obs", "actions", "logp", "vf", "dist", "out")
 
     def __init__(self):
-        for name in self.__slots__:
-            setattr(self, name, [])
+        self.obs, self.actions, self.logp, self.vf, self.dist = [], [], [], [], []
+        self.out: list[tuple] = []
 
 
 class MultiAgentSampler:
@@ -181,26 +185,31 @@ class MultiAgentSampler:
         trajs: list[list] = []  # [pid, eps_id, agent_index, done]
         traj_of: list[dict] = [{} for _ in self.envs]  # per env: agent -> trajectory index
         policies, explore, clips = self.policies, self.explore, self._clips
-        envs, n_envs = self.envs, len(self.envs)
+        n_envs, env_obs, episodes = len(self.envs), self._obs, self._episode
+        env_range = range(n_envs)
         for _ in range(self.fragment_length):
+            # Group the acting agents of all envs by policy: ONE forward per policy.
             groups: dict[str, tuple[list, list]] = {}
-            for k in range(n_envs):
-                episode = self._episode[k]
+            for k in env_range:
+                episode = episodes[k]
                 cached = episode._policies
-                for agent, o in self._obs[k].items():
-                    pid = cached.get(agent) or episode.policy_for(agent)
+                for agent, o in env_obs[k].items():
+                    pid = cached.get(agent)
+                    if pid is None:
+                        pid = episode.policy_for(agent)
                     g = groups.get(pid)
                     if g is None:
-                        g = groups[pid] = ([], [])
-                    g[0].append(o)
-                    g[1].append((k, agent))
-            actions: list[dict] = [{} for _ in range(n_envs)]
+                        groups[pid] = ([o], [(k, agent)])
+                    else:
+                        g[0].append(o)
+                        g[1].append((k, agent))
+            actions: list[dict] = [{} for _ in env_range]
             for pid, (obs_list, members) in groups.items():
-                obs = np.stack(obs_list)
+                obs = np.array(obs_list)  # np.stack costs several times more on short lists
                 acts, extra = policies[pid].compute_actions(obs, explore)
                 clip = clips.get(pid)
                 env_acts = np.clip(acts, *clip) if clip is not None else acts
-                for (k, a), act in zip(members, list(env_acts)):
+                for (k, a), act in zip(members, env_acts):
                     actions[k][a] = act
                 r = rows.get(pid)
                 if r is None:
@@ -210,21 +219,13 @@ class MultiAgentSampler:
                 r.logp.append(extra[SB.ACTION_LOGP])
                 r.vf.append(extra[SB.VF_PREDS])
                 r.dist.append(extra[SB.ACTION_DIST_INPUTS])
-            outcome: dict[tuple, tuple] = {}
-            for k in range(n_envs):
-                self._step_env(k, actions[k], outcome, trajs, traj_of[k])
-            for pid, (_, members) in groups.items():
-                r = rows[pid]
-                got = [outcome[m] for m in members]
-                r.rewards.extend(g[0] for g in got)
-                r.terms.extend(g[1] for g in got)
-                r.truncs.extend(g[2] for g in got)
-                r.next_obs.extend(g[3] for g in got)
-                r.traj.extend(g[4] for g in got)
-                r.t.extend(g[5] for g in got)
+            # Each env appends its rows' outcomes to their policy's rows: within one
+            # policy, env order then agent order is the order of that policy's group.
+            for k in env_range:
+                self._step_env(k, actions[k], rows, trajs, traj_of[k])
         return self._postprocess(rows, trajs)
 
-    def _step_env(self, k: int, actions: dict, outcome: dict, trajs: list,
+    def _step_env(self, k: int, actions: dict, rows: dict, trajs: list,
                   traj_of: dict) -> None:
         episode = self._episode[k]
         obs, rewards, terms, truncs, _ = self.envs[k].step(actions)
@@ -232,31 +233,32 @@ class MultiAgentSampler:
         next_obs = {}
         t = episode.length
         returns = episode.agent_rewards
+        mapped = episode._policies
         for agent in actions:
             term = all_term or bool(terms.get(agent, False))
             trunc = not term and (all_trunc or bool(truncs.get(agent, False)))
             r = float(rewards.get(agent, 0.0))
             returns[agent] = returns.get(agent, 0.0) + r
+            pid = mapped[agent]
             ti = traj_of.get(agent)
             if ti is None:
                 ti = traj_of[agent] = len(trajs)
-                trajs.append([episode._policies[agent], episode.episode_id,
-                              self._agent_index[k][agent], False])
+                trajs.append([pid, episode.episode_id, self._agent_index[k][agent], False])
             o = obs[agent]
             if term or trunc:
                 trajs[ti][3] = True
             else:
                 next_obs[agent] = o
-            outcome[(k, agent)] = (r, term, trunc, o, ti, t)
+            rows[pid].out.append((r, term, trunc, o, ti, t))
         episode.length = t + 1
         if all_term or all_trunc:
             per_policy: dict[str, list[float]] = {}
             for agent, ret in returns.items():
-                per_policy.setdefault(episode._policies[agent], []).append(ret)
+                per_policy.setdefault(mapped[agent], []).append(ret)
             self._episodes.append({
                 "episode_reward": float(sum(returns.values())), "episode_len": episode.length,
                 "policy_rewards": per_policy,
-                "agent_rewards": {a: (episode._policies[a], ret) for a, ret in returns.items()}})
+                "agent_rewards": {a: (mapped[a], ret) for a, ret in returns.items()}})
             traj_of.clear()
             self._reset(k, None)
         else:
@@ -267,19 +269,20 @@ class MultiAgentSampler:
         info = np.asarray([t[1:] for t in trajs], np.int64).reshape(-1, 3)
         for pid, r in rows.items():
             policy = self.policies[pid]
-            traj = np.asarray(r.traj, np.int64)
+            rewards, terms, truncs, next_obs, traj, t = zip(*r.out)
+            traj = np.asarray(traj, np.int64)
             order = np.argsort(traj, kind="stable")  # trajectory-major, time order kept
             traj = traj[order]
             cols = {SB.OBS: np.concatenate(r.obs)[order],
                     SB.ACTIONS: np.concatenate(r.actions)[order],
-                    SB.REWARDS: np.asarray(r.rewards, np.float32)[order],
-                    SB.TERMINATEDS: np.asarray(r.terms, bool)[order],
-                    SB.TRUNCATEDS: np.asarray(r.truncs, bool)[order],
-                    SB.NEXT_OBS: np.stack(r.next_obs)[order],
+                    SB.REWARDS: np.asarray(rewards, np.float32)[order],
+                    SB.TERMINATEDS: np.asarray(terms, bool)[order],
+                    SB.TRUNCATEDS: np.asarray(truncs, bool)[order],
+                    SB.NEXT_OBS: np.array(next_obs)[order],
                     SB.ACTION_LOGP: np.concatenate(r.logp)[order],
                     SB.VF_PREDS: np.concatenate(r.vf)[order],
                     SB.ACTION_DIST_INPUTS: np.concatenate(r.dist)[order],
-                    SB.T: np.asarray(r.t, np.int64)[order]}
+                    SB.T: np.asarray(t, np.int64)[order]}
             cols[SB.EPS_ID] = info[traj, 0]
             cols[SB.AGENT_INDEX] = info[traj, 1]
             n = len(traj)
