@@ -38,7 +38,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (stdlib only)
-from async_common import (build_rllib, find_metric, sleepy_cartpole,  # noqa: E402,F401
+from async_common import (build_rllib, find_metric, sleepy_cartpole,  # noqa: E402
                           start_ray)
 
 ENGINES = ["flowrl", "flowrl-agg", "rllib-impala", "rllib-appo"]
