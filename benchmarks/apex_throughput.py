@@ -132,9 +132,10 @@ def main(argv=None) -> None:
             "sleep_ms": args.sleep_ms, "fragment": args.fragment,
             "train_batch": args.train_batch, "shards": SHARDS,
             "learning_starts": LEARNING_STARTS}
-    print(f"Ape-X on CartPole + {args.sleep_ms:g} ms/step, fragment {args.fragment}, train "
-          f"batch {args.train_batch}, {SHARDS} replay shards; {args.seconds:g} s window after "
-          f"{args.warmup:g} s warm-up; {os.cpu_count()} cores", flush=True)
+    if not args.report:
+        print(f"Ape-X on CartPole + {args.sleep_ms:g} ms/step, fragment {args.fragment}, train "
+              f"batch {args.train_batch}, {SHARDS} replay shards; {args.seconds:g} s window after "
+              f"{args.warmup:g} s warm-up; {os.cpu_count()} cores", flush=True)
     runs, _ = harness.run_all("apex_throughput", os.path.abspath(__file__),
                               [f"apex-w{n}" for n in args.workers], s, child_args, meta)
     if args.report:

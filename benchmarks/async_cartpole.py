@@ -145,6 +145,7 @@ TARGET_KEYS = ["from_start_s"]
 def report(runs: list[dict], target: float) -> None:
     groups = harness.summarize(runs, KEYS, TARGET_KEYS)
     base = next((g for g in groups if g.system == BASELINE and g.reached), None)
+    groups = [g for g in groups if g.n]  # no empty "reached 0/N" rows
     rows = []
     for g in groups:
         f = g.figures.get
@@ -167,7 +168,7 @@ def report(runs: list[dict], target: float) -> None:
               "median [min-max]; 'reached' rows use only the runs that reached it")
     rows = [[g.system, g.label, *(harness.fmt_figure(g.figures.get(k), "{:.2f}")
                                   for k in ("imports_s", "ray_init_s", "build_s", "startup_s"))]
-            for g in groups if g.n]
+            for g in groups]
     harness.print_table(["system", "runs", "imports s", "ray.init s", "build s", "start-up s"],
                         rows, title="start-up breakdown (seconds)")
 

@@ -22,7 +22,8 @@ tables print median [min-max] per system, the ratio flowrl / RLlib IMPALA and
 flowrl / RLlib APPO per worker count (target >= 1.5x), and the scaling per
 worker against the smallest worker count.
 
-    python benchmarks/impala_throughput.py                    # 12 systems x 3 seeds, ~15 min idle
+    python benchmarks/impala_throughput.py        # 12 systems x 3 seeds, ~15 min idle
+                                                  # (36 fresh processes, mostly start-up)
     python benchmarks/impala_throughput.py --workers 2 4 8 16
     python benchmarks/impala_throughput.py --quick --no-idle-wait   # smoke, 1 seed at 2 workers
 """
@@ -211,8 +212,8 @@ def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workers", type=int, nargs="+", default=[2, 4, 8])
     p.add_argument("--engines", nargs="+", default=ENGINES, choices=ENGINES)
-    p.add_argument("--seconds", type=float, default=10.0, help="measured window per run")
-    p.add_argument("--warmup", type=float, default=5.0,
+    p.add_argument("--seconds", type=float, default=8.0, help="measured window per run")
+    p.add_argument("--warmup", type=float, default=3.0,
                    help="seconds trained after sampling began, before the window")
     p.add_argument("--sleep-ms", type=float, default=1.0)
     p.add_argument("--fragment", type=int, default=50)
@@ -235,9 +236,10 @@ def main(argv=None) -> None:
     meta = {"workers": args.workers, "engines": args.engines, "seconds": args.seconds,
             "warmup": args.warmup, "sleep_ms": args.sleep_ms, "fragment": args.fragment,
             "train_batch": args.train_batch}
-    print(f"env: CartPole + {args.sleep_ms:g} ms/step, 1 env per worker, fragment "
-          f"{args.fragment}, train batch {args.train_batch}; {args.seconds:g} s window after "
-          f"{args.warmup:g} s warm-up; {os.cpu_count()} cores", flush=True)
+    if not args.report:
+        print(f"env: CartPole + {args.sleep_ms:g} ms/step, 1 env per worker, fragment "
+              f"{args.fragment}, train batch {args.train_batch}; {args.seconds:g} s window after "
+              f"{args.warmup:g} s warm-up; {os.cpu_count()} cores", flush=True)
     runs, _ = harness.run_all("impala_throughput", os.path.abspath(__file__),
                               systems_for(args.engines, args.workers), s, child_args, meta)
     if args.report:
