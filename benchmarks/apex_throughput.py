@@ -1,7 +1,7 @@
 """Ape-X throughput against the number of workers: env steps/s, replay samples/s, trained rows/s.
 
 The env is the fixed-cost CartPole of ``impala_throughput.py``
-(``async_common.sleepy_cartpole``: a ``--sleep-ms`` sleep per step, one env per
+(``impala_throughput.sleepy_cartpole``: a ``--sleep-ms`` sleep per step, one env per
 worker), so the workers, not the machine's cores, bound sampling.
 
 Systems ``apex-wN`` for N in ``--workers`` (default 2 4 8): flowrl Ape-X on Ray
@@ -30,7 +30,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (stdlib only)
-from async_common import sleepy_cartpole, start_ray  # noqa: E402
+from impala_throughput import sleepy_cartpole, start_ray  # noqa: E402
 
 SYSTEM_RE = re.compile(r"^apex-w(\d+)$")
 SHARDS = 2

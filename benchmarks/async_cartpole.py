@@ -43,7 +43,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (stdlib only)
-from async_common import (build_rllib, find_metric, rllib_episode_callback,  # noqa: E402
+from impala_throughput import (build_rllib, find_metric, rllib_episode_callback,  # noqa: E402
                           rllib_returns, spy_episodes, start_ray)
 from ppo_cartpole import Tracker  # noqa: E402  (the same 100-episode window for all)
 
@@ -90,7 +90,7 @@ def child_flowrl(args, name: str) -> dict:
             r = algo.train()
             if r.get("episodes_total", 0) > 0 and not seen[0]:
                 raise RuntimeError("flowrl reported episodes the benchmark did not see; "
-                                   "async_common.spy_episodes needs updating")
+                                   "impala_throughput.spy_episodes needs updating")
             if tracker.after_iteration(r["timesteps_total"]):
                 break
     finally:
