@@ -1,76 +1,147 @@
-"""Ape-X throughput against the number of workers: env steps/s and replay samples/s.
+"""Ape-X throughput against the number of workers: env steps/s, replay samples/s, trained rows/s.
 
-The env is the IMPALA benchmark's fixed-cost CartPole (``sleepy_cartpole`` from
-``impala_throughput.py``: a ``--sleep-ms`` sleep per step), so the workers, not the
-driver's cores, bound sampling. For each worker count (default 2, 4, 8) one Ape-X
-run on Ray warms up for ``--warmup`` seconds and is then measured over
-``--seconds``: env steps sampled, rows replayed to the learner and rows trained per
-second, plus the learner thread's busy fraction. The baseline printed beside them
-is the ideal linear scaling from the smallest worker count (steps/s per worker).
+The env is the fixed-cost CartPole of ``impala_throughput.py``
+(``impala_throughput.sleepy_cartpole``: a ``--sleep-ms`` sleep per step, one env per
+worker), so the workers, not the machine's cores, bound sampling.
 
-    python benchmarks/apex_throughput.py                       # 2, 4, 8 workers
-    python benchmarks/apex_throughput.py --workers 2 --seconds 5 --warmup 3   # smoke
+Systems ``apex-wN`` for N in ``--workers`` (default 2 4 8): flowrl Ape-X on Ray
+with N rollout workers and 2 replay shards. Every (system, seed) runs in a fresh
+process with its own ``ray.init`` sized to the workers, interleaved, on an idle
+CPU (``benchmarks/harness.py``). A run trains for ``--warmup`` seconds once the
+learner has started (``learning_starts`` rows stored), then counts over a
+``--seconds`` window: env steps sampled, rows replayed to the learner and rows
+trained per second, and the learner thread's busy fraction (learner
+utilization). The baseline is the ideal linear scaling from the smallest worker
+count: the table prints env steps/s per worker relative to it (1.00x = linear).
+
+    python benchmarks/apex_throughput.py          # 3 systems x 3 seeds, ~4-5 min idle
+    python benchmarks/apex_throughput.py --workers 2 4 8 16
+    python benchmarks/apex_throughput.py --quick --no-idle-wait    # smoke, 1 seed at 2 workers
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import re
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from impala_throughput import sleepy_cartpole  # noqa: E402
+import harness  # noqa: E402  (stdlib only)
+from impala_throughput import sleepy_cartpole, start_ray  # noqa: E402
+
+SYSTEM_RE = re.compile(r"^apex-w(\d+)$")
+SHARDS = 2
+LEARNING_STARTS = 500
 
 
-def measure(workers: int, args) -> dict:
+def child(args) -> None:
+    m = SYSTEM_RE.match(args.child)
+    if not m:
+        raise SystemExit(f"unknown system {args.child!r}: expected apex-wN, e.g. apex-w4")
+    workers = int(m.group(1))
+    out = {"workers": workers, "ray_init_s": start_ray(workers + SHARDS + 2)}
     from flowrl.algorithms import ApeX, ApeXConfig
     algo = ApeX(ApeXConfig(env=sleepy_cartpole, env_config={"sleep_ms": args.sleep_ms},
                            num_workers=workers, num_cpus_per_worker=0, backend="ray",
+                           num_replay_buffer_shards=SHARDS,
                            rollout_fragment_length=args.fragment,
-                           train_batch_size=args.train_batch, learning_starts=500,
-                           buffer_size=100_000, timesteps_per_iteration=args.fragment * workers,
-                           seed=0))
+                           train_batch_size=args.train_batch, learning_starts=LEARNING_STARTS,
+                           buffer_size=100_000,
+                           timesteps_per_iteration=args.fragment * workers, seed=args.seed))
     try:
+        c = algo.metrics.counters
+        deadline = time.perf_counter() + 300
+        while c["num_steps_trained"] == 0:
+            if time.perf_counter() > deadline:
+                raise RuntimeError("Ape-X trained nothing in 300 s")
+            algo.train()
+        out["first_trained_s"] = harness.since_start()
         end = time.perf_counter() + args.warmup
         while time.perf_counter() < end:
             algo.train()
-        c = algo.metrics.counters
         s0, r0, t0 = c["num_steps_sampled"], c["num_rows_replayed"], c["num_steps_trained"]
         busy0, start = algo.learner.busy_s, time.perf_counter()
         while time.perf_counter() - start < args.seconds:
             algo.train()
         wall = time.perf_counter() - start
-        return {"steps": (c["num_steps_sampled"] - s0) / wall,
-                "replayed": (c["num_rows_replayed"] - r0) / wall,
-                "trained": (c["num_steps_trained"] - t0) / wall,
-                "learner": (algo.learner.busy_s - busy0) / wall}
+        out.update(steps_per_s=(c["num_steps_sampled"] - s0) / wall,
+                   replayed_per_s=(c["num_rows_replayed"] - r0) / wall,
+                   trained_per_s=(c["num_steps_trained"] - t0) / wall,
+                   learner_util=(algo.learner.busy_s - busy0) / wall, window_s=wall)
     finally:
         algo.stop()
+    harness.write_result(out)
 
 
-def main() -> None:
+KEYS = ["steps_per_s", "replayed_per_s", "trained_per_s", "learner_util", "first_trained_s"]
+
+
+def report(runs: list[dict], workers) -> None:
+    groups = {g.system: g for g in harness.summarize(runs, KEYS)}
+    base_n = min(workers)
+    base = groups.get(f"apex-w{base_n}")
+    rows = []
+    for n in workers:
+        g = groups.get(f"apex-w{n}")
+        if g is None:
+            rows.append([f"apex-w{n}", "0 runs", *["-"] * 6])
+            continue
+        f = g.figures.get
+        linear = (harness.ratio(f("steps_per_s"), base.figures.get("steps_per_s")) * base_n / n
+                  if base else math.nan)
+        rows.append([f"apex-w{n}", g.label, harness.fmt_figure(f("steps_per_s"), "{:,.0f}"),
+                     "-" if math.isnan(linear) else f"{linear:.2f}x",
+                     harness.fmt_figure(f("replayed_per_s"), "{:,.0f}"),
+                     harness.fmt_figure(f("trained_per_s"), "{:,.0f}"),
+                     harness.fmt_figure(f("learner_util"), "{:.2f}"),
+                     harness.fmt_figure(f("first_trained_s"), "{:.1f}")])
+    harness.print_table(["system", "runs", "env steps/s", f"per worker vs w{base_n}",
+                         "replay samples (rows)/s", "trained rows/s", "learner utilization",
+                         "first trained s"], rows,
+                        title="Ape-X on sleepy CartPole: median [min-max] over seeds")
+
+
+def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--workers", nargs="*", type=int, default=[2, 4, 8])
-    p.add_argument("--seconds", type=float, default=20.0)
-    p.add_argument("--warmup", type=float, default=10.0)
+    p.add_argument("--workers", nargs="+", type=int, default=[2, 4, 8])
+    p.add_argument("--seconds", type=float, default=10.0, help="measured window per run")
+    p.add_argument("--warmup", type=float, default=5.0,
+                   help="seconds trained after the learner started, before the window")
     p.add_argument("--sleep-ms", type=float, default=1.0)
     p.add_argument("--fragment", type=int, default=50)
     p.add_argument("--train-batch", type=int, default=256)
-    args = p.parse_args()
-    import ray
-    ray.init(num_cpus=os.cpu_count() or 2, include_dashboard=False, log_to_driver=False,
-             configure_logging=False)
-    rows = [(n, measure(n, args)) for n in args.workers]
-    base_n, base = rows[0]
-    print(f"\nApe-X on sleepy CartPole ({args.sleep_ms:g} ms/step), fragment {args.fragment}, "
-          f"train batch {args.train_batch}, {os.cpu_count()} CPUs")
-    print(f"{'workers':>7} {'env steps/s':>12} {'linear':>8} {'replayed rows/s':>16} "
-          f"{'trained rows/s':>15} {'learner busy':>13}")
-    for n, r in rows:
-        linear = base["steps"] / base_n * n
-        print(f"{n:>7} {r['steps']:12.0f} {r['steps'] / linear:7.2f}x {r['replayed']:16.0f} "
-              f"{r['trained']:15.0f} {r['learner']:12.0%}")
+    harness.add_arguments(p, default_seeds=3)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.seconds, args.warmup = min(args.seconds, 3.0), min(args.warmup, 2.0)
+        if args.workers == [2, 4, 8]:
+            args.workers = [2]
+        if args.seeds is None:
+            args.seeds = 1
+    if args.child:
+        child(args)
+        return
+    s = harness.settings_from(args)
+    child_args = ["--seconds", str(args.seconds), "--warmup", str(args.warmup), "--sleep-ms",
+                  str(args.sleep_ms), "--fragment", str(args.fragment), "--train-batch",
+                  str(args.train_batch)]
+    meta = {"workers": args.workers, "seconds": args.seconds, "warmup": args.warmup,
+            "sleep_ms": args.sleep_ms, "fragment": args.fragment,
+            "train_batch": args.train_batch, "shards": SHARDS,
+            "learning_starts": LEARNING_STARTS}
+    if not args.report:
+        print(f"Ape-X on CartPole + {args.sleep_ms:g} ms/step, fragment {args.fragment}, train "
+              f"batch {args.train_batch}, {SHARDS} replay shards; {args.seconds:g} s window after "
+              f"{args.warmup:g} s warm-up; {os.cpu_count()} cores", flush=True)
+    runs, _ = harness.run_all("apex_throughput", os.path.abspath(__file__),
+                              [f"apex-w{n}" for n in args.workers], s, child_args, meta)
+    if args.report:
+        import json
+        args.workers = json.loads(args.report.read_text())["meta"]["workers"]
+    report(runs, args.workers)
 
 
 if __name__ == "__main__":

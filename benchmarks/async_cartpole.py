@@ -1,76 +1,204 @@
-"""Time to 450 on CartPole-v1: flowrl APPO and IMPALA next to RLlib 2.58 APPO.
+"""Async algorithms on CartPole-v1 to a 100-episode train mean of 450: flowrl APPO, IMPALA
+and A3C next to RLlib 2.58 APPO at its tuned CartPole config.
 
-Each run trains with 2 Ray rollout workers until the mean reward of the last 100
-episodes reaches ``--reward`` (or ``--max-steps`` env steps pass) and prints its
-wall time, env steps and the ratio to RLlib APPO at its tuned CartPole settings
-(RLlib's ``tuned_examples/appo/cartpole_appo.py``: ``vf_loss_coeff=0.05``,
-``entropy_coeff=0.0``), all in one process on one Ray session.
+Systems (each seed in a fresh process with its own ``ray.init``, interleaved, on an
+idle CPU; see ``benchmarks/harness.py``), all with 2 Ray rollout workers:
 
-    python benchmarks/async_cartpole.py
-    python benchmarks/async_cartpole.py --max-steps 20000 --no-rllib     # smoke
+- ``flowrl-appo`` / ``flowrl-impala``: ``APPO`` / ``IMPALA`` with 4 envs per
+  worker, train batch 200, lr 2e-3 (the settings in :data:`FLOWRL`);
+- ``flowrl-a3c``: ``A3C`` at its ``A3CConfig`` defaults (4 envs x 20 steps per
+  gradient, lr 1e-3);
+- ``rllib-appo``: RLlib APPO (new API stack) at its tuned CartPole example
+  (``tuned_examples/appo/cartpole_appo.py``: ``vf_loss_coeff=0.05``,
+  ``entropy_coeff=0.0``, value and policy sharing layers), 2 env runners; only
+  its reporting interval changes (``min_time_s_per_iteration`` 1 s instead of
+  IMPALA's 10 s), so the window is checked about as often as flowrl's.
+
+The success criterion is computed by this script the same way for every system
+(``ppo_cartpole.Tracker``): the mean return of the last 100 completed training
+episodes (a full window), checked after each training iteration. flowrl's
+episodes come from its workers' episode statistics as its reporting drains them,
+RLlib's from an ``on_episode_end`` callback. A run stops at the target or at its
+budget (``--max-seconds`` of training, ``--max-steps`` env steps); a run that
+did not reach the target reports its best window (``best_mean``).
+
+Figures per run: start-up (process start to ready to train: imports,
+``ray.init``, building the algorithm), training time to the target, time from
+process start to the target, env steps, env steps/s, reached n/N; the table
+also gives time from process start relative to ``rllib-appo``.
+
+    python benchmarks/async_cartpole.py          # 4 systems x 3 seeds; ~10-15 min idle
+                                                 # (at most 12 x ~2.5 min if none learns)
+    python benchmarks/async_cartpole.py --systems flowrl-appo rllib-appo --seeds 5
+    python benchmarks/async_cartpole.py --quick --no-idle-wait     # smoke run
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import os
+import sys
 import time
 
-FLOWRL = dict(env="CartPole-v1", num_workers=2, num_envs_per_worker=4, train_batch_size=200,
-              lr=2e-3, seed=0, timesteps_per_iteration=5000, backend="ray")
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (stdlib only)
+from impala_throughput import (build_rllib, find_metric, rllib_episode_callback,  # noqa: E402
+                          rllib_returns, spy_episodes, start_ray)
+from ppo_cartpole import Tracker  # noqa: E402  (the same 100-episode window for all)
+
+SYSTEMS = ["flowrl-appo", "flowrl-impala", "flowrl-a3c", "rllib-appo"]
+BASELINE = "rllib-appo"
+WORKERS = 2
+#: flowrl APPO and IMPALA settings (``timesteps_per_iteration``: how often the window is checked).
+FLOWRL = dict(env="CartPole-v1", num_workers=WORKERS, num_envs_per_worker=4,
+              train_batch_size=200, lr=2e-3, timesteps_per_iteration=2000, backend="ray")
 
 
-def flowrl_run(name: str, args) -> tuple[float, int, float]:
-    from flowrl.algorithms import APPO, IMPALA, APPOConfig, IMPALAConfig
-    cls, config = {"APPO": (APPO, APPOConfig), "IMPALA": (IMPALA, IMPALAConfig)}[name]
-    start = time.perf_counter()
-    algo = cls(config(**FLOWRL))
+class BestTracker(Tracker):
+    """:class:`ppo_cartpole.Tracker` that also keeps the best full-window mean."""
+
+    best = math.nan
+
+    def after_iteration(self, env_steps: int) -> bool:
+        done = super().after_iteration(env_steps)
+        m = self.mean()
+        if not math.isnan(m) and not (m <= self.best):
+            self.best = m
+        return done
+
+
+def child_flowrl(args, name: str) -> dict:
+    phases = {}
+    t = time.time()
+    from flowrl.algorithms import A3C, APPO, IMPALA, A3CConfig, APPOConfig, IMPALAConfig
+    phases["imports_s"] = time.time() - t
+    phases["ray_init_s"] = start_ray(WORKERS + 2)
+    t = time.time()
+    if name == "a3c":
+        algo = A3C(A3CConfig(env="CartPole-v1", num_workers=WORKERS, backend="ray",
+                             seed=args.seed))
+    else:
+        cls, config_cls = {"appo": (APPO, APPOConfig), "impala": (IMPALA, IMPALAConfig)}[name]
+        algo = cls(config_cls(**FLOWRL, seed=args.seed))
+    phases["build_s"] = time.time() - t
+    tracker = BestTracker(args.target, args.max_steps, args.max_seconds)
+    seen = spy_episodes(algo, tracker.add_returns)
+    tracker.start()
     try:
         while True:
             r = algo.train()
-            if r["episode_reward_mean"] >= args.reward or r["timesteps_total"] >= args.max_steps:
-                return time.perf_counter() - start, r["timesteps_total"], r["episode_reward_mean"]
+            if r.get("episodes_total", 0) > 0 and not seen[0]:
+                raise RuntimeError("flowrl reported episodes the benchmark did not see; "
+                                   "impala_throughput.spy_episodes needs updating")
+            if tracker.after_iteration(r["timesteps_total"]):
+                break
     finally:
         algo.stop()
+    return tracker.result(best_mean=tracker.best, **phases)
 
 
-def rllib_appo(args) -> tuple[float, int, float]:
+def child_rllib(args) -> dict:
+    phases = {}
+    t = time.time()
     from ray.rllib.algorithms.appo import APPOConfig
+    from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
+    phases["imports_s"] = time.time() - t
+    phases["ray_init_s"] = start_ray(WORKERS + 2)
+    t = time.time()
     config = (APPOConfig().environment("CartPole-v1")
-              .env_runners(num_env_runners=2)
+              .env_runners(num_env_runners=WORKERS)
               .training(vf_loss_coeff=0.05, entropy_coeff=0.0)
-              .debugging(seed=0))
-    start = time.perf_counter()
-    algo = config.build_algo() if hasattr(config, "build_algo") else config.build()
+              .rl_module(model_config=DefaultModelConfig(vf_share_layers=True))
+              .reporting(min_time_s_per_iteration=1.0)  # check the window as often as flowrl
+              .callbacks(rllib_episode_callback())
+              .debugging(seed=args.seed))
+    algo = build_rllib(config)
+    phases["build_s"] = time.time() - t
+    tracker = BestTracker(args.target, args.max_steps, args.max_seconds)
+    tracker.start()
     try:
         while True:
             r = algo.train()
-            runners = r.get("env_runners", {})
-            reward = runners.get("episode_return_mean", float("nan"))
-            steps = int(runners.get("num_env_steps_sampled_lifetime", 0))
-            if reward >= args.reward or steps >= args.max_steps:
-                return time.perf_counter() - start, steps, reward
+            tracker.add_returns(rllib_returns(r))
+            steps = find_metric(r, "num_env_steps_sampled_lifetime")
+            if tracker.after_iteration(steps):
+                break
     finally:
         algo.stop()
+    return tracker.result(best_mean=tracker.best, **phases)
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--reward", type=float, default=450.0)
-    p.add_argument("--max-steps", type=int, default=2_000_000)
-    p.add_argument("--no-rllib", action="store_true")
-    args = p.parse_args()
-    import ray
-    import torch
-    torch.set_num_threads(1)
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
-    rows = [(f"flowrl {n}", *flowrl_run(n, args)) for n in ("APPO", "IMPALA")]
-    if not args.no_rllib:
-        rows.append(("RLlib APPO (tuned)", *rllib_appo(args)))
-    base = rows[-1][1] if not args.no_rllib else float("nan")
-    print(f"{'run':<20} {'wall s':>8} {'env steps':>10} {'reward':>7} {'wall / RLlib':>12}")
-    for name, wall, steps, reward in rows:
-        print(f"{name:<20} {wall:>8.1f} {steps:>10} {reward:>7.1f} {wall / base:>12.2f}")
-    ray.shutdown()
+def child(args) -> None:
+    if args.child not in SYSTEMS:
+        raise SystemExit(f"unknown system {args.child!r}; choose from {SYSTEMS}")
+    engine, name = args.child.split("-", 1)
+    result = child_flowrl(args, name) if engine == "flowrl" else child_rllib(args)
+    harness.write_result(result)
+
+
+KEYS = ["steps_per_s", "train_s", "from_start_s", "startup_s", "first_result_s", "env_steps",
+        "best_mean", "imports_s", "ray_init_s", "build_s"]
+TARGET_KEYS = ["from_start_s"]
+
+
+def report(runs: list[dict], target: float) -> None:
+    groups = harness.summarize(runs, KEYS, TARGET_KEYS)
+    base = next((g for g in groups if g.system == BASELINE and g.reached), None)
+    groups = [g for g in groups if g.n]  # no empty "reached 0/N" rows
+    rows = []
+    for g in groups:
+        f = g.figures.get
+        quicker = (harness.ratio(base.figures.get("from_start_s"), f("from_start_s"))
+                   if base and g.reached else math.nan)
+        rows.append([g.system, g.label,
+                     harness.fmt_figure(f("train_s")) + (" (budget)" if g.reached is False
+                                                         else ""),
+                     harness.fmt_figure(f("from_start_s")),
+                     "-" if math.isnan(quicker) else f"{quicker:.2f}x",
+                     harness.fmt_figure(f("startup_s")),
+                     harness.fmt_figure(f("env_steps"), "{:,.0f}"),
+                     harness.fmt_figure(f("steps_per_s"), "{:,.0f}"),
+                     harness.fmt_figure(f("best_mean"))])
+    harness.print_table(
+        ["system", "runs", f"training to {target:g} s", "from process start s",
+         f"{BASELINE} from-start / this", "start-up s", "env steps", "env steps/s",
+         "best 100-episode mean"], rows,
+        title=f"CartPole-v1 to a 100-episode train mean of {target:g}, {WORKERS} Ray workers: "
+              "median [min-max]; 'reached' rows use only the runs that reached it")
+    rows = [[g.system, g.label, *(harness.fmt_figure(g.figures.get(k), "{:.2f}")
+                                  for k in ("imports_s", "ray_init_s", "build_s", "startup_s"))]
+            for g in groups]
+    harness.print_table(["system", "runs", "imports s", "ray.init s", "build s", "start-up s"],
+                        rows, title="start-up breakdown (seconds)")
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--systems", nargs="*", default=SYSTEMS, choices=SYSTEMS)
+    p.add_argument("--target", type=float, default=450.0)
+    p.add_argument("--max-steps", type=int, default=300_000)
+    p.add_argument("--max-seconds", type=float, default=120.0)
+    harness.add_arguments(p, default_seeds=3)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.max_steps, args.max_seconds = min(args.max_steps, 5000), min(args.max_seconds, 20)
+        if args.seeds is None:
+            args.seeds = 1
+    if args.child:
+        child(args)
+        return
+    s = harness.settings_from(args)
+    child_args = ["--target", str(args.target), "--max-steps", str(args.max_steps),
+                  "--max-seconds", str(args.max_seconds)]
+    runs, _ = harness.run_all("async_cartpole", os.path.abspath(__file__), args.systems, s,
+                              child_args,
+                              meta={"target": args.target, "max_steps": args.max_steps,
+                                    "max_seconds": args.max_seconds, "flowrl": FLOWRL})
+    if args.report:
+        import json
+        args.target = json.loads(args.report.read_text())["meta"]["target"]
+    report(runs, args.target)
 
 
 if __name__ == "__main__":

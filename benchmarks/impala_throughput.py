@@ -1,157 +1,347 @@
-"""IMPALA env steps/s against the number of workers, flowrl next to RLlib 2.58.
+"""IMPALA env steps/s against the number of workers: flowrl next to RLlib 2.58 IMPALA and APPO.
 
-The env is CartPole with a fixed sleep per vector step (``--sleep-ms``, default 1 ms),
-so the workers, not the driver's cores, bound sampling: steps/s should grow
-linearly with workers until the learner saturates. For each worker count it runs,
-at equal settings (``rollout_fragment_length``, ``train_batch_size``, envs per
-worker, learner queue), in one process on one Ray session:
+The env is CartPole with a fixed sleep per vector step (``--sleep-ms``, default
+1 ms; one env per worker), so the workers, not the machine's cores, bound
+sampling: steps/s should grow linearly with workers until the learner saturates.
 
-- flowrl IMPALA, gathering directly on the driver;
-- flowrl IMPALA with tree aggregation (``num_aggregation_workers``);
-- RLlib IMPALA and APPO (when ``ray[rllib]`` is installed and not ``--no-rllib``).
+Systems, for each worker count N of ``--workers`` (default 2 4 8; add 16 where
+memory allows), all at equal settings (``rollout_fragment_length``,
+``train_batch_size``, one env per worker, no CPUs reserved per worker):
 
-Each measurement warms up for ``--warmup`` seconds once sampling has begun (RLlib's
-env runners take a while to start), then counts env steps sampled over
-``--seconds`` of wall time. It prints steps/s, flowrl's learner utilization
-(the learner thread's busy fraction) and the ratio flowrl / RLlib.
+- ``flowrl-wN``: flowrl IMPALA on Ray, gathering directly on the driver;
+- ``flowrl-agg-wN``: the same with tree aggregation (``num_aggregation_workers``
+  = max(1, N // 4));
+- ``rllib-impala-wN`` / ``rllib-appo-wN``: RLlib IMPALA / APPO (new API stack).
 
-    python benchmarks/impala_throughput.py                    # 2, 4, 8 workers
-    python benchmarks/impala_throughput.py --workers 2 --seconds 5 --warmup 2   # smoke
+Every (system, seed) runs in a fresh process with its own ``ray.init`` sized to
+the workers, interleaved with the others, on an idle CPU (``benchmarks/harness.py``).
+A run trains for ``--warmup`` seconds once sampling has begun, then counts over
+a ``--seconds`` window: env steps sampled per second, rows trained per second
+and, for flowrl, the learner thread's busy fraction (learner utilization). The
+tables print median [min-max] per system, the ratio flowrl / RLlib IMPALA and
+flowrl / RLlib APPO per worker count (target >= 1.5x), and the scaling per
+worker against the smallest worker count.
+
+The module also holds what the other async benchmarks share (``apex_throughput.py``,
+``async_cartpole.py`` import it): the fixed-cost env, the per-child Ray start,
+RLlib result look-ups and the benchmark's own view of flowrl's episodes.
+
+    python benchmarks/impala_throughput.py        # 12 systems x 3 seeds, ~15 min idle
+                                                  # (36 fresh processes, mostly start-up)
+    python benchmarks/impala_throughput.py --workers 2 4 8 16
+    python benchmarks/impala_throughput.py --quick --no-idle-wait   # smoke, 1 seed at 2 workers
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import re
+import sys
 import time
+from typing import Any, Callable
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (stdlib only)
 
 
+# -- shared with apex_throughput.py and async_cartpole.py (stdlib-only at import) ------
 def sleepy_cartpole(env_config: dict):
-    """CartPole whose step sleeps ``sleep_ms`` (one env per worker: one vector step)."""
+    """CartPole-v1 whose ``step`` first sleeps ``env_config["sleep_ms"]`` (default 1 ms).
+
+    With one env per worker every vector step pays the sleep, so sampling is
+    bound by the number of workers rather than by the machine's cores.
+    """
     import gymnasium as gym
+
+    sleep_s = float(env_config.get("sleep_ms", 1.0)) / 1000.0
 
     class Sleepy(gym.Wrapper):
         def step(self, action):
-            time.sleep(env_config.get("sleep_ms", 1.0) / 1000.0)
+            time.sleep(sleep_s)
             return self.env.step(action)
 
     return Sleepy(gym.make("CartPole-v1"))
 
 
-def flowrl_impala(workers: int, aggregators: int, args) -> tuple[float, float]:
+def start_ray(num_cpus: int) -> float:
+    """A fresh local Ray for this child only (never an existing cluster); returns
+    the seconds ``ray.init`` took. Also pins torch to one thread in this process."""
+    import ray
+    import torch
+    torch.set_num_threads(1)
+    t = time.time()
+    ray.init(address="local", num_cpus=int(num_cpus), include_dashboard=False,
+             log_to_driver=False, configure_logging=False)
+    return time.time() - t
+
+
+def find_metric(result: dict, key: str, default: float = 0.0) -> float:
+    """The first numeric ``key`` anywhere in RLlib's nested result dict (breadth
+    first; its place moves between RLlib versions), ``default`` when absent."""
+    stack: list[Any] = [result]
+    while stack:
+        d = stack.pop(0)
+        if key in d and isinstance(d[key], (int, float)):
+            return d[key]
+        stack += [v for v in d.values() if isinstance(v, dict)]
+    return default
+
+
+def spy_episodes(algo, on_returns: Callable[[list[float]], None]) -> list[bool]:
+    """Hand every completed episode's return that flowrl's reporting drains from its
+    workers to ``on_returns`` as well (wraps ``algo.workers.foreach_worker``).
+
+    Returns a one-element list that turns True once an episode was seen, so a
+    caller can check that the spy still matches how flowrl collects episodes.
+    """
+    seen = [False]
+    workers = algo.workers
+    original = workers.foreach_worker
+
+    def spy(fn, *args, **kwargs):
+        out = original(fn, *args, **kwargs)
+        for per_worker in out:
+            if (isinstance(per_worker, list) and per_worker and isinstance(per_worker[0], dict)
+                    and "episode_reward" in per_worker[0]):
+                seen[0] = True
+                on_returns([float(e["episode_reward"]) for e in per_worker])
+        return out
+
+    workers.foreach_worker = spy
+    return seen
+
+
+def rllib_episode_callback():
+    """An RLlib callback class that logs each finished episode's return as the
+    ``bench_episode_returns`` item series (read back with :func:`rllib_returns`)."""
+    from ray.rllib.callbacks.callbacks import RLlibCallback
+
+    class EpisodeReturns(RLlibCallback):
+        def on_episode_end(self, *, episode, metrics_logger=None, **kwargs):
+            metrics_logger.log_value("bench_episode_returns", episode.get_return(),
+                                     reduce="item_series")
+
+    return EpisodeReturns
+
+
+def rllib_returns(result: dict) -> list[float]:
+    """The episode returns :func:`rllib_episode_callback` logged in this iteration."""
+    return [float(x) for x in (result.get("env_runners", {}).get("bench_episode_returns")
+                               or [])]
+
+
+def build_rllib(config):
+    """``config.build_algo()`` (RLlib >= 2.40), else ``config.build()``."""
+    return config.build_algo() if hasattr(config, "build_algo") else config.build()
+
+
+ENGINES = ["flowrl", "flowrl-agg", "rllib-impala", "rllib-appo"]
+SYSTEM_RE = re.compile(r"^(flowrl|flowrl-agg|rllib-impala|rllib-appo)-w(\d+)$")
+TARGET_RATIO = 1.5
+
+
+def systems_for(engines, workers) -> list[str]:
+    return [f"{e}-w{n}" for n in workers for e in engines]
+
+
+def aggregators_for(workers: int) -> int:
+    return max(1, workers // 4)
+
+
+# -- children --------------------------------------------------------------------------
+def child_flowrl(args, workers: int, aggregators: int) -> dict:
     from flowrl.algorithms import IMPALA, IMPALAConfig
+    out = {"ray_init_s": start_ray(workers + aggregators + 2)}
     config = IMPALAConfig(env=sleepy_cartpole, env_config={"sleep_ms": args.sleep_ms},
                           num_workers=workers, num_envs_per_worker=1,
                           rollout_fragment_length=args.fragment,
                           train_batch_size=args.train_batch, num_cpus_per_worker=0,
-                          num_aggregation_workers=aggregators, backend="ray", seed=0)
+                          num_aggregation_workers=aggregators, backend="ray", seed=args.seed)
     algo = IMPALA(config)
     try:
+        c = algo.metrics.counters
+        while c["num_steps_sampled"] == 0:
+            algo.train()
+        out["first_result_s"] = harness.since_start()
         end = time.perf_counter() + args.warmup
         while time.perf_counter() < end:
             algo.train()
-        start_steps = algo.metrics.counters["num_steps_sampled"]
         learner = algo.learner_thread
-        busy0, t0 = learner.busy_s, time.perf_counter()
+        s0, tr0, busy0 = c["num_steps_sampled"], c["num_steps_trained"], learner.busy_s
+        t0 = time.perf_counter()
         while time.perf_counter() - t0 < args.seconds:
             algo.train()
         wall = time.perf_counter() - t0
-        steps = algo.metrics.counters["num_steps_sampled"] - start_steps
-        return steps / wall, (learner.busy_s - busy0) / wall
+        out.update(steps_per_s=(c["num_steps_sampled"] - s0) / wall,
+                   trained_per_s=(c["num_steps_trained"] - tr0) / wall,
+                   learner_util=(learner.busy_s - busy0) / wall, window_s=wall)
     finally:
         algo.stop()
+    return out
 
 
-def _find(result: dict, key: str) -> int:
-    """The first ``key`` anywhere in RLlib's nested result dict (its place moves
-    between RLlib versions and API stacks); 0 when absent."""
-    stack = [result]
-    while stack:
-        d = stack.pop(0)
-        if key in d and isinstance(d[key], (int, float)):
-            return int(d[key])
-        stack += [v for v in d.values() if isinstance(v, dict)]
-    return 0
-
-
-def rllib_algo(name: str, workers: int, args) -> float:
+def child_rllib(args, name: str, workers: int) -> dict:
+    out = {"ray_init_s": start_ray(workers + 2)}
     from ray.rllib.algorithms.appo import APPOConfig
     from ray.rllib.algorithms.impala import IMPALAConfig
     from ray.tune.registry import register_env
     register_env("sleepy_cartpole", sleepy_cartpole)
-    cls = {"IMPALA": IMPALAConfig, "APPO": APPOConfig}[name]
+    cls = {"impala": IMPALAConfig, "appo": APPOConfig}[name]
     config = (cls().environment("sleepy_cartpole", env_config={"sleep_ms": args.sleep_ms})
               .env_runners(num_env_runners=workers, num_envs_per_env_runner=1,
                            rollout_fragment_length=args.fragment, num_cpus_per_env_runner=0)
               .training(train_batch_size_per_learner=args.train_batch)
               .reporting(min_time_s_per_iteration=0.5)
-              .debugging(seed=0))
-    algo = config.build_algo() if hasattr(config, "build_algo") else config.build()
+              .debugging(seed=args.seed))
+    algo = build_rllib(config)
 
-    def sampled(result: dict) -> int:
-        return _find(result, "num_env_steps_sampled_lifetime")
+    def sampled(r: dict) -> float:
+        return find_metric(r, "num_env_steps_sampled_lifetime")
+
+    def trained(r: dict) -> float:  # its name differs between RLlib versions
+        return (find_metric(r, "num_env_steps_trained_lifetime")
+                or find_metric(r, "num_module_steps_trained_lifetime"))
 
     try:
-        result = algo.train()
-        deadline = time.perf_counter() + 600
-        while not sampled(result):  # RLlib's env runners take a while to start sampling
+        r = algo.train()
+        deadline = time.perf_counter() + 300
+        while not sampled(r):  # RLlib's env runners take a while to start sampling
             if time.perf_counter() > deadline:
-                raise RuntimeError(f"RLlib {name} sampled nothing in 600 s")
-            result = algo.train()
+                raise RuntimeError(f"RLlib {name} sampled nothing in 300 s")
+            r = algo.train()
+        out["first_result_s"] = harness.since_start()
         end = time.perf_counter() + args.warmup
         while time.perf_counter() < end:
-            result = algo.train()
-        start_steps, t0 = sampled(result), time.perf_counter()
+            r = algo.train()
+        s0, tr0, t0 = sampled(r), trained(r), time.perf_counter()
         while time.perf_counter() - t0 < args.seconds:
-            result = algo.train()
+            r = algo.train()
         wall = time.perf_counter() - t0
-        return (sampled(result) - start_steps) / wall
+        out.update(steps_per_s=(sampled(r) - s0) / wall, window_s=wall)
+        if trained(r):
+            out["trained_per_s"] = (trained(r) - tr0) / wall
     finally:
         algo.stop()
+    return out
 
 
-def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def child(args) -> None:
+    m = SYSTEM_RE.match(args.child)
+    if not m:
+        raise SystemExit(f"unknown system {args.child!r}: expected ENGINE-wN with ENGINE one "
+                         f"of {ENGINES}, e.g. flowrl-agg-w4")
+    engine, workers = m.group(1), int(m.group(2))
+    if engine == "flowrl":
+        result = child_flowrl(args, workers, 0)
+    elif engine == "flowrl-agg":
+        result = child_flowrl(args, workers, aggregators_for(workers))
+    else:
+        result = child_rllib(args, engine.split("-", 1)[1], workers)
+    result["workers"] = workers
+    harness.write_result(result)
+
+
+# -- report -----------------------------------------------------------------------------
+KEYS = ["steps_per_s", "trained_per_s", "learner_util", "first_result_s", "ray_init_s"]
+
+
+def report(runs: list[dict], engines, workers) -> None:
+    groups = {g.system: g for g in harness.summarize(runs, KEYS)}
+    rows = []
+    for system in systems_for(engines, workers):
+        g = groups.get(system)
+        if g is None:
+            rows.append([system, "0 runs", "-", "-", "-", "-"])
+            continue
+        f = g.figures.get
+        rows.append([system, g.label, harness.fmt_figure(f("steps_per_s"), "{:,.0f}"),
+                     harness.fmt_figure(f("trained_per_s"), "{:,.0f}"),
+                     harness.fmt_figure(f("learner_util"), "{:.2f}"),
+                     harness.fmt_figure(f("first_result_s"), "{:.1f}")])
+    harness.print_table(["system", "runs", "env steps/s", "trained rows/s",
+                         "learner utilization", "first result s"], rows,
+                        title="IMPALA throughput on sleepy CartPole: median [min-max] over "
+                              "seeds (learner utilization: flowrl's learner thread busy "
+                              "fraction in the window)")
+
+    def sps(engine: str, n: int):
+        g = groups.get(f"{engine}-w{n}")
+        return g.figures.get("steps_per_s") if g else None
+
+    def fmt_ratio(x: float, target: float | None = None) -> str:
+        if math.isnan(x):
+            return "-"
+        mark = "" if target is None else (" ok" if x >= target else " BELOW")
+        return f"{x:.2f}x{mark}"
+
+    rows = []
+    for n in workers:
+        row = [str(n)]
+        for ours in ("flowrl", "flowrl-agg"):
+            for theirs in ("rllib-impala", "rllib-appo"):
+                row.append(fmt_ratio(harness.ratio(sps(ours, n), sps(theirs, n)),
+                                     TARGET_RATIO))
+        rows.append(row)
+    harness.print_table(["workers", "flowrl / RLlib IMPALA", "flowrl / RLlib APPO",
+                         "flowrl-agg / RLlib IMPALA", "flowrl-agg / RLlib APPO"], rows,
+                        title=f"ratio of median env steps/s at equal settings "
+                              f"(target >= {TARGET_RATIO}x)")
+
+    base_n = min(workers)
+    rows = []
+    for n in workers:
+        row = [str(n)]
+        for e in engines:
+            a, b = sps(e, n), sps(e, base_n)
+            per_worker = (harness.ratio(a, b) * base_n / n) if a and b else math.nan
+            row.append(fmt_ratio(per_worker))
+        rows.append(row)
+    harness.print_table(["workers", *engines], rows,
+                        title=f"scaling: env steps/s per worker relative to {base_n} workers "
+                              "(1.00x = linear)")
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workers", type=int, nargs="+", default=[2, 4, 8])
-    p.add_argument("--aggregators", type=int, default=0,
-                   help="aggregators for the tree-aggregation runs (default: workers // 4, >= 1)")
-    p.add_argument("--seconds", type=float, default=30.0)
-    p.add_argument("--warmup", type=float, default=10.0)
+    p.add_argument("--engines", nargs="+", default=ENGINES, choices=ENGINES)
+    p.add_argument("--seconds", type=float, default=8.0, help="measured window per run")
+    p.add_argument("--warmup", type=float, default=3.0,
+                   help="seconds trained after sampling began, before the window")
     p.add_argument("--sleep-ms", type=float, default=1.0)
     p.add_argument("--fragment", type=int, default=50)
     p.add_argument("--train-batch", type=int, default=500)
-    p.add_argument("--no-rllib", action="store_true")
-    args = p.parse_args()
-
-    import ray
-    import torch
-    torch.set_num_threads(1)
-    ray.init(num_cpus=max(args.workers) + 4, include_dashboard=False, log_to_driver=False)
-    have_rllib = not args.no_rllib
-    if have_rllib:
-        try:
-            import ray.rllib  # noqa: F401
-        except ImportError:
-            have_rllib = False
-            print("ray[rllib] is not installed: flowrl only")
-    print(f"env: CartPole + {args.sleep_ms:g} ms/step, fragment {args.fragment}, train batch "
-          f"{args.train_batch}, {args.seconds:g} s measured after {args.warmup:g} s warm-up, "
-          f"{os.cpu_count()} cores")
-    header = (f"{'workers':>7} {'flowrl':>9} {'util':>5} {'flowrl+agg':>10} {'util':>5} "
-              f"{'RLlib IMPALA':>12} {'RLlib APPO':>10} {'ratio':>6}")
-    print(header)
-    for n in args.workers:
-        direct, util = flowrl_impala(n, 0, args)
-        aggs = args.aggregators or max(1, n // 4)
-        tree, tree_util = flowrl_impala(n, min(aggs, n), args)
-        r_impala = rllib_algo("IMPALA", n, args) if have_rllib else float("nan")
-        r_appo = rllib_algo("APPO", n, args) if have_rllib else float("nan")
-        ratio = direct / r_impala if r_impala == r_impala and r_impala > 0 else float("nan")
-        print(f"{n:>7} {direct:>9.0f} {util:>5.2f} {tree:>10.0f} {tree_util:>5.2f} "
-              f"{r_impala:>12.0f} {r_appo:>10.0f} {ratio:>6.2f}", flush=True)
-    print("steps/s = env steps sampled per second; util = flowrl learner thread busy fraction; "
-          "ratio = flowrl (direct) / RLlib IMPALA")
-    ray.shutdown()
+    harness.add_arguments(p, default_seeds=3)
+    args = p.parse_args(argv)
+    if args.quick:
+        args.seconds, args.warmup = min(args.seconds, 3.0), min(args.warmup, 2.0)
+        if args.workers == [2, 4, 8]:
+            args.workers = [2]
+        if args.seeds is None:
+            args.seeds = 1
+    if args.child:
+        child(args)
+        return
+    s = harness.settings_from(args)
+    child_args = ["--seconds", str(args.seconds), "--warmup", str(args.warmup), "--sleep-ms",
+                  str(args.sleep_ms), "--fragment", str(args.fragment), "--train-batch",
+                  str(args.train_batch)]
+    meta = {"workers": args.workers, "engines": args.engines, "seconds": args.seconds,
+            "warmup": args.warmup, "sleep_ms": args.sleep_ms, "fragment": args.fragment,
+            "train_batch": args.train_batch}
+    if not args.report:
+        print(f"env: CartPole + {args.sleep_ms:g} ms/step, 1 env per worker, fragment "
+              f"{args.fragment}, train batch {args.train_batch}; {args.seconds:g} s window after "
+              f"{args.warmup:g} s warm-up; {os.cpu_count()} cores", flush=True)
+    runs, _ = harness.run_all("impala_throughput", os.path.abspath(__file__),
+                              systems_for(args.engines, args.workers), s, child_args, meta)
+    if args.report:
+        import json
+        meta = json.loads(args.report.read_text())["meta"]
+        args.engines, args.workers = meta["engines"], meta["workers"]
+    report(runs, args.engines, args.workers)
 
 
 if __name__ == "__main__":
