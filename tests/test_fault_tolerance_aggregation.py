@@ -88,6 +88,7 @@ def test_impala_ignore_worker_failures_drops_a_worker_inside_the_aggregator(ray_
     assert later["num_worker_restarts"] == 0 and algo.workers.num_dropped == 1
 
 
+@pytest.mark.slow
 def test_impala_without_recovery_a_worker_killed_inside_the_aggregator_is_named(ray_session):
     algo = IMPALA(IMPALAConfig(**SMALL, recreate_failed_workers=False))
     try:
@@ -101,3 +102,28 @@ def test_impala_without_recovery_a_worker_killed_inside_the_aggregator_is_named(
         assert isinstance(info.value, WorkerError) or isinstance(info.value.__cause__, WorkerError)
     finally:
         algo.stop()
+
+
+def test_rollouts_without_recovery_a_worker_killed_inside_an_aggregator_is_named(ray_session):
+    """The same as the IMPALA case above, without a learner (cheap enough for the
+    default run): the aggregator's WorkerError names the shard and the settings."""
+    from flowrl import Plan
+    from flowrl.ops import rollout_shards
+    from flowrl.policies import PGPolicy
+    from flowrl.workers import WorkerConfig, WorkerSet
+
+    ws = WorkerSet("CartPole-v1", PGPolicy,
+                   WorkerConfig(rollout_fragment_length=8, num_cpus_per_worker=0, seed=0,
+                                recreate_failed_workers=False),
+                   num_workers=2, backend="ray")
+    stream = (rollout_shards(ws, name="rollouts")
+              .aggregate(1, lambda g: g.for_each(lambda b: b.count), name="agg")
+              .gather_sync())
+    try:
+        with Plan(stream).compile(backend="ray", remote_timeout_s=60) as run:
+            assert run.take(4) == [8] * 4
+            _kill(ws.remote_workers()[1])
+            with pytest.raises(WorkerError, match=r"rollouts\[1\].*recreate_failed_workers"):
+                run.take(1000)
+    finally:
+        ws.stop()

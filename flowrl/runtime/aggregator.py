@@ -5,6 +5,11 @@ sub-pipeline run over its round-robin group of upstream shards: it compiles that
 sub-plan with the group's hosts preset as the input gather's shards and iterates
 it. The same class runs in-process (local backend) or as a Ray actor created
 beside the driver (Ray backend).
+
+A member lost inside an aggregator recovers there, with the member's ``restart``;
+a restart that must run on the driver (a WorkerSet's) is relayed to it: see
+:class:`RestartRelay` (state: one broker actor and one waiting thread per run that
+needs it).
 """
 
 from __future__ import annotations
