@@ -88,7 +88,6 @@ def test_impala_ignore_worker_failures_drops_a_worker_inside_the_aggregator(ray_
     assert later["num_worker_restarts"] == 0 and algo.workers.num_dropped == 1
 
 
-@pytest.mark.slow
 def test_impala_without_recovery_a_worker_killed_inside_the_aggregator_is_named(ray_session):
     algo = IMPALA(IMPALAConfig(**SMALL, recreate_failed_workers=False))
     try:
@@ -104,9 +103,11 @@ def test_impala_without_recovery_a_worker_killed_inside_the_aggregator_is_named(
         algo.stop()
 
 
+@pytest.mark.slow
 def test_rollouts_without_recovery_a_worker_killed_inside_an_aggregator_is_named(ray_session):
-    """The same as the IMPALA case above, without a learner (cheap enough for the
-    default run): the aggregator's WorkerError names the shard and the settings."""
+    """The IMPALA case above without a learner, so only the aggregator can find the
+    loss: its WorkerError (not wrapped in an OperatorError) names the shard and the
+    settings."""
     from flowrl import Plan
     from flowrl.ops import rollout_shards
     from flowrl.policies import PGPolicy
