@@ -5,9 +5,11 @@ flight per shard), a ``duplicate`` feeds a slow driver-side consumer and an
 ``Enqueue`` into a bounded ``queue.Queue`` drained by a slow thread. Over the run
 every node's ``max_queue_depth`` stays at most 2 x shards x num_async, the
 gather's in-flight requests at most shards x num_async, and on Ray the object
-references the driver holds (what pins object-store memory on its behalf) stay
-under a fixed bound independent of the items processed. The default run uses 600
-items; the slow one 10,000.
+references the driver holds (what pins object-store memory on its behalf) and the
+object-store bytes they pin stay under fixed bounds independent of the items
+processed. Items are 128 KiB, above Ray's 100 KiB inline limit, so they travel
+through the shared-memory (plasma) object store. The default run uses 600 items;
+the slow one 10,000.
 """
 
 from __future__ import annotations
@@ -24,7 +26,11 @@ from flowrl.ops import Enqueue
 
 SHARDS, NUM_ASYNC, MAX_LAG, QSIZE = 3, 2, 8, 4
 PRODUCE_S, CONSUME_S = 0.0002, 0.002          # the consumer is 10x slower
-PAYLOAD = 64 * 1024
+PAYLOAD = 128 * 1024
+#: Object-store bytes the driver may pin: in flight plus fetched-not-yet-consumed,
+#: each one item (payload plus serialization overhead); independent of n.
+REFS_BOUND = SHARDS * NUM_ASYNC + 16
+BYTES_BOUND = REFS_BOUND * (PAYLOAD + 4096)
 
 
 def _produce(i):
@@ -35,6 +41,18 @@ def _produce(i):
 def _driver_refs() -> int:
     import ray
     return len(ray._private.worker.global_worker.core_worker.get_all_reference_counts())
+
+
+def _object_store_bytes() -> int:
+    """Bytes of every object the driver holds a reference to, wherever it is stored
+    (plasma or the driver's in-process store), by Ray's own object directory
+    (``ray.experimental.get_object_locations``; needs no dashboard)."""
+    import ray
+    from ray.experimental import get_object_locations
+    ids = ray._private.worker.global_worker.core_worker.get_all_reference_counts()
+    refs = [ray.ObjectRef(bytes.fromhex(i.decode())) for i in ids]
+    locations = get_object_locations(refs) if refs else {}
+    return sum(loc.get("object_size") or 0 for loc in locations.values())
 
 
 def run_slow_consumer(backend: str, n: int) -> dict:
@@ -49,12 +67,14 @@ def run_slow_consumer(backend: str, n: int) -> dict:
                 continue
             time.sleep(CONSUME_S)
 
-    refs_peak = [0]
+    refs_peak, bytes_peak, samples = [0], [0], [0]
 
     def slow(item):
         time.sleep(CONSUME_S)
-        if backend == "ray" and item[0] % 100 == 0:
+        if backend == "ray" and item[0] % 50 == 0:
             refs_peak[0] = max(refs_peak[0], _driver_refs())
+            bytes_peak[0] = max(bytes_peak[0], _object_store_bytes())
+            samples[0] += 1
         return item[0]
 
     src = flowrl.from_range(n, num_shards=SHARDS, name="src").for_each(_produce)
@@ -66,6 +86,7 @@ def run_slow_consumer(backend: str, n: int) -> dict:
     thread = threading.Thread(target=drain, daemon=True)
     thread.start()
     base = _driver_refs() if backend == "ray" else 0
+    base_bytes = _object_store_bytes() if backend == "ray" else 0
     try:
         with Plan(out).compile(backend=backend) as run:
             got = sum(1 for _ in run)
@@ -73,7 +94,8 @@ def run_slow_consumer(backend: str, n: int) -> dict:
     finally:
         stop.set()
         thread.join(5)
-    return {"items": got, "stats": stats, "refs_peak": refs_peak[0] - base}
+    return {"items": got, "stats": stats, "refs_peak": refs_peak[0] - base,
+            "bytes_peak": bytes_peak[0] - base_bytes, "samples": samples[0]}
 
 
 def _check(result: dict, n: int) -> None:
@@ -93,8 +115,17 @@ def test_slow_consumer_memory_stays_bounded(backend, request):
     result = run_slow_consumer(backend, n)
     _check(result, n)
     if backend == "ray":
-        # in flight + fetched-not-yet-consumed; independent of n
-        assert result["refs_peak"] <= SHARDS * NUM_ASYNC + 16, result["refs_peak"]
+        _check_ray(result, n)
+
+
+def _check_ray(result: dict, n: int) -> None:
+    # in flight + fetched-not-yet-consumed; independent of n
+    assert result["samples"] >= n // 100, result           # the figures were taken
+    assert result["refs_peak"] <= REFS_BOUND, result
+    # something was in the store when sampled (the probe sees the items) ...
+    assert result["bytes_peak"] >= PAYLOAD, result
+    # ... but never more than the bound, whatever n is
+    assert result["bytes_peak"] <= BYTES_BOUND, result
 
 
 @pytest.mark.slow
@@ -103,6 +134,14 @@ def test_slow_consumer_memory_stays_bounded_over_10k_items(backend, request):
     if backend == "ray":
         request.getfixturevalue("ray_session")
     result = run_slow_consumer(backend, 10_000)
+    stats = result["stats"]
+    # the README's "Memory bounds" figures (shown with -s)
+    print(f"\n{backend}: items={result['items']} "
+          f"gather max_queue_depth={stats['gather']['max_queue_depth']} "
+          f"max node queue depth={max(st.get('max_queue_depth', 0) for st in stats.values())} "
+          f"dup max_queue_depth={stats['dup'].get('max_queue_depth')} "
+          f"peak driver refs={result['refs_peak']} "
+          f"peak object-store bytes={result['bytes_peak']} samples={result['samples']}")
     _check(result, 10_000)
     if backend == "ray":
-        assert result["refs_peak"] <= SHARDS * NUM_ASYNC + 16, result["refs_peak"]
+        _check_ray(result, 10_000)

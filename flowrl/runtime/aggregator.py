@@ -5,6 +5,11 @@ sub-pipeline run over its round-robin group of upstream shards: it compiles that
 sub-plan with the group's hosts preset as the input gather's shards and iterates
 it. The same class runs in-process (local backend) or as a Ray actor created
 beside the driver (Ray backend).
+
+A member lost inside an aggregator recovers there, with the member's ``restart``;
+a restart that must run on the driver (a WorkerSet's) is relayed to it: see
+:class:`RestartRelay` (state: one broker actor and one waiting thread per run that
+needs it).
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterator
 
+from flowrl.errors import WorkerError
 from flowrl.graph.node import Node
 from flowrl.runtime.shard_host import ShardHost
 
@@ -71,3 +77,141 @@ class AggregatorHost(ShardHost):
     def flowrl_close(self) -> None:
         for run in list(self._runs):
             run.stop()
+
+
+# ---------------------------------------------------------------------------------
+# Restarts requested by aggregators, performed by the driver.
+#
+# A WorkerSet's restart (``WorkerSet.restarter()``) must run where the WorkerSet
+# lives: only the driver holds the learner's current weights and the list of remote
+# workers that later weight broadcasts and ``foreach_worker`` reach. An aggregator on
+# Ray therefore gets a serializable stand-in, :class:`RelayedRestart`, which sends
+# the request through a small async actor (:class:`RestartBroker`) and waits for the
+# answer; a :class:`RestartRelay` thread on the driver blocks on the broker's next
+# request (no polling), calls the real restart and sends back the new actor handle
+# (or None: dropped, or the error text). The aggregator's sub-run then installs its
+# stage on the replacement exactly as a driver-side gather would.
+
+
+class RestartBroker:
+    """Ray actor (async): hands restart requests from aggregators to the driver."""
+
+    def __init__(self) -> None:
+        import asyncio
+        self._requests: Any = asyncio.Queue()
+        self._replies: dict[int, Any] = {}
+        self._seq = 0
+
+    async def request(self, source: str, index: int, lost: int) -> tuple[Any, str | None]:
+        import asyncio
+        self._seq += 1
+        reply = asyncio.get_running_loop().create_future()
+        self._replies[self._seq] = reply
+        await self._requests.put((self._seq, source, index, lost))
+        return await reply
+
+    async def next_request(self) -> tuple[int, str, int, int]:
+        return await self._requests.get()
+
+    async def reply(self, seq: int, result: tuple[Any, str | None]) -> None:
+        reply = self._replies.pop(seq, None)
+        if reply is not None and not reply.done():
+            reply.set_result(result)
+
+
+class RelayedRestart:
+    """The ``restart`` an aggregator calls for a member whose restart runs on the driver.
+
+    ``restart(index, lost=n)`` asks the driver (through the broker) for the
+    replacement of shard ``index`` of source ``source`` and returns it (None: the
+    driver dropped the worker). A refusal on the driver (``max_worker_restarts`` used
+    up, a failed rebuild) comes back as a WorkerError with the driver's message.
+    ``takes_lost``: the runtime passes how many requests were abandoned, which the
+    driver adds to its ``num_lost_requests``.
+    """
+
+    takes_lost = True
+
+    def __init__(self, broker: Any, source: str, timeout_s: float):
+        self.broker = broker
+        self.source = source
+        self.timeout_s = timeout_s
+
+    def __call__(self, index: int, lost: int = 0) -> Any:
+        import ray
+        from ray.exceptions import GetTimeoutError, RayError
+
+        try:
+            new, error = ray.get(self.broker.request.remote(self.source, index, lost),
+                                 timeout=self.timeout_s)
+        except GetTimeoutError:
+            raise WorkerError(f"the driver did not answer the restart of {self.source}[{index}] "
+                              f"within {self.timeout_s:g} s; it may be stopping or stuck in "
+                              "the learner") from None
+        except RayError as e:
+            raise WorkerError(f"the restart of {self.source}[{index}] could not reach the "
+                              f"driver ({type(e).__name__}); the run is stopping") from e
+        if error is not None:
+            raise WorkerError(error)
+        return new
+
+
+class RestartRelay:
+    """Driver side of relayed restarts: one broker actor and one waiting thread per run.
+
+    :meth:`proxy` registers a driver-only restart for a source and returns its
+    :class:`RelayedRestart`. The thread serves requests one at a time: it adds the
+    request's abandoned count to ``counters['num_lost_requests']`` and calls the
+    registered restart. :meth:`close` ends the broker (which ends the thread).
+    """
+
+    def __init__(self, counters: Any, lost_counter: str, timeout_s: float):
+        import threading
+
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        from flowrl.runtime.ray_backend import remote_class
+        here = ray.get_runtime_context().get_node_id()
+        self.broker = remote_class(RestartBroker).options(
+            num_cpus=0,
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False),
+        ).remote()
+        self.counters = counters
+        self.lost_counter = lost_counter
+        self.timeout_s = timeout_s
+        self.restarts: dict[str, Any] = {}
+        self._thread = threading.Thread(target=self._serve, name="flowrl-restart-relay",
+                                        daemon=True)
+        self._thread.start()
+
+    def proxy(self, source: str, restart: Any) -> RelayedRestart:
+        self.restarts[source] = restart
+        return RelayedRestart(self.broker, source, self.timeout_s)
+
+    def _serve(self) -> None:
+        import ray
+        while True:
+            try:
+                seq, source, index, lost = ray.get(self.broker.next_request.remote())
+            except Exception:  # noqa: BLE001 - the broker ended: the run stopped
+                return
+            self.counters[self.lost_counter] += lost
+            try:
+                result = (self.restarts[source](index), None)
+            except Exception as e:  # noqa: BLE001 - sent back, raised in the aggregator
+                result = (None, str(e) if isinstance(e, WorkerError) else
+                          f"restart of {source}[{index}] on the driver raised "
+                          f"{type(e).__name__}: {e}")
+            try:
+                self.broker.reply.remote(seq, result)
+            except Exception:  # noqa: BLE001 - the broker ended
+                return
+
+    def close(self) -> None:
+        import ray
+        try:
+            ray.kill(self.broker, no_restart=True)
+        except Exception:  # noqa: BLE001 - already gone
+            pass
+        self._thread.join(timeout=3)

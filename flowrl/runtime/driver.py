@@ -64,6 +64,7 @@ class Driver:
         self.segments: list[tuple[list[str], Any, "_ChainCounter"]] = []
         self.agens: list[Any] = []
         self.restarts: dict[Any, int] = {}   # shard origin -> replacements so far
+        self.relay: Any = None                # RestartRelay, made when an aggregator needs one
 
     # ------------------------------------------------------------------ setup
     def start(self) -> None:
@@ -93,13 +94,31 @@ class Driver:
             for j, group in enumerate(self.compiled.groups[src]):
                 members = [(self.hosts[s.source][s.index][0], FusedStage.from_spec(s.stage),
                             f"{self.ids[s.source]}[{s.index}]",
-                            _recovery(s.source, s.index, shipped=True)) for s in group]
+                            _recovery(s.source, s.index, shipped=True, relay=self._relayed))
+                           for s in group]
                 spec = AggregatorSpec(self.plan, src, members, f"{self.key}/agg{j}",
                                       self.seed + j, self.backend.remote_timeout_s)
                 hosts.append((self.backend.make_aggregator_host(spec), True))
             return hosts
         return [(self.backend.make_item_host(part, src.params["repeat"]), True)
                 for part in src.params["shards"]]
+
+    def _relayed(self, source: Node, restart: Any) -> Any:
+        """A shippable stand-in for the driver-only ``restart`` of ``source``'s shards.
+
+        Ray only: an aggregator actor calls it, and the driver's :class:`RestartRelay`
+        runs ``restart`` here, where the WorkerSet and the learner's weights are.
+        In-process aggregators (local backend) hold no lost hosts: None.
+        """
+        if self.backend.name != "ray":
+            return None
+        if self.relay is None:
+            from flowrl.runtime.aggregator import RestartRelay
+            from flowrl.runtime.ray_backend import START_WAIT_S
+            bound = self.backend.remote_timeout_s
+            self.relay = RestartRelay(self.metrics.counters, LOST_REQUESTS_COUNTER,
+                                      max(START_WAIT_S, bound or 0.0))
+        return self.relay.proxy(self.ids[source], restart)
 
     def stop(self) -> None:
         """Release this run's stages from surviving hosts and end the hosts it made."""
@@ -109,7 +128,11 @@ class Driver:
         try:
             self.backend.release(outliving)
         finally:
-            self.backend.destroy(list(created.values()))
+            try:
+                self.backend.destroy(list(created.values()))
+            finally:
+                if self.relay is not None:
+                    self.relay.close()
 
     # ------------------------------------------------------------------ recovery
     def recover(self, shard: Shard, error: BaseException, lost: int) -> bool:
@@ -167,7 +190,10 @@ class Driver:
         if new is None:
             self.backend.end_host(dead)
             try:
-                new = shard.restart(shard.index)
+                if getattr(shard.restart, "takes_lost", False):
+                    new = shard.restart(shard.index, lost=lost)
+                else:
+                    new = shard.restart(shard.index)
             except WorkerError:
                 raise
             except Exception as e:
@@ -513,16 +539,19 @@ class Driver:
         return round_robin(self.ctx, inputs, weights, emit, rng, st)
 
 
-def _recovery(source: Node, index: int, shipped: bool = False) -> dict[str, Any]:
+def _recovery(source: Node, index: int, shipped: bool = False,
+              relay: Any = None) -> dict[str, Any]:
     """The Shard fields that let the runtime replace shard ``index`` of ``source``.
 
     ``shipped``: for an aggregator's members, which recover inside the aggregator; a
-    ``restart`` that only works on the driver (``driver_only``) is left out there.
+    ``restart`` that only works on the driver (``driver_only``, e.g. a WorkerSet's) is
+    replaced there by ``relay(source, restart)`` (a stand-in that asks the driver),
+    or left out without a relay.
     """
     p = source.params
     restart = p.get("restart") if source.op == "from_actors" else None
     if restart is not None and shipped and getattr(restart, "driver_only", False):
-        restart = None
+        restart = relay(source, restart) if relay is not None else None
     return {"restart": restart, "index": index,
             "max_restarts": p.get("max_restarts") if restart is not None else None,
             "origin": None if shipped else (source, index)}

@@ -22,7 +22,7 @@ from __future__ import annotations
 import random
 from typing import Any, Callable, Iterator
 
-from flowrl.errors import OperatorError
+from flowrl.errors import OperatorError, WorkerError
 from flowrl.graph.compile import StageSpec, Step
 
 
@@ -153,11 +153,15 @@ def shuffle_buffer(items: Iterator[Any], buffer_size: int, rng: random.Random) -
 
 
 def _guard_source(items: Iterator[Any], node_id: str, label: str) -> Iterator[Any]:
+    # A WorkerError (e.g. a member lost inside an aggregator) already names the
+    # worker and the fix; it stays a WorkerError rather than the source's OperatorError.
     while True:
         try:
             x = next(items)
         except StopIteration:
             return
+        except WorkerError:
+            raise
         except Exception as e:
             raise operator_error(node_id, label, e) from e
         yield x

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -141,6 +142,9 @@ class WorkerSet:
         self.num_dropped = 0
         self._pending_syncs: list[tuple[int, Any, Any, float]] = []
         self._fresh: dict[int, float] = {}   # replacement worker_index -> when created
+        # Replacements may be made on the driver's thread or, for workers lost inside an
+        # aggregator, on the run's restart-relay thread: one at a time.
+        self._lock = threading.RLock()
         self._remotes = []
         if backend == "ray":
             self._remotes = _submit_ray_workers(env, kwargs, config, num_workers)
@@ -178,6 +182,7 @@ class WorkerSet:
         self.num_restarts = self.num_dropped = 0
         self._pending_syncs = []
         self._fresh = {}
+        self._lock = threading.RLock()
         return self
 
     def local_worker(self) -> RolloutWorker:
@@ -306,14 +311,15 @@ class WorkerSet:
     def _lost(self, idx: int, w: Any, reason: str, where: str,
               error: BaseException | None = None) -> None:
         """Remote worker ``idx`` (handle ``w``) is lost: replace or drop it, or raise."""
-        if idx not in self._indices or self._remotes[self._indices.index(idx)] is not w:
-            return  # already replaced or dropped by an earlier call
-        if self.config is None or not self.config.tolerates_failures:
-            raise WorkerError(
-                f"WorkerSet.{where}: remote worker {idx} (a Ray actor) {reason}; set "
-                "recreate_failed_workers=True to replace it or ignore_worker_failures=True to "
-                "go on without it") from error
-        self.restart_worker(idx, reason=reason)
+        with self._lock:
+            if idx not in self._indices or self._remotes[self._indices.index(idx)] is not w:
+                return  # already replaced or dropped by an earlier call
+            if self.config is None or not self.config.tolerates_failures:
+                raise WorkerError(
+                    f"WorkerSet.{where}: remote worker {idx} (a Ray actor) {reason}; set "
+                    "recreate_failed_workers=True to replace it or ignore_worker_failures=True "
+                    "to go on without it") from error
+            self.restart_worker(idx, reason=reason)
 
     def restart_worker(self, worker_index: int, *, reason: str = "requested") -> Any:
         """Replace remote worker ``worker_index`` (or drop it); returns the new one or None.
@@ -324,7 +330,13 @@ class WorkerSet:
         the worker is dropped instead and None is returned. Raises WorkerError once
         ``max_worker_restarts`` replacements were made. Counts ``num_restarts`` /
         ``num_dropped`` and logs once (``flowrl.workers`` logger, WARNING).
+        Thread-safe (a worker lost inside an aggregator is replaced from the run's
+        restart-relay thread).
         """
+        with self._lock:
+            return self._restart_worker(worker_index, reason)
+
+    def _restart_worker(self, worker_index: int, reason: str) -> Any:
         if worker_index not in self._indices:
             raise ConfigError(f"WorkerSet.restart_worker({worker_index!r}): no such remote "
                               f"worker; have {self._indices}")
@@ -339,7 +351,9 @@ class WorkerSet:
         else:
             old.stop()
         if config.ignore_worker_failures or not config.recreate_failed_workers:
-            del self._remotes[pos], self._indices[pos]
+            # New lists, so a loop over the old ones on another thread stays consistent.
+            self._remotes = self._remotes[:pos] + self._remotes[pos + 1:]
+            self._indices = self._indices[:pos] + self._indices[pos + 1:]
             self.num_dropped += 1
             log.warning("remote worker %d was lost (%s) and dropped "
                         "(ignore_worker_failures); %d remote worker(s) left", worker_index,
@@ -357,7 +371,7 @@ class WorkerSet:
         else:
             new = RolloutWorker(self._env, worker_index=worker_index, **self._kwargs)
             new.set_weights(weights)
-        self._remotes[pos] = new
+        self._remotes = self._remotes[:pos] + [new] + self._remotes[pos + 1:]
         self._fresh[worker_index] = time.monotonic()
         self.num_restarts += 1
         log.warning("remote worker %d was lost (%s) and replaced (restart %d)", worker_index,
@@ -442,7 +456,11 @@ class WorkerSet:
 
 
 class _Restarter:
-    """The ``restart`` a WorkerSet gives ``from_actors``; runs on the driver only."""
+    """The ``restart`` a WorkerSet gives ``from_actors``; runs on the driver only.
+
+    Inside an aggregator (Ray) the runtime ships a stand-in that asks the driver to
+    call it (``flowrl.runtime.aggregator.RelayedRestart``).
+    """
 
     driver_only = True
 
@@ -451,7 +469,21 @@ class _Restarter:
         self.indices = indices
         self.handed = {idx: w for idx, w in zip(workers._indices, workers._remotes)}
 
+    def __getstate__(self) -> dict:
+        # Plans are shipped to aggregators with their nodes' params: a copy carries no
+        # WorkerSet (its local worker, locks), only what names it. The runtime never
+        # calls a copy; it relays to the driver's original instead.
+        return {"workers": None, "indices": self.indices, "handed": {}}
+
     def __call__(self, i: int) -> Any:
+        if self.workers is None:
+            raise WorkerError(f"WorkerSet.restarter(): restart({i}) was called on a copy "
+                              "shipped away from the driver; only the driver's WorkerSet can "
+                              "replace its workers")
+        with self.workers._lock:
+            return self._restart(i)
+
+    def _restart(self, i: int) -> Any:
         ws, idx = self.workers, self.indices[i]
         if idx not in ws._indices:
             return None                       # dropped already
