@@ -207,8 +207,25 @@ class TorchPolicy:
             self.generator.manual_seed(seed)
         else:
             self.generator.seed()
-        self.optimizer = _adam(self.model.parameters(), lr)
+        self._optimizer: torch.optim.Optimizer | None = None  # see the optimizer property
         self._towers: list[tuple[nn.Module, torch.device]] = [(self.model, torch.device("cpu"))]
+
+    @property
+    def optimizer(self) -> torch.optim.Optimizer:
+        """Adam over :attr:`model`'s parameters, created on first use.
+
+        Lazy because creating or stepping any ``torch.optim`` optimizer imports
+        ``torch._dynamo`` (a large share of a process's start-up): a policy that only
+        acts, as in every remote rollout worker, never pays for it.
+
+        >>> from flowrl.policies import PGPolicy
+        >>> p = PGPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), seed=0)
+        >>> p._optimizer is None, type(p.optimizer).__name__
+        (True, 'Adam')
+        """
+        if self._optimizer is None:
+            self._optimizer = _adam(self.model.parameters(), self.lr)
+        return self._optimizer
 
     # -- acting ----------------------------------------------------------------
     def _obs_tensor(self, obs) -> torch.Tensor:
@@ -284,7 +301,7 @@ class TorchPolicy:
         return out
 
     def _backward(self, batch: SampleBatch) -> dict[str, float]:
-        self.optimizer.zero_grad(set_to_none=True)
+        self.model.zero_grad(set_to_none=True)  # not the optimizer's: see `optimizer`
         loss, stats = self.loss(self._train_tensors(batch))
         loss.backward()
         params = [p for p in self.model.parameters() if p.grad is not None]
@@ -416,7 +433,7 @@ class TorchPolicy:
         stats = self._backward(batch)
         grads = [(p.grad.numpy().copy() if p.grad is not None else np.zeros(tuple(p.shape), np.float32))
                  for p in self.model.parameters()]
-        self.optimizer.zero_grad(set_to_none=True)
+        self.model.zero_grad(set_to_none=True)
         return grads, stats
 
     def apply_gradients(self, grads: Sequence[np.ndarray]) -> None:
