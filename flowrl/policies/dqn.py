@@ -193,16 +193,16 @@ class DQNPolicy:
         self.target_model.load_state_dict(self.model.state_dict())
         for p in self.target_model.parameters():
             p.requires_grad_(False)
-        self._optimizer: torch.optim.Optimizer | None = None  # see the optimizer property
+        self._optimizer: Any = None  # see the optimizer property
         self._rng = np.random.default_rng(seed)
         self.timesteps = 0
         self.fixed_epsilon: float | None = None
 
     # -- exploration ---------------------------------------------------------------
     @property
-    def optimizer(self) -> torch.optim.Optimizer:
-        """Adam over the online network, created on first use (a policy that only
-        acts never imports ``torch._dynamo``; see ``TorchPolicy.optimizer``)."""
+    def optimizer(self) -> Any:
+        """Adam over the online network (:func:`~flowrl.policies.adam.make_adam`),
+        created on first use, as ``TorchPolicy.optimizer``."""
         if self._optimizer is None:
             self._optimizer = _adam(self.model.parameters(), self.lr)
         return self._optimizer
