@@ -65,6 +65,18 @@ def test_state_moves_between_torch_adam_and_fused_adam():
     assert back.state_dict()["state"][0]["step"].item() == 10
 
 
+def test_step_post_hooks_run_after_each_step_until_removed():
+    model = _model(0)
+    opt = FusedAdam(model.parameters(), lr=1e-3)
+    seen = []
+    handle = opt.register_step_post_hook(lambda o, args, kwargs: seen.append(
+        int(o.state_dict()["state"][0]["step"])))
+    _train(model, opt, 3, seed=0)
+    handle.remove()
+    _train(model, opt, 2, seed=0)
+    assert seen == [1, 2, 3]
+
+
 def test_state_for_another_model_is_a_config_error():
     opt = FusedAdam(_model(0).parameters(), lr=1e-3)
     other = FusedAdam([torch.nn.Parameter(torch.zeros(3))], lr=1e-3)

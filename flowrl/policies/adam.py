@@ -16,15 +16,15 @@ between the two either way.
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import torch
 
 
 class FusedAdam:
     """Adam over ``params`` with learning rate ``lr``, betas ``(0.9, 0.999)`` and
-    ``eps=1e-8``; ``zero_grad``/``step``/``state_dict``/``load_state_dict`` as in
-    ``torch.optim``. Parameters without a gradient are skipped by a step.
+    ``eps=1e-8``; ``zero_grad``/``step``/``state_dict``/``load_state_dict``/
+    ``register_step_post_hook`` as in ``torch.optim``. Parameters without a gradient are skipped by a step.
 
     >>> w = torch.nn.Parameter(torch.tensor([1.0, -1.0]))
     >>> opt = FusedAdam([w], lr=0.1)
@@ -39,6 +39,7 @@ class FusedAdam:
         self.lr, self.betas, self.eps = float(lr), (float(betas[0]), float(betas[1])), float(eps)
         # per parameter index: step (float32 scalar, on the parameter's device), moments
         self.state: dict[int, dict[str, torch.Tensor]] = {}
+        self._post_hooks: dict[int, Callable[..., Any]] = {}
 
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Drop (or zero) every parameter's gradient."""
@@ -72,6 +73,16 @@ class FusedAdam:
                                amsgrad=False, lr=self.lr, beta1=self.betas[0],
                                beta2=self.betas[1], weight_decay=0.0, eps=self.eps,
                                maximize=False, grad_scale=None, found_inf=None)
+        for hook in list(self._post_hooks.values()):
+            hook(self, (), {})
+
+    def register_step_post_hook(self, hook: Callable[..., Any]) -> "_HookHandle":
+        """Call ``hook(optimizer, args, kwargs)`` after every :meth:`step`, as
+        ``torch.optim.Optimizer.register_step_post_hook`` does; ``.remove()`` on the
+        returned handle unregisters it."""
+        key = max(self._post_hooks, default=-1) + 1
+        self._post_hooks[key] = hook
+        return _HookHandle(self._post_hooks, key)
 
     def state_dict(self) -> dict[str, Any]:
         """``{"state": {index: {"step", "exp_avg", "exp_avg_sq"}}, "param_groups": [...]}``,
@@ -109,6 +120,14 @@ class FusedAdam:
                 "exp_avg": torch.as_tensor(saved["exp_avg"]).to(p.device, p.dtype).clone(),
                 "exp_avg_sq": torch.as_tensor(saved["exp_avg_sq"]).to(p.device, p.dtype).clone()}
         self.state = state
+
+
+class _HookHandle:
+    def __init__(self, hooks: dict, key: int):
+        self._hooks, self._key = hooks, key
+
+    def remove(self) -> None:
+        self._hooks.pop(self._key, None)
 
 
 def make_adam(params: Iterable[torch.Tensor], lr: float) -> "FusedAdam | torch.optim.Adam":
