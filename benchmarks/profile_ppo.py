@@ -55,7 +55,7 @@ def child(args) -> None:
     backend = args.child.split("-", 1)[1]
     algo = PPO(PPOConfig(env="CartPole-v1", backend=backend, seed=args.seed,
                          rollout_fragment_length=128, train_batch_size=2048,
-                         vf_clip_param=math.inf))
+                         vf_clip_param=1e6))  # no value clipping; the config takes no inf
     for _ in range(args.warmup):
         algo.train()
     walls, learn, update, steps = [], [], [], []

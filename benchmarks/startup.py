@@ -20,6 +20,7 @@ Profiles (single process, not through the harness):
 
     python benchmarks/startup.py --importtime      # python -X importtime, top modules
     python benchmarks/startup.py --profile ray     # cProfile of PPO(config) on Ray
+    python benchmarks/startup.py --worker-modules  # what a Ray rollout worker imports
     python benchmarks/startup.py                   # 5 seeds x 2 backends via the harness
     python benchmarks/startup.py --quick --no-idle-wait
 """
@@ -96,11 +97,34 @@ def profile(backend: str) -> None:
     algo.stop()
 
 
+def _modules(_worker=None) -> list[str]:
+    import sys as sys_
+    return sorted(sys_.modules)
+
+
+def worker_modules() -> None:
+    """Count the modules a Ray rollout worker of PPO has imported once built, and
+    list the heavy packages among them (a deterministic start-up proxy)."""
+    from flowrl.algorithms import PPO, PPOConfig
+    algo = PPO(PPOConfig(env="CartPole-v1", backend="ray", seed=0))
+    try:
+        mods = algo.workers.foreach_remote_worker(_modules)[0]
+    finally:
+        algo.stop()
+    heavy = ["torch", "torch._dynamo", "torch.optim", "gymnasium", "networkx", "rich",
+             "tensorboardX", "yaml", "pandas", "scipy"]
+    print(f"modules in a Ray rollout worker: {len(mods)}")
+    for name in heavy:
+        print(f"  {name:15s} {'imported' if name in mods else '-'}")
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--systems", nargs="*", default=SYSTEMS, choices=SYSTEMS)
     p.add_argument("--importtime", action="store_true")
     p.add_argument("--profile", choices=["local", "ray"])
+    p.add_argument("--worker-modules", action="store_true",
+                   help="list what a Ray rollout worker imports")
     harness.add_arguments(p)
     args = p.parse_args(argv)
     if args.child:
@@ -111,6 +135,9 @@ def main(argv=None) -> None:
         return
     if args.profile:
         profile(args.profile)
+        return
+    if args.worker_modules:
+        worker_modules()
         return
     s = harness.settings_from(args)
     runs, _ = harness.run_all("startup", os.path.abspath(__file__), args.systems, s)

@@ -8,13 +8,14 @@ stable readable id (the user's ``name=``, else parent id + op, de-duplicated wit
 
 from __future__ import annotations
 
-from typing import Any
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any
 
 from flowrl.errors import PlanError
 from flowrl.graph.node import AGGREGATE, LOCAL, PARALLEL, Node, describe_callable
 from flowrl.graph.stream import LocalStream
+
+if TYPE_CHECKING:
+    import networkx as nx
 
 
 def collect(output: Node, boundary: frozenset[Node] = frozenset()) -> list[Node]:
@@ -131,6 +132,8 @@ class Plan:
         validate(self)
 
     def _build_graph(self) -> nx.MultiDiGraph:
+        # imported here: `import flowrl`, and so every Ray worker process, skips it
+        import networkx as nx
         g = nx.MultiDiGraph(name=self.name)
         for node in self.nodes:
             g.add_node(self.ids[node], op=node.op, label=node.label, kind=node.kind,

@@ -33,7 +33,13 @@ class Categorical:
         self.log_probs = torch.log_softmax(inputs, dim=-1)
 
     def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
-        return torch.multinomial(self.log_probs.exp(), 1, generator=generator).squeeze(-1)
+        """One action per row, by inverse CDF: the number of categories whose
+        cumulative probability is below ``u ~ U(0, 1]`` (scaled by the row's total, so
+        rounding never yields a category past the last one with mass). Exact, seeded
+        by ``generator``, and cheaper than ``torch.multinomial`` for small batches."""
+        cdf = self.log_probs.exp().cumsum(-1)
+        u = torch.rand(cdf.shape[:-1] + (1,), generator=generator, dtype=cdf.dtype)
+        return (cdf < (1.0 - u) * cdf[..., -1:]).sum(-1)
 
     def deterministic_sample(self) -> torch.Tensor:
         return self.log_probs.argmax(dim=-1)

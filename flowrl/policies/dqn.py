@@ -193,12 +193,20 @@ class DQNPolicy:
         self.target_model.load_state_dict(self.model.state_dict())
         for p in self.target_model.parameters():
             p.requires_grad_(False)
-        self.optimizer = _adam(self.model.parameters(), lr)
+        self._optimizer: Any = None  # see the optimizer property
         self._rng = np.random.default_rng(seed)
         self.timesteps = 0
         self.fixed_epsilon: float | None = None
 
     # -- exploration ---------------------------------------------------------------
+    @property
+    def optimizer(self) -> Any:
+        """Adam over the online network (:func:`~flowrl.policies.adam.make_adam`),
+        created on first use, as ``TorchPolicy.optimizer``."""
+        if self._optimizer is None:
+            self._optimizer = _adam(self.model.parameters(), self.lr)
+        return self._optimizer
+
     def cur_epsilon(self) -> float:
         """The epsilon the next exploring action uses."""
         if self.fixed_epsilon is not None:

@@ -29,6 +29,7 @@ from torch import nn
 
 from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
+from flowrl.policies.adam import FusedAdam, make_adam
 from flowrl.policies.distributions import Categorical, DiagGaussian
 from flowrl.policies.maths import discounted_returns, explained_variance, gae
 from flowrl.policies.sgd import minibatch_sgd
@@ -69,14 +70,13 @@ class ActorCriticModel(nn.Module):
         return self.vf(obs).squeeze(-1)
 
 
-def _adam(params, lr: float) -> torch.optim.Adam:
-    """Adam, fused into one kernel where torch supports it: for small MLPs on CPU
-    the per-parameter Python loop of the default implementation dominates a step
-    (``benchmarks/profile_ppo.py`` splits an iteration's time into SGD and the rest)."""
-    try:
-        return torch.optim.Adam(params, lr=lr, fused=True)
-    except (RuntimeError, TypeError, ValueError):  # an old torch or unsupported device
-        return torch.optim.Adam(params, lr=lr)
+def _adam(params, lr: float) -> "FusedAdam | torch.optim.Adam":
+    """Adam through torch's fused kernel (one kernel for all parameters: for small
+    MLPs on CPU the per-parameter Python loop of the default implementation
+    dominates a step; ``benchmarks/profile_ppo.py`` splits an iteration's time into
+    SGD and the rest), without importing ``torch._dynamo``: see
+    :mod:`flowrl.policies.adam`."""
+    return make_adam(params, lr)
 
 
 def _to_numpy_tree(x: Any) -> Any:
@@ -207,8 +207,25 @@ class TorchPolicy:
             self.generator.manual_seed(seed)
         else:
             self.generator.seed()
-        self.optimizer = _adam(self.model.parameters(), lr)
+        self._optimizer: FusedAdam | torch.optim.Adam | None = None  # see the optimizer property
         self._towers: list[tuple[nn.Module, torch.device]] = [(self.model, torch.device("cpu"))]
+
+    @property
+    def optimizer(self) -> "FusedAdam | torch.optim.Adam":
+        """Adam over :attr:`model`'s parameters, created on first use.
+
+        Lazy so that a policy that only acts, as in every remote rollout worker,
+        builds no optimizer state (and, where ``torch.optim.Adam`` is the fallback,
+        never imports ``torch._dynamo``; see :mod:`flowrl.policies.adam`).
+
+        >>> from flowrl.policies import PGPolicy
+        >>> p = PGPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), seed=0)
+        >>> p._optimizer is None, type(p.optimizer).__name__
+        (True, 'FusedAdam')
+        """
+        if self._optimizer is None:
+            self._optimizer = _adam(self.model.parameters(), self.lr)
+        return self._optimizer
 
     # -- acting ----------------------------------------------------------------
     def _obs_tensor(self, obs) -> torch.Tensor:
@@ -284,7 +301,7 @@ class TorchPolicy:
         return out
 
     def _backward(self, batch: SampleBatch) -> dict[str, float]:
-        self.optimizer.zero_grad(set_to_none=True)
+        self.model.zero_grad(set_to_none=True)  # not the optimizer's: see `optimizer`
         loss, stats = self.loss(self._train_tensors(batch))
         loss.backward()
         params = [p for p in self.model.parameters() if p.grad is not None]
@@ -416,7 +433,7 @@ class TorchPolicy:
         stats = self._backward(batch)
         grads = [(p.grad.numpy().copy() if p.grad is not None else np.zeros(tuple(p.shape), np.float32))
                  for p in self.model.parameters()]
-        self.optimizer.zero_grad(set_to_none=True)
+        self.model.zero_grad(set_to_none=True)
         return grads, stats
 
     def apply_gradients(self, grads: Sequence[np.ndarray]) -> None:
