@@ -128,8 +128,9 @@ def rllib_episode_callback():
 
 def rllib_returns(result: dict) -> list[float]:
     """The episode returns :func:`rllib_episode_callback` logged in this iteration."""
-    return [float(x) for x in (result.get("env_runners", {}).get("bench_episode_returns")
-                               or [])]
+    items = result.get("env_runners", {}).get("bench_episode_returns")
+    # An iteration in which no episode ended reduces the series to a bare NaN.
+    return [float(x) for x in items] if isinstance(items, (list, tuple)) else []
 
 
 def build_rllib(config):

@@ -319,7 +319,9 @@ def child_rllib(args, seed: int) -> dict:
         while True:
             r = algo.train()
             runners = r.get("env_runners", {})
-            tracker.add_returns(runners.get("bench_episode_returns", []) or [])
+            returns = runners.get("bench_episode_returns")
+            # An iteration in which no episode ended reduces the series to a bare NaN.
+            tracker.add_returns(returns if isinstance(returns, (list, tuple)) else [])
             steps = runners.get("num_env_steps_sampled_lifetime", 0)
             if tracker.after_iteration(steps):
                 break
