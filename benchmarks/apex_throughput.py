@@ -30,7 +30,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (stdlib only)
-from impala_throughput import sleepy_cartpole, start_ray  # noqa: E402
+from impala_throughput import (add_window_arguments, parse_window_arguments,  # noqa: E402
+                               sleepy_cartpole, start_ray, window_child_args)
 
 SYSTEM_RE = re.compile(r"^apex-w(\d+)$")
 SHARDS = 2
@@ -107,27 +108,14 @@ def report(runs: list[dict], workers) -> None:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workers", nargs="+", type=int, default=[2, 4, 8])
-    p.add_argument("--seconds", type=float, default=10.0, help="measured window per run")
-    p.add_argument("--warmup", type=float, default=5.0,
-                   help="seconds trained after the learner started, before the window")
-    p.add_argument("--sleep-ms", type=float, default=1.0)
-    p.add_argument("--fragment", type=int, default=50)
-    p.add_argument("--train-batch", type=int, default=256)
-    harness.add_arguments(p, default_seeds=3)
-    args = p.parse_args(argv)
-    if args.quick:
-        args.seconds, args.warmup = min(args.seconds, 3.0), min(args.warmup, 2.0)
-        if args.workers == [2, 4, 8]:
-            args.workers = [2]
-        if args.seeds is None:
-            args.seeds = 1
+    add_window_arguments(p, seconds=10.0, warmup=5.0, train_batch=256,
+                         warmup_help="seconds trained after the learner started, before the window")
+    args = parse_window_arguments(p, argv)
     if args.child:
         child(args)
         return
     s = harness.settings_from(args)
-    child_args = ["--seconds", str(args.seconds), "--warmup", str(args.warmup), "--sleep-ms",
-                  str(args.sleep_ms), "--fragment", str(args.fragment), "--train-batch",
-                  str(args.train_batch)]
+    child_args = window_child_args(args)
     meta = {"workers": args.workers, "seconds": args.seconds, "warmup": args.warmup,
             "sleep_ms": args.sleep_ms, "fragment": args.fragment,
             "train_batch": args.train_batch, "shards": SHARDS,

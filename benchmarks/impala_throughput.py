@@ -304,17 +304,20 @@ def report(runs: list[dict], engines, workers) -> None:
                               "(1.00x = linear)")
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--workers", type=int, nargs="+", default=[2, 4, 8])
-    p.add_argument("--engines", nargs="+", default=ENGINES, choices=ENGINES)
-    p.add_argument("--seconds", type=float, default=8.0, help="measured window per run")
-    p.add_argument("--warmup", type=float, default=3.0,
-                   help="seconds trained after sampling began, before the window")
+# -- options shared with apex_throughput.py -------------------------------------------
+def add_window_arguments(p: argparse.ArgumentParser, *, seconds: float, warmup: float,
+                         train_batch: int, warmup_help: str) -> None:
+    """The fixed-cost env and measured-window options, and the harness's."""
+    p.add_argument("--seconds", type=float, default=seconds, help="measured window per run")
+    p.add_argument("--warmup", type=float, default=warmup, help=warmup_help)
     p.add_argument("--sleep-ms", type=float, default=1.0)
     p.add_argument("--fragment", type=int, default=50)
-    p.add_argument("--train-batch", type=int, default=500)
+    p.add_argument("--train-batch", type=int, default=train_batch)
     harness.add_arguments(p, default_seeds=3)
+
+
+def parse_window_arguments(p: argparse.ArgumentParser, argv) -> argparse.Namespace:
+    """Parse; ``--quick`` shortens the window, keeps 2 workers and 1 seed by default."""
     args = p.parse_args(argv)
     if args.quick:
         args.seconds, args.warmup = min(args.seconds, 3.0), min(args.warmup, 2.0)
@@ -322,13 +325,28 @@ def main(argv=None) -> None:
             args.workers = [2]
         if args.seeds is None:
             args.seeds = 1
+    return args
+
+
+def window_child_args(args: argparse.Namespace) -> list[str]:
+    """The options a child run gets from :func:`add_window_arguments`'s."""
+    return ["--seconds", str(args.seconds), "--warmup", str(args.warmup), "--sleep-ms",
+            str(args.sleep_ms), "--fragment", str(args.fragment), "--train-batch",
+            str(args.train_batch)]
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--workers", type=int, nargs="+", default=[2, 4, 8])
+    p.add_argument("--engines", nargs="+", default=ENGINES, choices=ENGINES)
+    add_window_arguments(p, seconds=8.0, warmup=3.0, train_batch=500,
+                         warmup_help="seconds trained after sampling began, before the window")
+    args = parse_window_arguments(p, argv)
     if args.child:
         child(args)
         return
     s = harness.settings_from(args)
-    child_args = ["--seconds", str(args.seconds), "--warmup", str(args.warmup), "--sleep-ms",
-                  str(args.sleep_ms), "--fragment", str(args.fragment), "--train-batch",
-                  str(args.train_batch)]
+    child_args = window_child_args(args)
     meta = {"workers": args.workers, "engines": args.engines, "seconds": args.seconds,
             "warmup": args.warmup, "sleep_ms": args.sleep_ms, "fragment": args.fragment,
             "train_batch": args.train_batch}

@@ -15,6 +15,7 @@ import ray
 
 from flowrl import FlowError, WorkerError
 from flowrl.algorithms.impala import IMPALA, IMPALAConfig
+from test_fault_tolerance import kill
 
 pytestmark = pytest.mark.ray
 
@@ -35,24 +36,12 @@ def _train_until(algo, pred, what, limit_s=120):
                                  f"{ {k: v for k, v in result.items() if k.startswith('num_')} }")
 
 
-def _kill(actor):
-    ray.kill(actor, no_restart=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            ray.get(actor.flowrl_ping.remote(), timeout=60)
-        except ray.exceptions.RayActorError:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{actor} still alive 60 s after ray.kill")
-
-
 def test_impala_replaces_a_worker_killed_inside_the_aggregator(ray_session):
     algo = IMPALA(IMPALAConfig(**SMALL))
     try:
         first = algo.train()
         old = algo.workers.remote_workers()[0]
-        _kill(old)
+        kill(old)
         result = _train_until(algo, lambda r: r["num_worker_restarts"] >= 1, "restart")
         sampled = result["info"]["num_steps_sampled"]
         # training goes on with the replacement sampling
@@ -78,7 +67,7 @@ def test_impala_ignore_worker_failures_drops_a_worker_inside_the_aggregator(ray_
     algo = IMPALA(IMPALAConfig(**SMALL, ignore_worker_failures=True))
     try:
         algo.train()
-        _kill(algo.workers.remote_workers()[1])
+        kill(algo.workers.remote_workers()[1])
         result = _train_until(algo, lambda r: r["num_healthy_workers"] == 1, "drop")
         sampled = result["info"]["num_steps_sampled"]
         later = _train_until(algo, lambda r: r["info"]["num_steps_sampled"] > sampled + 100,
@@ -92,7 +81,7 @@ def test_impala_without_recovery_a_worker_killed_inside_the_aggregator_is_named(
     algo = IMPALA(IMPALAConfig(**SMALL, recreate_failed_workers=False))
     try:
         algo.train()
-        _kill(algo.workers.remote_workers()[1])
+        kill(algo.workers.remote_workers()[1])
         # Found first either by the aggregator (the shard) or by metrics collection on
         # the driver (foreach_worker): both name the worker and say how to recover.
         with pytest.raises(FlowError, match=r"(impala/rollouts\[1\]|remote worker 2).*"
@@ -123,7 +112,7 @@ def test_rollouts_without_recovery_a_worker_killed_inside_an_aggregator_is_named
     try:
         with Plan(stream).compile(backend="ray", remote_timeout_s=60) as run:
             assert run.take(4) == [8] * 4
-            _kill(ws.remote_workers()[1])
+            kill(ws.remote_workers()[1])
             with pytest.raises(WorkerError, match=r"rollouts\[1\].*recreate_failed_workers"):
                 run.take(1000)
     finally:
