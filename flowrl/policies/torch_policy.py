@@ -390,7 +390,8 @@ class TorchPolicy:
         (the loss terms, ``total_loss`` and ``grad_gnorm`` before clipping)."""
         loaded = minibatch if isinstance(minibatch, LoadedBatch) else self.load_batch(minibatch)
         if len(self._towers) == 1 and self._towers[0][0] is self.model:
-            return self._single_tower_step(loaded.tower_shards()[0][1])
+            rows = loaded.copies[0] if loaded.rows is None else loaded.tower_shards()[0][1]
+            return self._single_tower_step(rows)
         params = list(self.model.parameters())
         n = loaded.count
         grads: list[torch.Tensor | None] = [None] * len(params)
