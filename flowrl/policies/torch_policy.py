@@ -103,8 +103,9 @@ class LoadedBatch:
     """A batch as tensors, copied once onto every tower's device.
 
     Made by :meth:`TorchPolicy.load_batch`. :func:`~flowrl.policies.sgd.minibatch_sgd`
-    iterates it like a SampleBatch (a minibatch is a view: row indices into the
-    loaded tensors, drawn as ``SampleBatch.minibatches`` draws them), and
+    iterates it like a SampleBatch (rows shuffled as ``SampleBatch.minibatches``
+    shuffles them, gathered once per epoch; a minibatch is a contiguous view of
+    that gather, or a set of row indices when made with ``rows``), and
     :meth:`tower_shards` splits one (mini)batch's rows contiguously over the towers,
     so tower training sees exactly the rows single-tower training would.
     """
