@@ -234,7 +234,7 @@ class TorchPolicy:
             self.generator.seed()
         self._optimizer: FusedAdam | torch.optim.Adam | None = None  # see the optimizer property
         self._towers: list[tuple[nn.Module, torch.device]] = [(self.model, torch.device("cpu"))]
-        self._params: list[nn.Parameter] | None = None  # model.parameters(), once
+        self._params: tuple[nn.Module, list[nn.Parameter]] | None = None  # (model, its parameters)
 
     @property
     def optimizer(self) -> "FusedAdam | torch.optim.Adam":
@@ -431,9 +431,9 @@ class TorchPolicy:
         """:meth:`sgd_step` on the policy's own model: the same update (one tower's
         gradient has weight 1), through ``backward`` into ``.grad`` and one
         conversion of all stats to floats."""
-        params = self._params
-        if params is None:
-            params = self._params = list(self.model.parameters())
+        if self._params is None or self._params[0] is not self.model:
+            self._params = (self.model, list(self.model.parameters()))
+        params = self._params[1]
         for p in params:
             p.grad = None
         loss, stats = self.loss(train)
@@ -444,7 +444,7 @@ class TorchPolicy:
         for p in params:
             p.grad = None
         names = [*stats, "total_loss", "grad_gnorm"]
-        values = torch.stack([torch.as_tensor(v, dtype=torch.float32).reshape(())
+        values = torch.stack([torch.as_tensor(v, dtype=torch.float64).reshape(())
                               for v in (*stats.values(), loss.detach(), norm)]).tolist()
         return dict(zip(names, values))
 
