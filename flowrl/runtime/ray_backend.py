@@ -257,6 +257,28 @@ class RayBackend(Backend):
             if slot is not None:
                 self._slot_methods[s] = getattr(s.host, f"flowrl_pull_{slot}")
 
+    def begin_install(self, shard: Shard) -> Request:
+        """One ``flowrl_install`` call, not awaited: a request among the gather's others
+        whose bound is at least :data:`START_WAIT_S` (the replacement is starting)."""
+        try:
+            method = shard.host.flowrl_install
+        except AttributeError:
+            raise ConfigError(
+                f"from_actors: shard {shard.label} is a Ray actor whose class does not "
+                "inherit flowrl.ShardHost; subclass it and implement shard_items()"
+            ) from None
+        self._seq += 1
+        req = RayRequest(shard, 0, method.remote(shard.key, shard.stage), self._seq)
+        if self.remote_timeout_s is not None:
+            req.sent += max(0.0, START_WAIT_S - self.remote_timeout_s)
+        return req
+
+    def end_install(self, request: Request) -> None:
+        slot = request.result()
+        if slot is not None:
+            self._slot_methods[request.shard] = getattr(request.shard.host,
+                                                        f"flowrl_pull_{slot}")
+
     # ------------------------------------------------------------------ requests
     def submit(self, shard: Shard, n: int) -> Request:
         self._seq += 1

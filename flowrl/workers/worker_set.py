@@ -23,6 +23,15 @@ old process is killed) or dropped (``ignore_worker_failures``); otherwise it is 
 through ``from_actors(restart=workers.restarter(...))``. Each replacement and drop
 is counted (``num_restarts``, ``num_dropped``) and logged once with the reason.
 
+Warm spare (Ray): most of a replacement's start is its new process importing torch
+and flowrl, not building the env and policy. So once a set has replaced a worker
+it keeps one *spare* actor started (``num_cpus=0``: it sits idle); the next
+replacement rebuilds the spare in place as worker ``worker_index`` (a fresh
+:class:`RolloutWorker`: same env, seed and policies as a new actor would get) and a
+new spare starts behind it. A set that never loses a worker never starts one. The
+spare keeps its creation's zero CPU reservation when promoted (Ray fixes an actor's
+resources at creation); the lost worker's reservation is released.
+
 >>> from flowrl.policies import PGPolicy
 >>> ws = WorkerSet("CartPole-v1", PGPolicy, WorkerConfig(rollout_fragment_length=5, seed=0),
 ...                num_workers=2, backend="local")
@@ -142,6 +151,7 @@ class WorkerSet:
         self.num_dropped = 0
         self._pending_syncs: list[tuple[int, Any, Any, float]] = []
         self._fresh: dict[int, float] = {}   # replacement worker_index -> when created
+        self._spare: Any = None              # a started idle actor (Ray, after a restart)
         # Replacements may be made on the driver's thread or, for workers lost inside an
         # aggregator, on the run's restart-relay thread: one at a time.
         self._lock = threading.RLock()
@@ -182,6 +192,7 @@ class WorkerSet:
         self.num_restarts = self.num_dropped = 0
         self._pending_syncs = []
         self._fresh = {}
+        self._spare = None
         self._lock = threading.RLock()
         return self
 
@@ -366,8 +377,16 @@ class WorkerSet:
                               "used up; find out why workers fail, or raise the limit")
         weights = self._local.get_weights()
         if self.backend == "ray":
-            new = _submit_ray_workers(self._env, self._kwargs, config, 1, first=worker_index)[0]
+            new, self._spare = self._spare, None
+            if new is not None:  # rebuilt in place; calls run in order, so before any sample
+                new.apply.remote(_rebuild_worker, self._env, worker_index, self._kwargs,
+                                 config.remote_torch_threads)
+            else:
+                new = _submit_ray_workers(self._env, self._kwargs, config, 1,
+                                          first=worker_index)[0]
             new.set_weights.remote(weights)
+            self._spare = _submit_ray_workers(self._env, self._kwargs, config, 1,
+                                              first=worker_index, num_cpus=0)[0]
         else:
             new = RolloutWorker(self._env, worker_index=worker_index, **self._kwargs)
             new.set_weights(weights)
@@ -448,7 +467,8 @@ class WorkerSet:
             return
         self._local.stop()
         if self.backend == "ray":
-            _kill(self._remotes)
+            _kill(self._remotes + ([self._spare] if self._spare is not None else []))
+            self._spare = None
         else:
             for w in self._remotes:
                 w.stop()
@@ -496,12 +516,23 @@ class _Restarter:
 
 
 def _submit_ray_workers(env, kwargs: dict, config: WorkerConfig, num_workers: int,
-                        first: int = 1) -> list:
+                        first: int = 1, num_cpus: float | None = None) -> list:
     """Submit every remote worker's creation at once; Ray starts them in parallel."""
     import ray
-    actor = ray.remote(num_cpus=config.num_cpus_per_worker)(RolloutWorker)
+    actor = ray.remote(num_cpus=config.num_cpus_per_worker if num_cpus is None
+                       else num_cpus)(RolloutWorker)
     return [actor.remote(env, worker_index=i, **kwargs, torch_threads=config.remote_torch_threads)
             for i in range(first, first + num_workers)]
+
+
+def _rebuild_worker(worker: RolloutWorker, env: Any, worker_index: int, kwargs: dict,
+                    torch_threads: int | None) -> None:
+    """Make the spare ``worker`` (inside its actor) what a new actor for
+    ``worker_index`` would be: its envs closed, its state dropped, built afresh."""
+    worker.stop()
+    worker.__dict__.clear()
+    RolloutWorker.__init__(worker, env, worker_index=worker_index, torch_threads=torch_threads,
+                           **kwargs)
 
 
 def _wait_ready(remotes: list) -> None:
