@@ -267,6 +267,31 @@ def test_async_rollouts_replace_a_killed_worker(ray_session):
         ws.stop()
 
 
+def test_a_second_replacement_is_the_warm_spare_rebuilt_as_the_lost_worker(ray_session):
+    ws = WorkerSet("CartPole-v1", PGPolicy, WorkerConfig(rollout_fragment_length=8, seed=3,
+                                                        num_cpus_per_worker=0),
+                   num_workers=2, backend="ray")
+    try:
+        assert ws._spare is None                        # nothing lost yet: no spare
+        kill(ws.remote_workers()[1])
+        assert ws.foreach_worker(lambda w: w.worker_index) == [0, 1]   # worker 2 replaced
+        spare = ws._spare
+        assert spare is not None and ray.get(spare.flowrl_ping.remote(), timeout=120)
+        w0 = {k: v * 0 + 0.25 for k, v in ws.local_worker().get_weights()["default_policy"].items()}
+        ws.local_worker().set_weights({"default_policy": w0})   # not what a new worker has
+        kill(ws.remote_workers()[0])
+        assert ws.foreach_worker(lambda w: w.worker_index) == [0, 2]   # worker 1 replaced
+        assert ws.foreach_worker(lambda w: (w.worker_index, w.seed)) == [(0, 3), (1, 1003),
+                                                                        (2, 2003)]
+        assert ws.remote_workers()[0] is spare and ws.num_restarts == 2
+        got = ray.get(spare.get_weights.remote())["default_policy"]
+        assert all((got[k] == w0[k]).all() for k in w0)
+        assert ray.get(spare.sample.remote()).count == 8
+        assert ws._spare is not None and ws._spare is not spare   # the next one
+    finally:
+        ws.stop()
+
+
 def test_foreach_worker_and_sync_weights_are_bounded(ray_session):
     ws = WorkerSet("CartPole-v1", PGPolicy, WorkerConfig(rollout_fragment_length=8,
                                                         num_cpus_per_worker=0,

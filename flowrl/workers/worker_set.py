@@ -337,7 +337,9 @@ class WorkerSet:
 
         The old worker is ended (``ray.kill``); the replacement has the same
         ``worker_index`` and gets the local worker's current weights before anything
-        else. With ``ignore_worker_failures`` (or ``recreate_failed_workers=False``)
+        else. On Ray it is the warm spare when one was started (rebuilt in place;
+        see the module docstring), and a new spare is started for the next loss
+        while ``max_worker_restarts`` allows one. With ``ignore_worker_failures`` (or ``recreate_failed_workers=False``)
         the worker is dropped instead and None is returned. Raises WorkerError once
         ``max_worker_restarts`` replacements were made. Counts ``num_restarts`` /
         ``num_dropped`` and logs once (``flowrl.workers`` logger, WARNING).
@@ -385,8 +387,9 @@ class WorkerSet:
                 new = _submit_ray_workers(self._env, self._kwargs, config, 1,
                                           first=worker_index)[0]
             new.set_weights.remote(weights)
-            self._spare = _submit_ray_workers(self._env, self._kwargs, config, 1,
-                                              first=worker_index, num_cpus=0)[0]
+            if limit is None or self.num_restarts + 1 < limit:  # another restart may come
+                self._spare = _submit_ray_workers(self._env, self._kwargs, config, 1,
+                                                  first=worker_index, num_cpus=0)[0]
         else:
             new = RolloutWorker(self._env, worker_index=worker_index, **self._kwargs)
             new.set_weights(weights)
