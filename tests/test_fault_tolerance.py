@@ -275,6 +275,8 @@ def test_a_second_replacement_is_the_warm_spare_rebuilt_as_the_lost_worker(ray_s
         assert ws._spare is None                        # nothing lost yet: no spare
         kill(ws.remote_workers()[1])
         assert ws.foreach_worker(lambda w: w.worker_index) == [0, 1]   # worker 2 replaced
+        # metrics do not wait for a replacement still starting (a new process: seconds)
+        assert ws.foreach_worker(lambda w: w.worker_index, skip_starting=True)[:2] == [0, 1]
         spare = ws._spare
         assert spare is not None and ray.get(spare.flowrl_ping.remote(), timeout=120)
         w0 = {k: v * 0 + 0.25 for k, v in ws.local_worker().get_weights()["default_policy"].items()}

@@ -151,6 +151,7 @@ class WorkerSet:
         self.num_dropped = 0
         self._pending_syncs: list[tuple[int, Any, Any, float]] = []
         self._fresh: dict[int, float] = {}   # replacement worker_index -> when created
+        self._starting: dict[int, Any] = {}  # replacement worker_index -> its ready ref (Ray)
         self._spare: Any = None              # a started idle actor (Ray, after a restart)
         # Replacements may be made on the driver's thread or, for workers lost inside an
         # aggregator, on the run's restart-relay thread: one at a time.
@@ -192,6 +193,7 @@ class WorkerSet:
         self.num_restarts = self.num_dropped = 0
         self._pending_syncs = []
         self._fresh = {}
+        self._starting = {}
         self._spare = None
         self._lock = threading.RLock()
         return self
@@ -268,19 +270,26 @@ class WorkerSet:
                 self._remote_failed(idx, w, e, "sync_weights")
         self._pending_syncs = still
 
-    def foreach_worker(self, fn: Callable[[RolloutWorker], Any]) -> list:
+    def foreach_worker(self, fn: Callable[[RolloutWorker], Any], *,
+                       skip_starting: bool = False) -> list:
         """``fn(worker)`` on every worker, local first then remotes in order.
 
         On Ray each remote call is bounded by :attr:`timeout_s`. A worker that died or
         did not answer in time is replaced or dropped when the set tolerates
         failures (its result is then missing from the list: the list holds one
         result per worker that answered), else it is a WorkerError naming it.
+        With ``skip_starting`` (metrics collection) a replacement still starting is
+        not waited for, so the plan's other workers do not idle meanwhile: ``fn`` is
+        queued on it and runs before its next request, and its result is left out
+        of the list.
         """
         results = [fn(self._local)]
         if self.backend == "ray":
             import ray
             from ray.exceptions import GetTimeoutError
+            starting = self._still_starting() if skip_starting else set()
             calls = [(idx, w, w.apply.remote(fn)) for idx, w in zip(self._indices, self._remotes)]
+            calls = [c for c in calls if c[0] not in starting]
             refs = [ref for _, _, ref in calls]
             if refs:
                 ray.wait(refs, num_returns=len(refs), timeout=self._bound())
@@ -296,6 +305,18 @@ class WorkerSet:
         else:
             results += [fn(w) for w in self._remotes]
         return results
+
+    def _still_starting(self) -> set[int]:
+        """Indices of replacements whose actor is not built yet (Ray)."""
+        if not self._starting:
+            return set()
+        import ray
+        refs = list(self._starting.values())
+        ready = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0])
+        for idx, ref in list(self._starting.items()):
+            if ref in ready:
+                del self._starting[idx]
+        return set(self._starting)
 
     def _bound(self, idx: int | None = None) -> float:
         """Seconds to wait for worker ``idx`` (any worker if None): :attr:`timeout_s`, or
@@ -387,6 +408,7 @@ class WorkerSet:
                 new = _submit_ray_workers(self._env, self._kwargs, config, 1,
                                           first=worker_index)[0]
             new.set_weights.remote(weights)
+            self._starting[worker_index] = new.flowrl_ping.remote()
             if limit is None or self.num_restarts + 1 < limit:  # another restart may come
                 self._spare = _submit_ray_workers(self._env, self._kwargs, config, 1,
                                                   first=worker_index, num_cpus=0)[0]
