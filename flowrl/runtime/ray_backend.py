@@ -37,8 +37,9 @@ Policy:
   counts from when it was submitted or the shard's previous reply came, whichever
   is later; once one has gone unanswered that long, the run fails with a
   :class:`~flowrl.errors.WorkerError` naming the stuck shard and the setting,
-  even while other shards keep answering. Installs are bounded the same way;
-  stop-time calls by :data:`STOP_WAIT_S`.
+  even while other shards keep answering. Installs are bounded the same way (a
+  replacement's install is a request awaited beside the gather's others, bounded
+  by at least :data:`START_WAIT_S`); stop-time calls by :data:`STOP_WAIT_S`.
 - Errors. A shard-side :class:`~flowrl.errors.OperatorError` (``RayTaskError``
   whose cause is one) is raised as itself, remote traceback text kept, chained
   from the Ray error; any other remote exception becomes an OperatorError naming
