@@ -35,6 +35,7 @@ longer than their budget; the harness's run timeout is budget + ``--hang-s``
 + 180 s.
     python benchmarks/chaos.py --systems ppo ppo-kills --workers 4
     python benchmarks/chaos.py --quick --no-idle-wait   # smoke run
+    python benchmarks/chaos.py --breakdown 4   # where a replacement's time goes (seconds)
 """
 
 from __future__ import annotations
@@ -197,6 +198,54 @@ def report(runs: list[dict], args) -> None:
                   f"{harness.fmt_figure(per_run['lost'], '{:g}')}")
 
 
+def breakdown(args) -> None:
+    """Where a replacement's time goes: kill remote worker 1 of a PPO ``WorkerSet``
+    ``--breakdown`` times (waiting between kills long enough for the warm spare to
+    start) and time each phase: detection (a pending ``sample`` raises), restart
+    (``restart_worker`` returns: actor submitted), ready (the new actor answers a
+    ping: process start, imports, env/policy build or in-place rebuild), first
+    sample. In-process, no harness: a diagnostic, not a benchmark."""
+    import ray
+
+    from flowrl.policies import PPOPolicy
+    from flowrl.workers import WorkerConfig, WorkerSet
+    os.environ.pop("RAY_ADDRESS", None)
+    ray.init(num_cpus=args.workers + 1, include_dashboard=False, log_to_driver=False)
+    ws = WorkerSet("CartPole-v1", PPOPolicy, WorkerConfig(seed=0), num_workers=args.workers,
+                   backend="ray")
+    rows = []
+    try:
+        for k in range(args.breakdown):
+            spare = ws._spare
+            if spare is not None:
+                ray.get(spare.flowrl_ping.remote())   # a kill 10 s apart finds it started
+            victim = ws.remote_workers()[0]
+            ref = victim.sample.remote()
+            t0 = time.perf_counter()
+            ray.kill(victim, no_restart=True)
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError:
+                pass
+            t1 = time.perf_counter()
+            new = ws.restart_worker(1, reason="breakdown")
+            t2 = time.perf_counter()
+            ray.get(new.flowrl_ping.remote())
+            t3 = time.perf_counter()
+            ray.get(new.sample.remote())
+            t4 = time.perf_counter()
+            rows.append([str(k + 1), "warm spare" if new is spare else "new actor",
+                         *(f"{1000 * x:,.0f}" for x in (t1 - t0, t2 - t1, t3 - t2, t4 - t3,
+                                                         t4 - t0))])
+    finally:
+        ws.stop()
+        ray.shutdown()
+    harness.print_table(["kill", "replacement", "detect ms", "restart ms", "ready ms",
+                         "first sample ms", "total ms"], rows,
+                        title=f"replacement of a killed rollout worker ({args.workers} Ray "
+                              "workers, PPO CartPole-v1): time per phase")
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--systems", nargs="*", default=SYSTEMS, choices=SYSTEMS)
@@ -212,8 +261,14 @@ def main(argv=None) -> None:
     p.add_argument("--sample-timeout-s", type=float, default=60.0)
     p.add_argument("--hang-s", type=float, default=120.0,
                    help="a run whose train() returns nothing this long counts as a hang")
+    p.add_argument("--breakdown", type=int, default=0, metavar="N",
+                   help="instead of the benchmark: kill and replace a worker N times "
+                        "in-process and print the time of each phase (see breakdown())")
     harness.add_arguments(p, default_seeds=3)
     args = p.parse_args(argv)
+    if args.breakdown:
+        breakdown(args)
+        return
     if args.quick:
         args.max_seconds = min(args.max_seconds or 12.0, 12.0)
         args.kill_every, args.first_kill_s = min(args.kill_every, 4.0), min(args.first_kill_s,
