@@ -277,6 +277,9 @@ def test_a_second_replacement_is_the_warm_spare_rebuilt_as_the_lost_worker(ray_s
         assert ws.foreach_worker(lambda w: w.worker_index) == [0, 1]   # worker 2 replaced
         # metrics do not wait for a replacement still starting (a new process: seconds)
         assert ws.foreach_worker(lambda w: w.worker_index, skip_starting=True)[:2] == [0, 1]
+        deadline = time.monotonic() + 120   # only catches a hang
+        while ws._spare is None and time.monotonic() < deadline:   # started once 2 is up
+            time.sleep(0.05)
         spare = ws._spare
         assert spare is not None and ray.get(spare.flowrl_ping.remote(), timeout=120)
         w0 = {k: v * 0 + 0.25 for k, v in ws.local_worker().get_weights()["default_policy"].items()}

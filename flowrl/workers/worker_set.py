@@ -25,7 +25,8 @@ is counted (``num_restarts``, ``num_dropped``) and logged once with the reason.
 
 Warm spare (Ray): most of a replacement's start is its new process importing torch
 and flowrl, not building the env and policy. So once a set has replaced a worker
-it keeps one *spare* actor started (``num_cpus=0``: it sits idle); the next
+it keeps one *spare* actor started (``num_cpus=0``: it sits idle), started once
+the replacement is up so that the two do not compete for the CPU; the next
 replacement rebuilds the spare in place as worker ``worker_index`` (a fresh
 :class:`RolloutWorker`: same env, seed and policies as a new actor would get) and a
 new spare starts behind it. A set that never loses a worker never starts one. The
@@ -153,6 +154,7 @@ class WorkerSet:
         self._fresh: dict[int, float] = {}   # replacement worker_index -> when created
         self._starting: dict[int, Any] = {}  # replacement worker_index -> its ready ref (Ray)
         self._spare: Any = None              # a started idle actor (Ray, after a restart)
+        self._stopped = False
         # Replacements may be made on the driver's thread or, for workers lost inside an
         # aggregator, on the run's restart-relay thread: one at a time.
         self._lock = threading.RLock()
@@ -195,6 +197,7 @@ class WorkerSet:
         self._fresh = {}
         self._starting = {}
         self._spare = None
+        self._stopped = False
         self._lock = threading.RLock()
         return self
 
@@ -408,10 +411,9 @@ class WorkerSet:
                 new = _submit_ray_workers(self._env, self._kwargs, config, 1,
                                           first=worker_index)[0]
             new.set_weights.remote(weights)
-            self._starting[worker_index] = new.flowrl_ping.remote()
+            ready = self._starting[worker_index] = new.flowrl_ping.remote()
             if limit is None or self.num_restarts + 1 < limit:  # another restart may come
-                self._spare = _submit_ray_workers(self._env, self._kwargs, config, 1,
-                                                  first=worker_index, num_cpus=0)[0]
+                self._spare_after(ready, worker_index)
         else:
             new = RolloutWorker(self._env, worker_index=worker_index, **self._kwargs)
             new.set_weights(weights)
@@ -421,6 +423,23 @@ class WorkerSet:
         log.warning("remote worker %d was lost (%s) and replaced (restart %d)", worker_index,
                     reason, self.num_restarts)
         return new
+
+    def _spare_after(self, ready: Any, worker_index: int) -> None:
+        """Start the next spare once the replacement answered ``ready`` (both starting
+        at once would compete for the CPU and delay the replacement)."""
+        def start() -> None:
+            import ray
+            try:
+                ray.wait([ready], timeout=START_WAIT_S)
+            except Exception:  # noqa: BLE001 - Ray is shutting down: no spare
+                return
+            with self._lock:
+                if self._stopped or self._spare is not None:
+                    return
+                self._spare = _submit_ray_workers(self._env, self._kwargs, self.config, 1,
+                                                  first=worker_index, num_cpus=0)[0]
+
+        threading.Thread(target=start, name="flowrl-spare-worker", daemon=True).start()
 
     def restarter(self, indices: Sequence[int] | None = None) -> "Callable[[int], Any] | None":
         """``restart(i)`` for ``from_actors(self.remote_workers(), restart=...)``.
@@ -492,8 +511,10 @@ class WorkerSet:
             return
         self._local.stop()
         if self.backend == "ray":
-            _kill(self._remotes + ([self._spare] if self._spare is not None else []))
-            self._spare = None
+            with self._lock:
+                self._stopped = True
+                _kill(self._remotes + ([self._spare] if self._spare is not None else []))
+                self._spare = None
         else:
             for w in self._remotes:
                 w.stop()
