@@ -299,6 +299,16 @@ def test_async_rollouts_replace_a_killed_worker(ray_session):
         ws.stop()
 
 
+def _spare_of(ws):
+    """The set's spare, once its start was submitted (a thread does it when the last
+    replacement is up; the deadline only catches a hang)."""
+    deadline = time.monotonic() + 120
+    while ws._spare is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ws._spare is not None
+    return ws._spare
+
+
 def test_a_second_replacement_is_the_warm_spare_rebuilt_as_the_lost_worker(ray_session):
     ws = WorkerSet("CartPole-v1", PGPolicy, WorkerConfig(rollout_fragment_length=8, seed=3,
                                                         num_cpus_per_worker=0),
@@ -309,10 +319,7 @@ def test_a_second_replacement_is_the_warm_spare_rebuilt_as_the_lost_worker(ray_s
         assert ws.foreach_worker(lambda w: w.worker_index) == [0, 1]   # worker 2 replaced
         # metrics do not wait for a replacement still starting (a new process: seconds)
         assert ws.foreach_worker(lambda w: w.worker_index, skip_starting=True)[:2] == [0, 1]
-        deadline = time.monotonic() + 120   # only catches a hang
-        while ws._spare is None and time.monotonic() < deadline:   # started once 2 is up
-            time.sleep(0.05)
-        spare = ws._spare
+        spare = _spare_of(ws)                                # started once 2 is up
         assert spare is not None and ray.get(spare.flowrl_ping.remote(), timeout=120)
         w0 = {k: v * 0 + 0.25 for k, v in ws.local_worker().get_weights()["default_policy"].items()}
         ws.local_worker().set_weights({"default_policy": w0})   # not what a new worker has
@@ -324,7 +331,7 @@ def test_a_second_replacement_is_the_warm_spare_rebuilt_as_the_lost_worker(ray_s
         got = ray.get(spare.get_weights.remote())["default_policy"]
         assert all((got[k] == w0[k]).all() for k in w0)
         assert ray.get(spare.sample.remote()).count == 8
-        assert ws._spare is not None and ws._spare is not spare   # the next one
+        assert _spare_of(ws) is not spare                    # the next one
     finally:
         ws.stop()
 

@@ -156,7 +156,8 @@ class CollectMetrics:
     """``for_each(CollectMetrics(workers))``: one result dict per item (the item is dropped).
 
     Drains completed episodes from every worker (``foreach_worker``, local first;
-    a replacement worker still starting is not waited for: it has none yet) and reports over the last ``smoothing_window`` of them: ``episode_reward_mean``
+    a replacement worker still starting is not waited for: it has none yet) and
+    reports over the last ``smoothing_window`` of them: ``episode_reward_mean``
     / ``_min`` / ``_max`` and ``episode_len_mean`` (NaN before any episode ended),
     ``policy_reward_mean`` / ``_min`` / ``_max`` per policy (see
     :func:`summarize_episodes`),

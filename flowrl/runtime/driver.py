@@ -171,10 +171,11 @@ class Driver:
     def installed(self, request: Request) -> "Request | bool":
         """Finish a replacement's install (``request`` from :meth:`recover`, done).
 
-        Returns True once the shard has a working host again. A replacement lost while it started is replaced in
-        turn: the next install request is returned, or False if the shard was
-        dropped instead. Nothing here waits, so a gather keeps serving its other
-        shards however often that repeats (``max_restarts`` still bounds it).
+        Returns True once the shard has a working host again. A replacement lost
+        while it started is replaced in turn: the next install request is
+        returned, or False if the shard was dropped instead. Nothing here waits,
+        so a gather keeps serving its other shards however often that repeats
+        (``max_restarts`` still bounds it).
         """
         shard = request.shard
         reason, lost = self._recovering.pop(id(shard), ("lost", 0))

@@ -363,10 +363,11 @@ class WorkerSet:
         ``worker_index`` and gets the local worker's current weights before anything
         else. On Ray it is the warm spare when one was started (rebuilt in place;
         see the module docstring), and a new spare is started for the next loss
-        while ``max_worker_restarts`` allows one. With ``ignore_worker_failures`` (or ``recreate_failed_workers=False``)
-        the worker is dropped instead and None is returned. Raises WorkerError once
-        ``max_worker_restarts`` replacements were made. Counts ``num_restarts`` /
-        ``num_dropped`` and logs once (``flowrl.workers`` logger, WARNING).
+        while ``max_worker_restarts`` allows one. With ``ignore_worker_failures``
+        (or ``recreate_failed_workers=False``) the worker is dropped instead and
+        None is returned. Raises WorkerError once ``max_worker_restarts``
+        replacements were made. Counts ``num_restarts`` / ``num_dropped`` and logs
+        once (``flowrl.workers`` logger, WARNING).
         Thread-safe (a worker lost inside an aggregator is replaced from the run's
         restart-relay thread).
         """
