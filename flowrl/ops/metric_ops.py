@@ -155,8 +155,9 @@ def collect_metrics(local_worker=None, remote_workers: Sequence = ()) -> dict[st
 class CollectMetrics:
     """``for_each(CollectMetrics(workers))``: one result dict per item (the item is dropped).
 
-    Drains completed episodes from every worker (``foreach_worker``, local first)
-    and reports over the last ``smoothing_window`` of them: ``episode_reward_mean``
+    Drains completed episodes from every worker (``foreach_worker``, local first;
+    a replacement worker still starting is not waited for: it has none yet) and
+    reports over the last ``smoothing_window`` of them: ``episode_reward_mean``
     / ``_min`` / ``_max`` and ``episode_len_mean`` (NaN before any episode ended),
     ``policy_reward_mean`` / ``_min`` / ``_max`` per policy (see
     :func:`summarize_episodes`),
@@ -199,7 +200,10 @@ class CollectMetrics:
     def __call__(self, _: Any) -> dict[str, Any]:
         metrics = get_metrics()
         now = time.perf_counter()
-        new = [e for eps in self.workers.foreach_worker(_episode_stats) for e in eps]
+        # A replacement still starting has no episodes yet; waiting for it would stall
+        # the plan (an async gather's other workers) for its whole start.
+        new = [e for eps in self.workers.foreach_worker(_episode_stats, skip_starting=True)
+               for e in eps]
         self.episodes.extend(new)
         counters = metrics.counters
         counters[TRAINING_ITERATION] += 1
