@@ -14,6 +14,10 @@ log-std, sampled unclipped; the rollout worker clips to the bounds for the env).
 Weights (:meth:`get_weights`) are a dict of parameter name to numpy array; state
 (:meth:`get_state`) adds the optimizer state and whatever a subclass keeps (e.g.
 PPO's KL coefficient), all as numpy/plain Python so it pickles and checkpoints.
+
+Acting (:meth:`TorchPolicy.compute_actions`, :meth:`TorchPolicy.value`) runs the
+built-in model in numpy for small batches (:mod:`flowrl.policies.numpy_forward`);
+learning always runs in torch.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from flowrl.errors import ConfigError
 from flowrl.policies.adam import FusedAdam, make_adam
 from flowrl.policies.distributions import Categorical, DiagGaussian
 from flowrl.policies.maths import discounted_returns, explained_variance, gae
+from flowrl.policies.numpy_forward import (NumpyMLP, categorical_sample, gaussian_logp,
+                                           log_softmax, one_hot)
 from flowrl.policies.sgd import minibatch_sgd
 
 SB = SampleBatch
@@ -68,6 +74,46 @@ class ActorCriticModel(nn.Module):
         if self.vf is None:
             return torch.zeros(obs.shape[0])
         return self.vf(obs).squeeze(-1)
+
+
+#: Batches up to this many rows act through numpy (see :mod:`flowrl.policies.numpy_forward`);
+#: larger ones through torch, whose fixed cost per call no longer matters and whose
+#: thread settings then apply.
+NUMPY_MAX_ROWS = 512
+
+
+class _NumpyActorCritic:
+    """Numpy views of an :class:`ActorCriticModel`: ``pi``, ``vf`` (or None), ``log_std``."""
+
+    __slots__ = ("model", "pi", "vf", "log_std", "_log_std_t", "_log_std_ptr")
+
+    @classmethod
+    def build(cls, model: nn.Module) -> "_NumpyActorCritic | None":
+        if type(model) is not ActorCriticModel:
+            return None
+        pi = NumpyMLP.build(model.pi)
+        vf = None if model.vf is None else NumpyMLP.build(model.vf)
+        ls = model.log_std
+        if pi is None or (model.vf is not None and vf is None) or (
+                ls is not None and (ls.dtype != torch.float32 or ls.device.type != "cpu")):
+            return None
+        self = cls()
+        self.model, self.pi, self.vf, self._log_std_t = model, pi, vf, ls
+        self.log_std = None if ls is None else ls.detach().numpy()
+        self._log_std_ptr = None if ls is None else ls.data_ptr()
+        return self
+
+    def fresh(self, model: nn.Module) -> bool:
+        if model is not self.model:
+            return False
+        mods, vf = model._modules, self.vf
+        if mods["pi"] is not self.pi.seq or not self.pi.fresh():
+            return False
+        if (mods["vf"] is not None) != (vf is not None) or (
+                vf is not None and (mods["vf"] is not vf.seq or not vf.fresh())):
+            return False
+        ls = model._parameters.get("log_std")
+        return ls is self._log_std_t and (ls is None or ls.data_ptr() == self._log_std_ptr)
 
 
 def _adam(params, lr: float) -> "FusedAdam | torch.optim.Adam":
@@ -142,7 +188,9 @@ class TorchPolicy:
     Args (keyword-only after the spaces): ``hidden_sizes`` of both MLPs, ``lr``
     (Adam), ``gamma``, ``lambda_`` (GAE), ``grad_clip`` (global norm, ``None`` for
     none), ``num_sgd_iter`` epochs of minibatch SGD of ``sgd_minibatch_size`` rows
-    per :meth:`learn_on_batch` (``None``: the whole batch at once), ``seed``.
+    per :meth:`learn_on_batch` (``None``: the whole batch at once), ``seed``,
+    ``numpy_inference`` (act through numpy for small batches, the default; False
+    forces torch: see :meth:`compute_actions`).
 
     >>> from flowrl.policies import PGPolicy
     >>> p = PGPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), seed=0)
@@ -157,7 +205,8 @@ class TorchPolicy:
                  hidden_sizes: Sequence[int] = (64, 64), lr: float = 1e-3,
                  gamma: float = 0.99, lambda_: float = 1.0,
                  grad_clip: float | None = None, num_sgd_iter: int = 1,
-                 sgd_minibatch_size: int | None = None, seed: int | None = None):
+                 sgd_minibatch_size: int | None = None, seed: int | None = None,
+                 numpy_inference: bool = True):
         name = type(self).__name__
         for field, value, ok in (
                 ("lr", lr, lr > 0), ("gamma", gamma, 0 <= gamma <= 1),
@@ -179,6 +228,12 @@ class TorchPolicy:
         self.num_sgd_iter, self.sgd_minibatch_size = num_sgd_iter, sgd_minibatch_size
         self.seed = seed
         self._np_rng = np.random.default_rng(seed)
+        #: Act through numpy views of the model (see :meth:`compute_actions`); set
+        #: False to force the torch path.
+        self.numpy_inference = bool(numpy_inference)
+        self._action_rng = np.random.default_rng(None if seed is None else [seed, 1])
+        self._numpy_model: _NumpyActorCritic | None = None
+        self._numpy_unsupported: nn.Module | None = None
 
         if isinstance(observation_space, gym.spaces.Box):
             obs_dim = int(np.prod(observation_space.shape))
@@ -237,13 +292,45 @@ class TorchPolicy:
             obs = obs.copy()
         return torch.as_tensor(obs.reshape(len(obs), self._obs_dim), dtype=torch.float32)
 
+    def _numpy_snapshot(self, rows: int) -> "_NumpyActorCritic | None":
+        """The numpy view of :attr:`model` for a batch of ``rows``, or None for the
+        torch path (switched off, a large batch, or a model that is not the built-in
+        one). Rebuilt whenever a parameter was replaced (see :mod:`numpy_forward`)."""
+        if not self.numpy_inference or rows > NUMPY_MAX_ROWS:
+            return None
+        model, snap = self.model, self._numpy_model
+        if snap is not None and snap.fresh(model):
+            return snap
+        if model is self._numpy_unsupported:
+            return None
+        snap = self._numpy_model = _NumpyActorCritic.build(model)
+        if snap is None:
+            self._numpy_unsupported = model
+        return snap
+
+    def _obs_array(self, obs) -> np.ndarray:
+        obs = np.asarray(obs)
+        if isinstance(self.observation_space, gym.spaces.Discrete):
+            return one_hot(obs, self._obs_dim)
+        return np.asarray(obs.reshape(len(obs), self._obs_dim), dtype=np.float32)
+
     def compute_actions(self, obs_batch, explore: bool = True) -> tuple[np.ndarray, dict]:
         """Actions for a batch of observations ``(B, *obs_shape)``, one forward pass.
 
         ``explore=False`` takes the distribution's mode. Returns ``(actions, extra)``
         with ``extra`` holding ``action_logp (B,)``, ``vf_preds (B,)`` and
         ``action_dist_inputs (B, D)`` as numpy arrays.
+
+        With ``numpy_inference`` (the default) and the built-in model, batches of up
+        to ``NUMPY_MAX_ROWS`` rows run the same float32 maths in numpy over views
+        of the live parameters (:mod:`flowrl.policies.numpy_forward`) and sample
+        with the policy's own seeded numpy generator (saved in :meth:`get_state`);
+        otherwise one torch forward samples with :attr:`generator`. Both paths draw
+        from the same distributions.
         """
+        snap = self._numpy_snapshot(len(obs_batch))
+        if snap is not None:
+            return self._compute_actions_numpy(snap, obs_batch, explore)
         with torch.inference_mode():
             obs = self._obs_tensor(obs_batch)
             inputs = self.model.dist_inputs(obs)
@@ -257,8 +344,37 @@ class TorchPolicy:
         return actions, {SB.ACTION_LOGP: logp.numpy(), SB.VF_PREDS: vf.numpy(),
                          SB.ACTION_DIST_INPUTS: inputs.numpy()}
 
+    def _compute_actions_numpy(self, snap: _NumpyActorCritic, obs_batch,
+                               explore: bool) -> tuple[np.ndarray, dict]:
+        x = self._obs_array(obs_batch)
+        out = snap.pi(x)
+        n = len(x)
+        if snap.log_std is not None:
+            log_std = np.broadcast_to(snap.log_std, out.shape)
+            inputs = np.concatenate([out, log_std], axis=1)
+            if explore:
+                noise = self._action_rng.standard_normal(out.shape, dtype=np.float32)
+                actions = out + np.exp(log_std) * noise
+            else:
+                actions = out.copy()
+            logp = gaussian_logp(actions, out, log_std)
+            actions = actions.reshape((n, *self.action_space.shape))
+        else:
+            inputs = out
+            log_probs = log_softmax(out)
+            actions = (categorical_sample(log_probs, self._action_rng.random(n)) if explore
+                       else log_probs.argmax(axis=-1))
+            logp = log_probs[np.arange(n), actions]
+        vf = snap.vf(x)[:, 0] if snap.vf is not None else np.zeros(n, np.float32)
+        return actions, {SB.ACTION_LOGP: logp, SB.VF_PREDS: vf, SB.ACTION_DIST_INPUTS: inputs}
+
     def value(self, obs_batch) -> np.ndarray:
         """``V(s)`` for a batch of observations, shape ``(B,)`` (zeros without a critic)."""
+        snap = self._numpy_snapshot(len(obs_batch))
+        if snap is not None:
+            if snap.vf is None:
+                return np.zeros(len(obs_batch), np.float32)
+            return snap.vf(self._obs_array(obs_batch))[:, 0]
         with torch.inference_mode():
             return self.model.value(self._obs_tensor(obs_batch)).numpy()
 
@@ -470,11 +586,12 @@ class TorchPolicy:
         self._asp_base = {k: np.asarray(v) for k, v in weights.items()}  # ASP: deltas from here
 
     def get_state(self) -> dict[str, Any]:
-        """Weights, optimizer state and sampling RNG state, for checkpoints."""
+        """Weights, optimizer state and sampling RNG states, for checkpoints."""
         return {"weights": self.get_weights(),
                 "optimizer": _to_numpy_tree(self.optimizer.state_dict()),
                 "generator": self.generator.get_state().numpy().copy(),
-                "np_rng": self._np_rng.bit_generator.state}
+                "np_rng": self._np_rng.bit_generator.state,
+                "action_rng": self._action_rng.bit_generator.state}
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`get_state` returned."""
@@ -482,6 +599,8 @@ class TorchPolicy:
         self.optimizer.load_state_dict(_to_torch_tree(state["optimizer"]))
         self.generator.set_state(torch.tensor(state["generator"]))
         self._np_rng.bit_generator.state = state["np_rng"]
+        if "action_rng" in state:  # checkpoints from before numpy inference lack it
+            self._action_rng.bit_generator.state = state["action_rng"]
 
     # -- ASP-style significant updates (flowrl.ops.LocalComputeUpdates) -----------
     def asp_accumulate_grads(self) -> None:
@@ -512,4 +631,4 @@ class TorchPolicy:
         self._asp_base = base
 
 
-__all__ = ["TorchPolicy", "ActorCriticModel", "LoadedBatch"]
+__all__ = ["TorchPolicy", "ActorCriticModel", "LoadedBatch", "NUMPY_MAX_ROWS"]

@@ -1,0 +1,166 @@
+"""Numpy inference for flowrl's built-in MLP models, and action sampling from logits.
+
+Acting runs one small forward per env step, where a torch call's fixed cost
+(dispatch, autograd bookkeeping, tensor wrapping) outweighs the arithmetic. For
+the built-in models (:class:`~flowrl.policies.torch_policy.ActorCriticModel` and
+:class:`~flowrl.policies.dqn.QNetwork`: ``nn.Sequential`` stacks of ``nn.Linear``
+with ``nn.Tanh``/``nn.ReLU``) :class:`NumpyMLP` computes the same float32 maths
+with numpy; ``benchmarks/sampling.py`` measures what it saves.
+
+Staleness. A :class:`NumpyMLP` holds numpy *views* of the torch parameters'
+memory, not copies: every in-place update (optimizer steps, ``load_state_dict`` in
+``set_weights``/``set_state``, ``copy_``) is visible at once. What a view cannot
+follow is a parameter replaced by another tensor or moved to other memory
+(``param.data = ...``, ``module.double()``, a new ``nn.Parameter``, a device
+move); :meth:`NumpyMLP.fresh` detects each of these by identity and data pointer,
+and the policies rebuild the snapshot, or fall back to torch when the model no
+longer qualifies. Custom models never take this path.
+
+Sampling functions are pure and take their random draws as arguments, so that a
+seeded ``numpy.random.Generator`` makes them reproducible.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from torch import nn
+
+_HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+_ACTIVATIONS = (nn.Tanh, nn.ReLU)
+
+
+class NumpyMLP:
+    """The forward of ``seq`` (``nn.Linear`` and ``nn.Tanh``/``nn.ReLU`` layers) in numpy.
+
+    Built with :meth:`build`, which returns ``None`` for anything else (another
+    layer type, a subclass of ``nn.Sequential``, parameters that are not float32
+    CPU tensors). Calling it maps ``(B, in)`` float32 to ``(B, out)`` float32.
+
+    >>> import torch
+    >>> seq = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    >>> f = NumpyMLP.build(seq)
+    >>> x = np.ones((2, 3), np.float32)
+    >>> bool(np.allclose(f(x), seq(torch.ones(2, 3)).detach().numpy(), atol=1e-6))
+    True
+    >>> with torch.no_grad():
+    ...     _ = seq[0].bias.add_(1.0)       # in place: the views see it
+    >>> bool(np.allclose(f(x), seq(torch.ones(2, 3)).detach().numpy(), atol=1e-6)), f.fresh()
+    (True, True)
+    >>> seq[0].weight.data = seq[0].weight.data.clone()   # new memory: rebuild
+    >>> f.fresh()
+    False
+    """
+
+    __slots__ = ("seq", "_ops", "_params", "_modules")
+
+    def __init__(self, seq: nn.Sequential, ops: list, params: list, modules: list):
+        self.seq, self._ops, self._params, self._modules = seq, ops, params, modules
+
+    @classmethod
+    def build(cls, seq: nn.Module) -> "NumpyMLP | None":
+        """A snapshot of ``seq``, or ``None`` when ``seq`` is not a plain MLP."""
+        if type(seq) is not nn.Sequential:
+            return None
+        ops, params, modules = [], [], list(seq)
+        for m in modules:
+            if type(m) is nn.Linear:
+                w, b = m.weight, m.bias
+                if any(p is not None and (p.dtype != torch.float32 or p.device.type != "cpu")
+                       for p in (w, b)):
+                    return None
+                wn = w.detach().numpy().T  # (in, out) view of the (out, in) weight
+                bn = None if b is None else b.detach().numpy()
+                ops.append(("linear", wn, bn))
+                params.append((m._parameters, w, w.data_ptr(), b,
+                               None if b is None else b.data_ptr()))
+            elif type(m) is nn.Tanh:
+                ops.append(("tanh", None, None))
+            elif type(m) is nn.ReLU:
+                ops.append(("relu", None, None))
+            else:
+                return None
+        return cls(seq, ops, params, tuple(modules))
+
+    def fresh(self) -> bool:
+        """Whether the views still are the parameters' memory (same modules, same
+        parameter objects, same data pointers)."""
+        if tuple(self.seq._modules.values()) != self._modules:
+            return False
+        for params, w, wp, b, bp in self._params:
+            if params["weight"] is not w or params["bias"] is not b or w.data_ptr() != wp:
+                return False
+            if b is not None and b.data_ptr() != bp:
+                return False
+        return True
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        h, owned = x, False
+        for kind, w, b in self._ops:
+            if kind == "linear":
+                h = h @ w
+                if b is not None:
+                    h += b
+                owned = True
+            elif kind == "tanh":
+                h = np.tanh(h, out=h) if owned else np.tanh(h)
+                owned = True
+            else:
+                h = np.maximum(h, 0, out=h) if owned else np.maximum(h, 0)
+                owned = True
+        return h if owned else np.array(h, np.float32)
+
+
+
+def log_softmax(logits: np.ndarray) -> np.ndarray:
+    """Row-wise ``log softmax`` of ``(B, D)`` logits, float32.
+
+    >>> np.exp(log_softmax(np.zeros((1, 4), np.float32))).round(3).tolist()
+    [[0.25, 0.25, 0.25, 0.25]]
+    """
+    z = logits - logits.max(axis=-1, keepdims=True)
+    z -= np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    return z
+
+
+def categorical_sample(log_probs: np.ndarray, u: np.ndarray) -> np.ndarray:
+    """Categorical draws by inverse CDF: per row, the number of categories whose
+    cumulative probability is below ``(1 - u) * total`` (``u ~ U[0, 1)`` of shape
+    ``(B,)``; scaling by the row's total means rounding never picks a category past
+    the last one with mass). The same rule as
+    :meth:`flowrl.policies.distributions.Categorical.sample`.
+
+    >>> lp = np.log(np.array([[0.5, 0.5], [1e-9, 1.0]], np.float32))
+    >>> categorical_sample(lp, np.array([0.9, 0.9])).tolist()
+    [0, 1]
+    """
+    cdf = np.exp(log_probs).cumsum(axis=-1)
+    threshold = (1.0 - u)[:, None] * cdf[:, -1:]
+    return (cdf < threshold).sum(axis=-1)
+
+
+def gaussian_logp(actions: np.ndarray, mean: np.ndarray, log_std: np.ndarray) -> np.ndarray:
+    """``log N(actions; mean, exp(log_std)^2)`` summed over the last axis, ``(B,)``.
+
+    >>> round(float(gaussian_logp(np.zeros((1, 1)), np.zeros((1, 1)), np.zeros((1, 1))[0])[0]), 4)
+    -0.9189
+    """
+    z = (actions - mean) * np.exp(-log_std)
+    return (-0.5 * z * z - log_std - _HALF_LOG_2PI).sum(axis=-1)
+
+
+def one_hot(indices: np.ndarray, n: int) -> np.ndarray:
+    """``(B,)`` integer observations as ``(B, n)`` float32 one-hot rows.
+
+    >>> one_hot(np.array([1, 0]), 3).tolist()
+    [[0.0, 1.0, 0.0], [1.0, 0.0, 0.0]]
+    """
+    idx = np.asarray(indices, np.int64).reshape(-1)
+    out = np.zeros((len(idx), n), np.float32)
+    out[np.arange(len(idx)), idx] = 1.0
+    return out
+
+
+__all__ = ["NumpyMLP", "log_softmax", "categorical_sample", "gaussian_logp", "one_hot"]
