@@ -30,7 +30,7 @@ from torch import nn
 
 from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
-from flowrl.policies.numpy_forward import NumpyMLP, one_hot
+from flowrl.policies.numpy_forward import NumpyMLP, ParameterGuard, one_hot
 from flowrl.policies.torch_policy import NUMPY_MAX_ROWS, _adam, _to_numpy_tree, _to_torch_tree
 
 SB = SampleBatch
@@ -131,7 +131,7 @@ class QNetwork(nn.Module):
 class _NumpyQNetwork:
     """Numpy views of a :class:`QNetwork` (see :mod:`flowrl.policies.numpy_forward`)."""
 
-    __slots__ = ("model", "parts")
+    __slots__ = ("guard", "parts")
 
     @classmethod
     def build(cls, model: nn.Module) -> "_NumpyQNetwork | None":
@@ -144,19 +144,8 @@ class _NumpyQNetwork:
             if seq is not None and parts[name] is None:
                 return None
         self = cls()
-        self.model, self.parts = model, parts
+        self.guard, self.parts = ParameterGuard(model), parts
         return self
-
-    def fresh(self, model: nn.Module) -> bool:
-        if model is not self.model:
-            return False
-        mods = model._modules
-        for name, part in self.parts.items():
-            seq = mods[name]
-            if (seq is None) != (part is None) or (
-                    part is not None and (seq is not part.seq or not part.fresh())):
-                return False
-        return True
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         z = self.parts["torso"](x)
@@ -292,7 +281,7 @@ class DQNPolicy:
         if not self.numpy_inference or rows > NUMPY_MAX_ROWS:
             return None
         model, snap = self.model, self._numpy_model
-        if snap is not None and snap.fresh(model):
+        if snap is not None and snap.guard.module is model and snap.guard.intact():
             return snap
         if model is self._numpy_unsupported:
             return None

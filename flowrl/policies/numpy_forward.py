@@ -23,6 +23,7 @@ seeded ``numpy.random.Generator`` makes them reproducible.
 from __future__ import annotations
 
 import math
+import operator
 
 import numpy as np
 import torch
@@ -30,6 +31,45 @@ from torch import nn
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 _ACTIVATIONS = (nn.Tanh, nn.ReLU)
+
+
+class ParameterGuard:
+    """Notices when numpy views of ``module``'s parameters may have gone stale.
+
+    Records every submodule and parameter object under ``module`` and each
+    parameter's data pointer; :meth:`intact` is False once any of them was
+    replaced or a parameter's memory moved. In-place updates keep it True (the
+    views see them).
+
+    >>> g = ParameterGuard(nn.Linear(2, 2))
+    >>> g.intact()
+    True
+    >>> g.module.bias = nn.Parameter(torch.zeros(2))
+    >>> g.intact()
+    False
+    """
+
+    __slots__ = ("module", "_tables", "_keys", "_values", "_params", "_pointers")
+
+    def __init__(self, module: nn.Module):
+        self.module = module
+        entries, params = [], []
+        for m in module.modules():
+            for table in (m._modules, m._parameters):
+                entries.extend((table, key, value) for key, value in table.items())
+            params.extend(p for p in m._parameters.values() if p is not None)
+        self._tables, self._keys, self._values = (tuple(x) for x in zip(*entries)) \
+            if entries else ((), (), ())
+        self._params = tuple(params)
+        self._pointers = tuple(p.data_ptr() for p in params)
+
+    def intact(self) -> bool:
+        """Whether every recorded object and data pointer is still in place."""
+        return (all(map(operator.is_, map(dict.get, self._tables, self._keys), self._values))
+                and tuple(map(_data_ptr, self._params)) == self._pointers)
+
+
+_data_ptr = torch.Tensor.data_ptr
 
 
 class NumpyMLP:
@@ -54,18 +94,19 @@ class NumpyMLP:
     False
     """
 
-    __slots__ = ("seq", "_ops", "_params", "_modules")
+    __slots__ = ("seq", "guard", "_ops")
 
-    def __init__(self, seq: nn.Sequential, ops: list, params: list, modules: list):
-        self.seq, self._ops, self._params, self._modules = seq, ops, params, modules
+    def __init__(self, seq: nn.Sequential, ops: list):
+        self.seq, self._ops = seq, ops
+        self.guard = ParameterGuard(seq)
 
     @classmethod
     def build(cls, seq: nn.Module) -> "NumpyMLP | None":
         """A snapshot of ``seq``, or ``None`` when ``seq`` is not a plain MLP."""
         if type(seq) is not nn.Sequential:
             return None
-        ops, params, modules = [], [], list(seq)
-        for m in modules:
+        ops = []
+        for m in seq:
             if type(m) is nn.Linear:
                 w, b = m.weight, m.bias
                 if any(p is not None and (p.dtype != torch.float32 or p.device.type != "cpu")
@@ -74,27 +115,17 @@ class NumpyMLP:
                 wn = w.detach().numpy().T  # (in, out) view of the (out, in) weight
                 bn = None if b is None else b.detach().numpy()
                 ops.append(("linear", wn, bn))
-                params.append((m._parameters, w, w.data_ptr(), b,
-                               None if b is None else b.data_ptr()))
             elif type(m) is nn.Tanh:
                 ops.append(("tanh", None, None))
             elif type(m) is nn.ReLU:
                 ops.append(("relu", None, None))
             else:
                 return None
-        return cls(seq, ops, params, tuple(modules))
+        return cls(seq, ops)
 
     def fresh(self) -> bool:
-        """Whether the views still are the parameters' memory (same modules, same
-        parameter objects, same data pointers)."""
-        if tuple(self.seq._modules.values()) != self._modules:
-            return False
-        for params, w, wp, b, bp in self._params:
-            if params["weight"] is not w or params["bias"] is not b or w.data_ptr() != wp:
-                return False
-            if b is not None and b.data_ptr() != bp:
-                return False
-        return True
+        """Whether the views still are the parameters' memory (see :class:`ParameterGuard`)."""
+        return self.guard.intact()
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         h, owned = x, False
@@ -114,31 +145,39 @@ class NumpyMLP:
 
 
 
-def log_softmax(logits: np.ndarray) -> np.ndarray:
-    """Row-wise ``log softmax`` of ``(B, D)`` logits, float32.
+def categorical_sample(logits: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Categorical draws from unnormalised ``(B, D)`` logits by inverse CDF, and
+    their log-probabilities: ``(actions (B,), logp (B,))``.
 
-    >>> np.exp(log_softmax(np.zeros((1, 4), np.float32))).round(3).tolist()
-    [[0.25, 0.25, 0.25, 0.25]]
+    Per row, the action is the number of categories whose cumulative probability
+    is below ``(1 - u) * total`` (``u ~ U[0, 1)`` of shape ``(B,)``; scaling by the
+    row's total means rounding never picks a category past the last one with
+    mass): the rule of :meth:`flowrl.policies.distributions.Categorical.sample`.
+
+    >>> logits = np.log(np.array([[0.5, 0.5], [1e-9, 1.0]], np.float32))
+    >>> a, logp = categorical_sample(logits, np.array([0.9, 0.9]))
+    >>> a.tolist(), np.exp(logp).round(3).tolist()
+    ([0, 1], [0.5, 1.0])
     """
     z = logits - logits.max(axis=-1, keepdims=True)
-    z -= np.log(np.exp(z).sum(axis=-1, keepdims=True))
-    return z
+    cdf = np.exp(z).cumsum(axis=-1)
+    total = cdf[:, -1]
+    actions = (cdf < ((1.0 - u) * total)[:, None]).sum(axis=-1)
+    logp = z[np.arange(len(z)), actions] - np.log(total)
+    return actions, logp
 
 
-def categorical_sample(log_probs: np.ndarray, u: np.ndarray) -> np.ndarray:
-    """Categorical draws by inverse CDF: per row, the number of categories whose
-    cumulative probability is below ``(1 - u) * total`` (``u ~ U[0, 1)`` of shape
-    ``(B,)``; scaling by the row's total means rounding never picks a category past
-    the last one with mass). The same rule as
-    :meth:`flowrl.policies.distributions.Categorical.sample`.
+def categorical_mode(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The most likely action per row of ``(B, D)`` logits and its log-probability.
 
-    >>> lp = np.log(np.array([[0.5, 0.5], [1e-9, 1.0]], np.float32))
-    >>> categorical_sample(lp, np.array([0.9, 0.9])).tolist()
-    [0, 1]
+    >>> a, logp = categorical_mode(np.array([[0.0, 1.0]], np.float32))
+    >>> a.tolist(), round(float(np.exp(logp[0])), 4)
+    ([1], 0.7311)
     """
-    cdf = np.exp(log_probs).cumsum(axis=-1)
-    threshold = (1.0 - u)[:, None] * cdf[:, -1:]
-    return (cdf < threshold).sum(axis=-1)
+    z = logits - logits.max(axis=-1, keepdims=True)
+    actions = z.argmax(axis=-1)
+    logp = z[np.arange(len(z)), actions] - np.log(np.exp(z).sum(axis=-1))
+    return actions, logp
 
 
 def gaussian_logp(actions: np.ndarray, mean: np.ndarray, log_std: np.ndarray) -> np.ndarray:
@@ -163,4 +202,4 @@ def one_hot(indices: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-__all__ = ["NumpyMLP", "log_softmax", "categorical_sample", "gaussian_logp", "one_hot"]
+__all__ = ["NumpyMLP", "ParameterGuard", "categorical_sample", "categorical_mode", "gaussian_logp", "one_hot"]

@@ -36,8 +36,8 @@ from flowrl.errors import ConfigError
 from flowrl.policies.adam import FusedAdam, make_adam
 from flowrl.policies.distributions import Categorical, DiagGaussian
 from flowrl.policies.maths import discounted_returns, explained_variance, gae
-from flowrl.policies.numpy_forward import (NumpyMLP, categorical_sample, gaussian_logp,
-                                           log_softmax, one_hot)
+from flowrl.policies.numpy_forward import (NumpyMLP, ParameterGuard, categorical_mode,
+                                           categorical_sample, gaussian_logp, one_hot)
 from flowrl.policies.sgd import minibatch_sgd
 
 SB = SampleBatch
@@ -85,7 +85,7 @@ NUMPY_MAX_ROWS = 512
 class _NumpyActorCritic:
     """Numpy views of an :class:`ActorCriticModel`: ``pi``, ``vf`` (or None), ``log_std``."""
 
-    __slots__ = ("model", "pi", "vf", "log_std", "_log_std_t", "_log_std_ptr")
+    __slots__ = ("guard", "pi", "vf", "log_std")
 
     @classmethod
     def build(cls, model: nn.Module) -> "_NumpyActorCritic | None":
@@ -98,22 +98,9 @@ class _NumpyActorCritic:
                 ls is not None and (ls.dtype != torch.float32 or ls.device.type != "cpu")):
             return None
         self = cls()
-        self.model, self.pi, self.vf, self._log_std_t = model, pi, vf, ls
+        self.guard, self.pi, self.vf = ParameterGuard(model), pi, vf
         self.log_std = None if ls is None else ls.detach().numpy()
-        self._log_std_ptr = None if ls is None else ls.data_ptr()
         return self
-
-    def fresh(self, model: nn.Module) -> bool:
-        if model is not self.model:
-            return False
-        mods, vf = model._modules, self.vf
-        if mods["pi"] is not self.pi.seq or not self.pi.fresh():
-            return False
-        if (mods["vf"] is not None) != (vf is not None) or (
-                vf is not None and (mods["vf"] is not vf.seq or not vf.fresh())):
-            return False
-        ls = model._parameters.get("log_std")
-        return ls is self._log_std_t and (ls is None or ls.data_ptr() == self._log_std_ptr)
 
 
 def _adam(params, lr: float) -> "FusedAdam | torch.optim.Adam":
@@ -299,7 +286,7 @@ class TorchPolicy:
         if not self.numpy_inference or rows > NUMPY_MAX_ROWS:
             return None
         model, snap = self.model, self._numpy_model
-        if snap is not None and snap.fresh(model):
+        if snap is not None and snap.guard.module is model and snap.guard.intact():
             return snap
         if model is self._numpy_unsupported:
             return None
@@ -361,10 +348,8 @@ class TorchPolicy:
             actions = actions.reshape((n, *self.action_space.shape))
         else:
             inputs = out
-            log_probs = log_softmax(out)
-            actions = (categorical_sample(log_probs, self._action_rng.random(n)) if explore
-                       else log_probs.argmax(axis=-1))
-            logp = log_probs[np.arange(n), actions]
+            actions, logp = (categorical_sample(out, self._action_rng.random(n)) if explore
+                             else categorical_mode(out))
         vf = snap.vf(x)[:, 0] if snap.vf is not None else np.zeros(n, np.float32)
         return actions, {SB.ACTION_LOGP: logp, SB.VF_PREDS: vf, SB.ACTION_DIST_INPUTS: inputs}
 
