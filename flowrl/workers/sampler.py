@@ -30,6 +30,29 @@ from flowrl.batch import SampleBatch
 SB = SampleBatch
 
 
+def postprocess_trajectories(policy, batch: SampleBatch, ends, last_values) -> SampleBatch:
+    """``policy``'s postprocessing of trajectories stored back to back in ``batch``.
+
+    Trajectory ``i`` is rows ``ends[i-1]:ends[i]`` with ``last_values[i]`` its
+    bootstrap value ``V(s_T)`` (ignored where its last row ends an episode). Uses
+    the policy's ``postprocess_trajectories`` when it has one (one pass for all
+    trajectories), else ``postprocess_trajectory`` per slice, concatenated.
+
+    >>> from flowrl.policies import PGPolicy
+    >>> p = PGPolicy(gym.spaces.Box(-1, 1, (1,)), gym.spaces.Discrete(2), gamma=0.5)
+    >>> b = SampleBatch(rewards=np.ones(3, np.float32), terminateds=np.zeros(3, bool))
+    >>> postprocess_trajectories(p, b, [1, 3], [0.0, 4.0])["value_targets"].tolist()
+    [1.0, 2.5, 3.0]
+    """
+    fused = getattr(policy, "postprocess_trajectories", None)
+    if fused is not None:
+        return fused(batch, ends, last_values)
+    bounds = [0, *(int(e) for e in ends)]
+    parts = [policy.postprocess_trajectory(batch.slice(s, e), last_value=float(v))
+             for s, e, v in zip(bounds[:-1], bounds[1:], last_values)]
+    return parts[0] if len(parts) == 1 else SampleBatch.concat_samples(parts)
+
+
 class VectorSampler:
     """Collects postprocessed fragments from ``venv`` with ``policy``.
 
@@ -115,17 +138,16 @@ class VectorSampler:
         trunc_only = buf[SB.TRUNCATEDS] & ~buf[SB.TERMINATEDS]
         steps, envs = np.nonzero(trunc_only)
         values = self.policy.value(np.concatenate([self._obs, buf[SB.NEXT_OBS][steps, envs]]))
-        last_values = values[:N]
         bootstrap = np.zeros((T, N), np.float32)
         bootstrap[steps, envs] = values[N:]
-        buf = {**buf, SB.BOOTSTRAP_VALUE: bootstrap}
-        trajectories = []
-        for i in range(N):
-            columns = {k: v[:, i] for k, v in buf.items()}
-            columns[SB.AGENT_INDEX] = np.zeros(T, np.int64)
-            trajectories.append(self.policy.postprocess_trajectory(
-                SampleBatch(columns), last_value=float(last_values[i])))
-        return SampleBatch.concat_samples(trajectories)
+        # Env-major rows: env i's T steps are rows i*T .. (i+1)*T - 1, one trajectory.
+        # (copies: the buffers are reused by the next sample())
+        columns = {k: v.swapaxes(0, 1).copy().reshape(N * T, *v.shape[2:])
+                   for k, v in buf.items()}
+        columns[SB.BOOTSTRAP_VALUE] = bootstrap.T.reshape(-1)
+        columns[SB.AGENT_INDEX] = np.zeros(N * T, np.int64)
+        return postprocess_trajectories(self.policy, SampleBatch(columns),
+                                        np.arange(1, N + 1) * T, values[:N].tolist())
 
     def episode_stats(self) -> list[dict]:
         """Episodes completed since the last call, oldest first (drains the buffer)."""
@@ -133,4 +155,4 @@ class VectorSampler:
         return out
 
 
-__all__ = ["VectorSampler"]
+__all__ = ["VectorSampler", "postprocess_trajectories"]
