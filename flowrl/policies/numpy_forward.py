@@ -94,10 +94,10 @@ class NumpyMLP:
     False
     """
 
-    __slots__ = ("seq", "guard", "_ops")
+    __slots__ = ("seq", "guard", "_layers")
 
-    def __init__(self, seq: nn.Sequential, ops: list):
-        self.seq, self._ops = seq, ops
+    def __init__(self, seq: nn.Sequential, layers: list[tuple]):
+        self.seq, self._layers = seq, layers
         self.guard = ParameterGuard(seq)
 
     @classmethod
@@ -105,44 +105,46 @@ class NumpyMLP:
         """A snapshot of ``seq``, or ``None`` when ``seq`` is not a plain MLP."""
         if type(seq) is not nn.Sequential:
             return None
-        ops = []
+        layers: list[list] = []
         for m in seq:
             if type(m) is nn.Linear:
                 w, b = m.weight, m.bias
                 if any(p is not None and (p.dtype != torch.float32 or p.device.type != "cpu")
                        for p in (w, b)):
                     return None
-                wn = w.detach().numpy().T  # (in, out) view of the (out, in) weight
-                bn = None if b is None else b.detach().numpy()
-                ops.append(("linear", wn, bn))
-            elif type(m) is nn.Tanh:
-                ops.append(("tanh", None, None))
-            elif type(m) is nn.ReLU:
-                ops.append(("relu", None, None))
+                # (in, out) view of the (out, in) weight
+                layers.append([w.detach().numpy().T, None if b is None else b.detach().numpy(),
+                               None])
+            elif type(m) in _ACTIVATIONS:
+                act = np.tanh if type(m) is nn.Tanh else _relu
+                if layers and layers[-1][0] is not None and layers[-1][2] is None:
+                    layers[-1][2] = act  # applied in place after that Linear
+                else:
+                    layers.append([None, None, act])
             else:
                 return None
-        return cls(seq, ops)
+        return cls(seq, [tuple(layer) for layer in layers])
 
     def fresh(self) -> bool:
         """Whether the views still are the parameters' memory (see :class:`ParameterGuard`)."""
         return self.guard.intact()
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
-        h, owned = x, False
-        for kind, w, b in self._ops:
-            if kind == "linear":
-                h = h @ w
-                if b is not None:
-                    h += b
-                owned = True
-            elif kind == "tanh":
-                h = np.tanh(h, out=h) if owned else np.tanh(h)
-                owned = True
-            else:
-                h = np.maximum(h, 0, out=h) if owned else np.maximum(h, 0)
-                owned = True
-        return h if owned else np.array(h, np.float32)
+        h = x
+        for w, b, act in self._layers:
+            if w is None:  # an activation with no Linear before it: not in place
+                h = act(h)
+                continue
+            h = np.dot(h, w)  # a new array: the rest may work in place
+            if b is not None:
+                h += b
+            if act is not None:
+                act(h, out=h)
+        return np.array(h, np.float32) if h is x else h
 
+
+def _relu(h: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    return np.maximum(h, 0, out=out)
 
 
 def categorical_sample(logits: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -33,6 +33,7 @@ import numpy as np
 
 from flowrl.batch import MultiAgentBatch, SampleBatch
 from flowrl.errors import ConfigError, OperatorError
+from flowrl.workers.sampler import postprocess_trajectories
 
 SB = SampleBatch
 
@@ -113,15 +114,17 @@ def spaces_match(a: gym.Space, b: gym.Space) -> bool:
 class _Rows:
     """One policy's rows of a fragment.
 
-    The forward outputs are appended once per step as arrays (one row per acting
-    agent of that policy); ``out`` gets one ``(reward, terminated, truncated,
-    next_obs, trajectory, t)`` tuple per row, in the same order, as the envs step.
+    The forward inputs and outputs are appended once per step as arrays (one row
+    per acting agent of that policy): ``obs``, ``actions`` and the ``extra``
+    dicts of ``compute_actions``; ``out`` gets one ``(reward, terminated,
+    truncated, next_obs, trajectory, t)`` tuple per row, in the same order, as
+    the envs step.
     """
 
-    __slots__ = ("obs", "actions", "logp", "vf", "dist", "out")
+    __slots__ = ("obs", "actions", "extras", "out")
 
     def __init__(self):
-        self.obs, self.actions, self.logp, self.vf, self.dist = [], [], [], [], []
+        self.obs, self.actions, self.extras = [], [], []
         self.out: list[tuple] = []
 
 
@@ -216,9 +219,7 @@ class MultiAgentSampler:
                     r = rows[pid] = _Rows()
                 r.obs.append(obs)
                 r.actions.append(acts)
-                r.logp.append(extra[SB.ACTION_LOGP])
-                r.vf.append(extra[SB.VF_PREDS])
-                r.dist.append(extra[SB.ACTION_DIST_INPUTS])
+                r.extras.append(extra)
             # Each env appends its rows' outcomes to their policy's rows: within one
             # policy, env order then agent order is the order of that policy's group.
             for k in env_range:
@@ -279,10 +280,9 @@ class MultiAgentSampler:
                     SB.TERMINATEDS: np.asarray(terms, bool)[order],
                     SB.TRUNCATEDS: np.asarray(truncs, bool)[order],
                     SB.NEXT_OBS: np.array(next_obs)[order],
-                    SB.ACTION_LOGP: np.concatenate(r.logp)[order],
-                    SB.VF_PREDS: np.concatenate(r.vf)[order],
-                    SB.ACTION_DIST_INPUTS: np.concatenate(r.dist)[order],
                     SB.T: np.asarray(t, np.int64)[order]}
+            for key in r.extras[0]:
+                cols[key] = np.concatenate([e[key] for e in r.extras])[order]
             cols[SB.EPS_ID] = info[traj, 0]
             cols[SB.AGENT_INDEX] = info[traj, 1]
             n = len(traj)
@@ -297,11 +297,8 @@ class MultiAgentSampler:
             if len(idx):
                 values[idx] = policy.value(cols[SB.NEXT_OBS][idx])
             cols[SB.BOOTSTRAP_VALUE] = np.where(cols[SB.TRUNCATEDS], values, 0.0).astype(np.float32)
-            batch = SampleBatch(cols)
-            parts = [policy.postprocess_trajectory(
-                batch.slice(s, e), last_value=float(values[e - 1]) if c else 0.0)
-                for s, e, c in zip(starts.tolist(), ends.tolist(), cut.tolist())]
-            out[pid] = parts[0] if len(parts) == 1 else SampleBatch.concat_samples(parts)
+            last_values = np.where(cut, values[ends - 1], 0.0).tolist()
+            out[pid] = postprocess_trajectories(policy, SampleBatch(cols), ends, last_values)
         env_steps = self.fragment_length * len(self.envs)
         return MultiAgentBatch(out, env_steps)
 
