@@ -139,7 +139,7 @@ class _NumpyQNetwork:
             return None
         parts = {}
         for name in ("torso", "advantage", "value"):
-            seq = model._modules[name]
+            seq = getattr(model, name)
             parts[name] = None if seq is None else NumpyMLP.build(seq)
             if seq is not None and parts[name] is None:
                 return None

@@ -49,23 +49,27 @@ class ParameterGuard:
     False
     """
 
-    __slots__ = ("module", "_tables", "_keys", "_values", "_params", "_pointers")
+    __slots__ = ("module", "_tables", "_keys", "_values", "_sizes", "_params", "_pointers")
 
     def __init__(self, module: nn.Module):
         self.module = module
-        entries, params = [], []
+        entries, tables, params = [], [], []
         for m in module.modules():
             for table in (m._modules, m._parameters):
+                tables.append(table)
                 entries.extend((table, key, value) for key, value in table.items())
             params.extend(p for p in m._parameters.values() if p is not None)
         self._tables, self._keys, self._values = (tuple(x) for x in zip(*entries)) \
             if entries else ((), (), ())
+        self._sizes = (tuple(tables), tuple(map(len, tables)))  # a submodule added later
         self._params = tuple(params)
         self._pointers = tuple(p.data_ptr() for p in params)
 
     def intact(self) -> bool:
         """Whether every recorded object and data pointer is still in place."""
+        tables, sizes = self._sizes
         return (all(map(operator.is_, map(dict.get, self._tables, self._keys), self._values))
+                and tuple(map(len, tables)) == sizes
                 and tuple(map(_data_ptr, self._params)) == self._pointers)
 
 
