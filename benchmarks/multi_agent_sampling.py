@@ -17,8 +17,9 @@ finished its CartPole episode waits, done, until the longest of the 10 ends (the
 multi-agent protocol: a done agent does not act again this episode), so only
 about 45% of the 10 slots act on a step, and those few rows are split over 2
 forwards. One copy therefore feeds each forward about 3 rows, where the
-10-env vector sampler feeds 10: the per-call costs of torch and of the env
-wrappers are then spread over about 3x fewer rows, whatever the sampler does. The
+10-env vector sampler feeds 10: the per-call cost of a forward (numpy for these
+small batches, see ``flowrl/policies/numpy_forward.py``) is then spread over
+about 3x fewer rows, whatever the sampler does. The
 fair baseline for a sampler's own cost is the vector sampler at the SAME number
 of acting rows per forward: ``vector-matched``, whose 3 envs match the
 1-copy worker's measured rows per forward (each child reports
