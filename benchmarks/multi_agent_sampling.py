@@ -79,24 +79,6 @@ def make_worker(system: str, args):
                          num_envs=copies, rollout_fragment_length=args.fragment, seed=args.seed)
 
 
-def count_forwards(worker) -> list[int]:
-    """Counts ``compute_actions`` calls of ``worker``'s policies in the returned cell
-    (a Python wrapper per forward: the same small cost for every system);
-    ``uncount(worker)`` restores the policies' own methods."""
-    calls = [0]
-    for policy in worker.policy_map.values():
-        def counted(obs, explore=True, _inner=policy.compute_actions):
-            calls[0] += 1
-            return _inner(obs, explore)
-        policy.compute_actions = counted
-    return calls
-
-
-def uncount(worker) -> None:
-    for policy in worker.policy_map.values():
-        del policy.compute_actions  # the class's method again
-
-
 def child(args) -> None:
     import torch
     torch.set_num_threads(1)
@@ -104,7 +86,7 @@ def child(args) -> None:
     worker = make_worker(args.child, args)
     try:
         worker.sample()  # warm-up: buffers, torch kernels
-        forwards = count_forwards(worker)
+        forwards_before = worker.sampler.num_forwards  # compute_actions calls
         rates, total = [], 0
         for _ in range(args.reps):
             steps, start = 0, time.perf_counter()
@@ -112,7 +94,7 @@ def child(args) -> None:
                 steps += worker.sample().agent_steps()
             rates.append(steps / (time.perf_counter() - start))
             total += steps
-        uncount(worker)
+        forwards = worker.sampler.num_forwards - forwards_before
         profile = cProfile.Profile()
         profile.enable()
         profiled_steps = worker.sample().agent_steps()
@@ -121,7 +103,7 @@ def child(args) -> None:
     finally:
         worker.stop()
     harness.write_result({"agent_steps_per_s": statistics.median(rates), "rates": rates,
-                          "rows_per_forward": total / forwards[0],
+                          "rows_per_forward": total / forwards,
                           "calls_per_agent_step": calls / profiled_steps})
 
 

@@ -16,7 +16,8 @@ from flowrl.batch import SampleBatch
 from flowrl.policies import DQNPolicy, PGPolicy, PPOPolicy
 from flowrl.policies.distributions import Categorical, DiagGaussian
 from flowrl.policies.numpy_forward import NumpyMLP
-from flowrl.policies.torch_policy import NUMPY_MAX_ROWS, ActorCriticModel, TorchPolicy
+from flowrl.policies.numpy_forward import NUMPY_MAX_MACS
+from flowrl.policies.torch_policy import ActorCriticModel, TorchPolicy
 from flowrl.workers import RolloutWorker
 from flowrl.workers.sampler import postprocess_trajectories
 
@@ -75,14 +76,15 @@ def test_numpy_path_samples_the_categorical_distribution():
     with torch.no_grad():  # fixed probabilities 0.2, 0.3, 0.5 whatever the observation
         p.model.pi[-1].weight.zero_()
         p.model.pi[-1].bias.copy_(torch.log(torch.tensor([0.2, 0.3, 0.5])))
-    x = np.zeros((NUMPY_MAX_ROWS, 4), np.float32)
-    counts = sum(np.bincount(p.compute_actions(x)[0], minlength=3) for _ in range(20))
-    expected = np.array([0.2, 0.3, 0.5]) * 20 * NUMPY_MAX_ROWS
+    x = np.zeros((50, 4), np.float32)
+    assert p._numpy_snapshot(len(x)) is not None
+    counts = sum(np.bincount(p.compute_actions(x)[0], minlength=3) for _ in range(200))
+    expected = np.array([0.2, 0.3, 0.5]) * 200 * 50
     chi2 = float(((counts - expected) ** 2 / expected).sum())
     assert chi2 < 13.8   # chi-square, 2 degrees of freedom, p = 0.001
     # the torch path draws from the same distribution
     p.numpy_inference = False
-    counts_t = sum(np.bincount(p.compute_actions(x)[0], minlength=3) for _ in range(20))
+    counts_t = sum(np.bincount(p.compute_actions(x)[0], minlength=3) for _ in range(200))
     assert float(((counts_t - expected) ** 2 / expected).sum()) < 13.8
 
 
@@ -92,7 +94,7 @@ def test_numpy_path_samples_the_gaussian_distribution():
         p.model.pi[-1].weight.zero_()
         p.model.pi[-1].bias.fill_(1.5)
         p.model.log_std.fill_(np.log(0.5))
-    a = np.concatenate([p.compute_actions(np.zeros((500, 4), np.float32))[0] for _ in range(20)])
+    a = np.concatenate([p.compute_actions(np.zeros((50, 4), np.float32))[0] for _ in range(200)])
     assert a.shape == (10_000, 1)
     assert abs(a.mean() - 1.5) < 0.03 and abs(a.std() - 0.5) < 0.02
 
@@ -190,8 +192,9 @@ def test_custom_models_and_large_batches_use_torch():
     p.model.pi = nn.Sequential(nn.Linear(4, 2), nn.Softplus())  # not a plain Linear/Tanh MLP
     assert NumpyMLP.build(p.model.pi) is None
     q = PPOPolicy(BOX, gym.spaces.Discrete(2), seed=0)
-    assert q._numpy_snapshot(NUMPY_MAX_ROWS) is not None
-    assert q._numpy_snapshot(NUMPY_MAX_ROWS + 1) is None
+    rows = (NUMPY_MAX_MACS - 1) // (64 * 64)   # the largest layer is 64 x 64
+    assert q._numpy_snapshot(rows) is not None
+    assert q._numpy_snapshot(rows + 1) is None
     off = PPOPolicy(BOX, gym.spaces.Discrete(2), seed=0, numpy_inference=False)
     assert off._numpy_snapshot(4) is None
 

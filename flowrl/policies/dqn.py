@@ -30,8 +30,8 @@ from torch import nn
 
 from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
-from flowrl.policies.numpy_forward import NumpyMLP, ParameterGuard, one_hot
-from flowrl.policies.torch_policy import NUMPY_MAX_ROWS, _adam, _to_numpy_tree, _to_torch_tree
+from flowrl.policies.numpy_forward import NUMPY_MAX_MACS, NumpyMLP, ParameterGuard, one_hot
+from flowrl.policies.torch_policy import _adam, _to_numpy_tree, _to_torch_tree
 
 SB = SampleBatch
 #: Column of postprocessed DQN rows: γ^k for the k rewards summed, 0 after a termination.
@@ -131,7 +131,7 @@ class QNetwork(nn.Module):
 class _NumpyQNetwork:
     """Numpy views of a :class:`QNetwork` (see :mod:`flowrl.policies.numpy_forward`)."""
 
-    __slots__ = ("guard", "parts")
+    __slots__ = ("guard", "parts", "max_rows")
 
     @classmethod
     def build(cls, model: nn.Module) -> "_NumpyQNetwork | None":
@@ -145,6 +145,8 @@ class _NumpyQNetwork:
                 return None
         self = cls()
         self.guard, self.parts = ParameterGuard(model), parts
+        macs = max([1] + [p.macs_per_row for p in parts.values() if p is not None])
+        self.max_rows = (NUMPY_MAX_MACS - 1) // macs  # larger batches: torch
         return self
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
@@ -165,7 +167,7 @@ class DQNPolicy:
     ``epsilon_timesteps``), ``worker_side_prioritization`` (postprocessed rows get
     a ``priorities`` column ``|δ| + prioritized_replay_eps``), ``seed``,
     ``numpy_inference`` (Q-values for acting through numpy views of the online
-    network for batches up to ``NUMPY_MAX_ROWS`` rows, the default; False forces
+    network for small batches (``NUMPY_MAX_MACS``), the default; False forces
     torch; see :mod:`flowrl.policies.numpy_forward`). Exploration is the same
     either way: it only reads the Q-values.
 
@@ -278,17 +280,17 @@ class DQNPolicy:
         return torch.as_tensor(obs, dtype=torch.float32)
 
     def _numpy_snapshot(self, rows: int) -> "_NumpyQNetwork | None":
-        if not self.numpy_inference or rows > NUMPY_MAX_ROWS:
+        if not self.numpy_inference:
             return None
         model, snap = self.model, self._numpy_model
-        if snap is not None and snap.guard.module is model and snap.guard.intact():
-            return snap
-        if model is self._numpy_unsupported:
-            return None
-        snap = self._numpy_model = _NumpyQNetwork.build(model)
-        if snap is None:
-            self._numpy_unsupported = model
-        return snap
+        if snap is None or snap.guard.module is not model or not snap.guard.intact():
+            if model is self._numpy_unsupported:
+                return None
+            snap = self._numpy_model = _NumpyQNetwork.build(model)
+            if snap is None:
+                self._numpy_unsupported = model
+                return None
+        return snap if rows <= snap.max_rows else None
 
     def q_values(self, obs_batch) -> np.ndarray:
         """``Q(s, ·)`` of the online network, shape ``(B, num_actions)`` (through numpy

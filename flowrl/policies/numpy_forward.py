@@ -30,6 +30,13 @@ import torch
 from torch import nn
 
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
+
+#: The numpy path serves a batch only while ``rows x in x out`` of its largest layer
+#: stays below this: OpenBLAS computes such products on the calling thread, where
+#: larger ones start its thread pool, which competes with the sampler for the cores
+#: (and spins under load). Larger batches go through torch, whose thread settings
+#: apply; there a forward's fixed cost no longer matters.
+NUMPY_MAX_MACS = 1 << 18
 _ACTIVATIONS = (nn.Tanh, nn.ReLU)
 
 
@@ -98,11 +105,13 @@ class NumpyMLP:
     False
     """
 
-    __slots__ = ("seq", "guard", "_layers")
+    __slots__ = ("seq", "guard", "_layers", "macs_per_row")
 
     def __init__(self, seq: nn.Sequential, layers: list[tuple]):
         self.seq, self._layers = seq, layers
         self.guard = ParameterGuard(seq)
+        #: Multiply-adds per row of the largest layer (see ``NUMPY_MAX_MACS``).
+        self.macs_per_row = max((w.size for w, _, _ in layers if w is not None), default=0)
 
     @classmethod
     def build(cls, seq: nn.Module) -> "NumpyMLP | None":
@@ -208,4 +217,4 @@ def one_hot(indices: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-__all__ = ["NumpyMLP", "ParameterGuard", "categorical_sample", "categorical_mode", "gaussian_logp", "one_hot"]
+__all__ = ["NUMPY_MAX_MACS", "NumpyMLP", "ParameterGuard", "categorical_sample", "categorical_mode", "gaussian_logp", "one_hot"]

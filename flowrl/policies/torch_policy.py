@@ -36,7 +36,8 @@ from flowrl.errors import ConfigError
 from flowrl.policies.adam import FusedAdam, make_adam
 from flowrl.policies.distributions import Categorical, DiagGaussian
 from flowrl.policies.maths import discounted_returns, explained_variance, gae
-from flowrl.policies.numpy_forward import (NumpyMLP, ParameterGuard, categorical_mode,
+from flowrl.policies.numpy_forward import (NUMPY_MAX_MACS, NumpyMLP, ParameterGuard,
+                                           categorical_mode,
                                            categorical_sample, gaussian_logp, one_hot)
 from flowrl.policies.sgd import minibatch_sgd
 
@@ -76,16 +77,10 @@ class ActorCriticModel(nn.Module):
         return self.vf(obs).squeeze(-1)
 
 
-#: Batches up to this many rows act through numpy (see :mod:`flowrl.policies.numpy_forward`);
-#: larger ones through torch, whose fixed cost per call no longer matters and whose
-#: thread settings then apply.
-NUMPY_MAX_ROWS = 512
-
-
 class _NumpyActorCritic:
     """Numpy views of an :class:`ActorCriticModel`: ``pi``, ``vf`` (or None), ``log_std``."""
 
-    __slots__ = ("guard", "pi", "vf", "log_std")
+    __slots__ = ("guard", "pi", "vf", "log_std", "max_rows")
 
     @classmethod
     def build(cls, model: nn.Module) -> "_NumpyActorCritic | None":
@@ -100,6 +95,8 @@ class _NumpyActorCritic:
         self = cls()
         self.guard, self.pi, self.vf = ParameterGuard(model), pi, vf
         self.log_std = None if ls is None else ls.detach().numpy()
+        macs = max(pi.macs_per_row, 0 if vf is None else vf.macs_per_row, 1)
+        self.max_rows = (NUMPY_MAX_MACS - 1) // macs  # larger batches: torch
         return self
 
 
@@ -283,17 +280,17 @@ class TorchPolicy:
         """The numpy view of :attr:`model` for a batch of ``rows``, or None for the
         torch path (switched off, a large batch, or a model that is not the built-in
         one). Rebuilt whenever a parameter was replaced (see :mod:`numpy_forward`)."""
-        if not self.numpy_inference or rows > NUMPY_MAX_ROWS:
+        if not self.numpy_inference:
             return None
         model, snap = self.model, self._numpy_model
-        if snap is not None and snap.guard.module is model and snap.guard.intact():
-            return snap
-        if model is self._numpy_unsupported:
-            return None
-        snap = self._numpy_model = _NumpyActorCritic.build(model)
-        if snap is None:
-            self._numpy_unsupported = model
-        return snap
+        if snap is None or snap.guard.module is not model or not snap.guard.intact():
+            if model is self._numpy_unsupported:
+                return None
+            snap = self._numpy_model = _NumpyActorCritic.build(model)
+            if snap is None:
+                self._numpy_unsupported = model
+                return None
+        return snap if rows <= snap.max_rows else None
 
     def _obs_array(self, obs) -> np.ndarray:
         obs = np.asarray(obs)
@@ -301,15 +298,19 @@ class TorchPolicy:
             return one_hot(obs, self._obs_dim)
         return np.asarray(obs.reshape(len(obs), self._obs_dim), dtype=np.float32)
 
-    def compute_actions(self, obs_batch, explore: bool = True) -> tuple[np.ndarray, dict]:
+    def compute_actions(self, obs_batch, explore: bool = True, *,
+                        vf_preds: bool = True) -> tuple[np.ndarray, dict]:
         """Actions for a batch of observations ``(B, *obs_shape)``, one forward pass.
 
         ``explore=False`` takes the distribution's mode. Returns ``(actions, extra)``
         with ``extra`` holding ``action_logp (B,)``, ``vf_preds (B,)`` and
-        ``action_dist_inputs (B, D)`` as numpy arrays.
+        ``action_dist_inputs (B, D)`` as numpy arrays. ``vf_preds=False`` leaves
+        ``vf_preds`` out (one forward less: the samplers then fill that column with
+        one :meth:`value` call per fragment, under the same weights).
 
-        With ``numpy_inference`` (the default) and the built-in model, batches of up
-        to ``NUMPY_MAX_ROWS`` rows run the same float32 maths in numpy over views
+        With ``numpy_inference`` (the default) and the built-in model, small batches
+        (``NUMPY_MAX_MACS`` in :mod:`flowrl.policies.numpy_forward`: below 64 rows
+        for 64-unit layers) run the same float32 maths in numpy over views
         of the live parameters (:mod:`flowrl.policies.numpy_forward`) and sample
         with the policy's own seeded numpy generator (saved in :meth:`get_state`);
         otherwise one torch forward samples with :attr:`generator`. Both paths draw
@@ -317,22 +318,23 @@ class TorchPolicy:
         """
         snap = self._numpy_snapshot(len(obs_batch))
         if snap is not None:
-            return self._compute_actions_numpy(snap, obs_batch, explore)
+            return self._compute_actions_numpy(snap, obs_batch, explore, vf_preds)
         with torch.inference_mode():
             obs = self._obs_tensor(obs_batch)
             inputs = self.model.dist_inputs(obs)
             dist = self.dist_class(inputs)
             actions = dist.sample(self.generator) if explore else dist.deterministic_sample()
             logp = dist.logp(actions)
-            vf = self.model.value(obs)
+            extra = {SB.ACTION_LOGP: logp.numpy(), SB.ACTION_DIST_INPUTS: inputs.numpy()}
+            if vf_preds:
+                extra[SB.VF_PREDS] = self.model.value(obs).numpy()
         actions = actions.numpy()
         if isinstance(self.action_space, gym.spaces.Box):
             actions = actions.reshape((len(actions), *self.action_space.shape))
-        return actions, {SB.ACTION_LOGP: logp.numpy(), SB.VF_PREDS: vf.numpy(),
-                         SB.ACTION_DIST_INPUTS: inputs.numpy()}
+        return actions, extra
 
-    def _compute_actions_numpy(self, snap: _NumpyActorCritic, obs_batch,
-                               explore: bool) -> tuple[np.ndarray, dict]:
+    def _compute_actions_numpy(self, snap: _NumpyActorCritic, obs_batch, explore: bool,
+                               vf_preds: bool) -> tuple[np.ndarray, dict]:
         x = self._obs_array(obs_batch)
         out = snap.pi(x)
         n = len(x)
@@ -350,8 +352,11 @@ class TorchPolicy:
             inputs = out
             actions, logp = (categorical_sample(out, self._action_rng.random(n)) if explore
                              else categorical_mode(out))
-        vf = snap.vf(x)[:, 0] if snap.vf is not None else np.zeros(n, np.float32)
-        return actions, {SB.ACTION_LOGP: logp, SB.VF_PREDS: vf, SB.ACTION_DIST_INPUTS: inputs}
+        extra = {SB.ACTION_LOGP: logp, SB.ACTION_DIST_INPUTS: inputs}
+        if vf_preds:
+            extra[SB.VF_PREDS] = (snap.vf(x)[:, 0] if snap.vf is not None
+                                  else np.zeros(n, np.float32))
+        return actions, extra
 
     def value(self, obs_batch) -> np.ndarray:
         """``V(s)`` for a batch of observations, shape ``(B,)`` (zeros without a critic)."""
@@ -661,4 +666,4 @@ class TorchPolicy:
         self._asp_base = base
 
 
-__all__ = ["TorchPolicy", "ActorCriticModel", "LoadedBatch", "NUMPY_MAX_ROWS"]
+__all__ = ["TorchPolicy", "ActorCriticModel", "LoadedBatch"]

@@ -33,7 +33,7 @@ import numpy as np
 
 from flowrl.batch import MultiAgentBatch, SampleBatch
 from flowrl.errors import ConfigError, OperatorError
-from flowrl.workers.sampler import postprocess_trajectories
+from flowrl.workers.sampler import defers_vf_preds, postprocess_trajectories
 
 SB = SampleBatch
 
@@ -133,6 +133,7 @@ class MultiAgentSampler:
 
     ``policy_mapping_fn(agent_id, episode) -> policy id`` (see :class:`Episode`);
     a policy id not in ``policies`` is an OperatorError naming the agent and id.
+    ``num_forwards`` counts the policies' ``compute_actions`` calls.
     """
 
     def __init__(self, envs: list, policies: dict[str, Any],
@@ -150,6 +151,7 @@ class MultiAgentSampler:
         self._agent_index = [{a: i for i, a in enumerate(env.possible_agents)} for env in envs]
         self._obs: list[dict] = []
         self._episode: list[Episode] = []
+        self.num_forwards = 0
         for k in range(len(envs)):
             self._obs.append({})
             self._episode.append(None)  # type: ignore[arg-type]
@@ -188,6 +190,7 @@ class MultiAgentSampler:
         trajs: list[list] = []  # [pid, eps_id, agent_index, done]
         traj_of: list[dict] = [{} for _ in self.envs]  # per env: agent -> trajectory index
         policies, explore, clips = self.policies, self.explore, self._clips
+        deferred = {pid for pid, p in policies.items() if defers_vf_preds(p)}
         n_envs, env_obs, episodes = len(self.envs), self._obs, self._episode
         env_range = range(n_envs)
         for _ in range(self.fragment_length):
@@ -209,7 +212,9 @@ class MultiAgentSampler:
             actions: list[dict] = [{} for _ in env_range]
             for pid, (obs_list, members) in groups.items():
                 obs = np.array(obs_list)  # np.stack costs several times more on short lists
-                acts, extra = policies[pid].compute_actions(obs, explore)
+                acts, extra = (policies[pid].compute_actions(obs, explore, vf_preds=False)
+                               if pid in deferred else policies[pid].compute_actions(obs, explore))
+                self.num_forwards += 1
                 clip = clips.get(pid)
                 env_acts = np.clip(acts, *clip) if clip is not None else acts
                 for (k, a), act in zip(members, env_acts):
@@ -224,7 +229,7 @@ class MultiAgentSampler:
             # policy, env order then agent order is the order of that policy's group.
             for k in env_range:
                 self._step_env(k, actions[k], rows, trajs, traj_of[k])
-        return self._postprocess(rows, trajs)
+        return self._postprocess(rows, trajs, deferred)
 
     def _step_env(self, k: int, actions: dict, rows: dict, trajs: list,
                   traj_of: dict) -> None:
@@ -265,7 +270,8 @@ class MultiAgentSampler:
         else:
             self._obs[k] = next_obs
 
-    def _postprocess(self, rows: dict[str, _Rows], trajs: list) -> MultiAgentBatch:
+    def _postprocess(self, rows: dict[str, _Rows], trajs: list,
+                     deferred: set[str]) -> MultiAgentBatch:
         out = {}
         info = np.asarray([t[1:] for t in trajs], np.int64).reshape(-1, 3)
         for pid, r in rows.items():
@@ -294,7 +300,11 @@ class MultiAgentSampler:
             need[ends[cut] - 1] = True
             idx = np.flatnonzero(need)
             values = np.zeros(n, np.float32)
-            if len(idx):
+            if pid in deferred:  # vf_preds V(s_t) of every row, in the same value call
+                v = policy.value(np.concatenate([cols[SB.OBS], cols[SB.NEXT_OBS][idx]]))
+                cols[SB.VF_PREDS] = v[:n]
+                values[idx] = v[n:]
+            elif len(idx):
                 values[idx] = policy.value(cols[SB.NEXT_OBS][idx])
             cols[SB.BOOTSTRAP_VALUE] = np.where(cols[SB.TRUNCATEDS], values, 0.0).astype(np.float32)
             last_values = np.where(cut, values[ends - 1], 0.0).tolist()

@@ -53,11 +53,34 @@ def postprocess_trajectories(policy, batch: SampleBatch, ends, last_values) -> S
     return parts[0] if len(parts) == 1 else SampleBatch.concat_samples(parts)
 
 
+def defers_vf_preds(policy) -> bool:
+    """Whether a sampler may act with ``compute_actions(..., vf_preds=False)`` and fill
+    the ``vf_preds`` column with one ``policy.value`` call per fragment instead of one
+    value forward per step.
+
+    True for policies whose ``compute_actions`` and ``value`` are
+    :class:`~flowrl.policies.TorchPolicy`'s own; a policy that overrides either, or
+    whose ``compute_actions`` was replaced on the instance, is called as before.
+    The weights do not change within a ``sample()`` call, so the column holds the
+    same values either way (up to float rounding).
+
+    >>> from flowrl.policies import DQNPolicy, PPOPolicy
+    >>> box, two = gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2)
+    >>> defers_vf_preds(PPOPolicy(box, two)), defers_vf_preds(DQNPolicy(box, two))
+    (True, False)
+    """
+    from flowrl.policies.torch_policy import TorchPolicy
+    cls = type(policy)
+    return (isinstance(policy, TorchPolicy) and cls.compute_actions is TorchPolicy.compute_actions
+            and cls.value is TorchPolicy.value and "compute_actions" not in vars(policy))
+
+
 class VectorSampler:
     """Collects postprocessed fragments from ``venv`` with ``policy``.
 
     ``venv`` must be a gymnasium vector env in ``SAME_STEP`` autoreset mode;
-    ``eps_id_base`` makes episode ids unique across workers.
+    ``eps_id_base`` makes episode ids unique across workers. ``num_forwards``
+    counts the policy's ``compute_actions`` calls.
     """
 
     def __init__(self, venv: gym.vector.VectorEnv, policy, *, fragment_length: int,
@@ -76,6 +99,8 @@ class VectorSampler:
         self._ep_ret = np.zeros(n, dtype=np.float64)
         self._episodes: list[dict] = []
         self._buf: dict[str, np.ndarray] | None = None
+        self._buf_deferred: bool | None = None
+        self.num_forwards = 0
 
     def _allocate(self, actions: np.ndarray, extra: dict) -> dict[str, np.ndarray]:
         T, N = self.fragment_length, self.num_envs
@@ -91,6 +116,7 @@ class VectorSampler:
                SB.EPS_ID: np.empty((T, N), np.int64),
                SB.T: np.empty((T, N), np.int64)}
         buf.update({k: like(v) for k, v in extra.items()})
+        buf.setdefault(SB.VF_PREDS, np.empty((T, N), np.float32))
         return buf
 
     def sample(self) -> SampleBatch:
@@ -98,11 +124,14 @@ class VectorSampler:
         policy, venv, T, N = self.policy, self.venv, self.fragment_length, self.num_envs
         obs, clip, explore = self._obs, self._clip, self.explore
         eps_id, ep_t, ep_ret = self._eps_id, self._ep_t, self._ep_ret
-        buf = self._buf
+        defer = defers_vf_preds(policy)
+        buf = self._buf if self._buf_deferred == defer else None
         for step in range(T):
-            actions, extra = policy.compute_actions(obs, explore)
+            actions, extra = (policy.compute_actions(obs, explore, vf_preds=False) if defer
+                              else policy.compute_actions(obs, explore))
             if buf is None:
                 buf = self._buf = self._allocate(actions, extra)
+                self._buf_deferred = defer
             next_obs, rewards, terms, truncs, infos = venv.step(
                 np.clip(actions, *clip) if clip is not None else actions)
             buf[SB.OBS][step] = obs
@@ -131,13 +160,22 @@ class VectorSampler:
                     ep_ret[i] = 0.0
             obs = next_obs
         self._obs = obs
-        return self._postprocess(buf)
+        self.num_forwards += T
+        return self._postprocess(buf, defer)
 
-    def _postprocess(self, buf: dict[str, np.ndarray]) -> SampleBatch:
+    def _postprocess(self, buf: dict[str, np.ndarray], deferred: bool) -> SampleBatch:
         T, N = self.fragment_length, self.num_envs
         trunc_only = buf[SB.TRUNCATEDS] & ~buf[SB.TERMINATEDS]
         steps, envs = np.nonzero(trunc_only)
-        values = self.policy.value(np.concatenate([self._obs, buf[SB.NEXT_OBS][steps, envs]]))
+        # ONE value call: V(s_T) per env, V(final obs) of truncated rows, and with
+        # deferred vf_preds V(s_t) of every row.
+        parts = [self._obs, buf[SB.NEXT_OBS][steps, envs]]
+        if deferred:
+            parts.append(buf[SB.OBS].reshape(T * N, *buf[SB.OBS].shape[2:]))
+        values = self.policy.value(np.concatenate(parts))
+        if deferred:
+            buf[SB.VF_PREDS][...] = values[-T * N:].reshape(T, N)
+            values = values[:-T * N]
         bootstrap = np.zeros((T, N), np.float32)
         bootstrap[steps, envs] = values[N:]
         # Env-major rows: env i's T steps are rows i*T .. (i+1)*T - 1, one trajectory.
