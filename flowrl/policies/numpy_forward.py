@@ -174,10 +174,10 @@ def categorical_sample(logits: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, n
     >>> a.tolist(), np.exp(logp).round(3).tolist()
     ([0, 1], [0.5, 1.0])
     """
-    z = logits - logits.max(axis=-1, keepdims=True)
-    cdf = np.exp(z).cumsum(axis=-1)
+    z = logits - np.maximum.reduce(logits, axis=-1, keepdims=True)  # ufuncs: no wrappers
+    cdf = np.cumsum(np.exp(z), axis=-1)
     total = cdf[:, -1]
-    actions = (cdf < ((1.0 - u) * total)[:, None]).sum(axis=-1)
+    actions = np.add.reduce(cdf < ((1.0 - u) * total)[:, None], axis=-1, dtype=np.int64)
     logp = z[np.arange(len(z)), actions] - np.log(total)
     return actions, logp
 

@@ -240,16 +240,17 @@ class MultiAgentSampler:
         t = episode.length
         returns = episode.agent_rewards
         mapped = episode._policies
+        agent_index = self._agent_index[k]
         for agent in actions:
-            term = all_term or bool(terms.get(agent, False))
-            trunc = not term and (all_trunc or bool(truncs.get(agent, False)))
+            term = all_term or bool(terms.get(agent))
+            trunc = not term and (all_trunc or bool(truncs.get(agent)))
             r = float(rewards.get(agent, 0.0))
             returns[agent] = returns.get(agent, 0.0) + r
             pid = mapped[agent]
             ti = traj_of.get(agent)
             if ti is None:
                 ti = traj_of[agent] = len(trajs)
-                trajs.append([pid, episode.episode_id, self._agent_index[k][agent], False])
+                trajs.append([pid, episode.episode_id, agent_index[agent], False])
             o = obs[agent]
             if term or trunc:
                 trajs[ti][3] = True
