@@ -41,6 +41,7 @@ each; reported: median over runs of each run's median rate.
 
     python benchmarks/multi_agent_sampling.py
     python benchmarks/multi_agent_sampling.py --quick --no-idle-wait
+    python benchmarks/multi_agent_sampling.py --interleaved --reps 5
 """
 
 from __future__ import annotations
@@ -77,6 +78,37 @@ def make_worker(system: str, args):
                          policies={"p0": PPOPolicy, "p1": PPOPolicy},
                          policy_mapping_fn=lambda agent, episode: f"p{agent % 2}",
                          num_envs=copies, rollout_fragment_length=args.fragment, seed=args.seed)
+
+
+def interleaved(args, systems: list[str]) -> None:
+    """All ``systems`` in THIS process, repetitions interleaved, rates in CPU time
+    (``time.process_time``): for A/B comparisons on a machine with foreign load."""
+    import torch
+    torch.set_num_threads(1)
+    workers = {k: make_worker(k, args) for k in systems}
+    try:
+        for w in workers.values():
+            w.sample()
+        rates: dict[str, list[float]] = {k: [] for k in workers}
+        for _ in range(args.reps):
+            for k, w in workers.items():
+                steps, start = 0, time.process_time()
+                while steps < args.steps:
+                    steps += w.sample().agent_steps()
+                rates[k].append(steps / (time.process_time() - start))
+    finally:
+        for w in workers.values():
+            w.stop()
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    print(f"in one process, CPU time, {args.reps} interleaved repetitions of "
+          f"{args.steps:,}+ agent steps")
+    for k, v in med.items():
+        print(f"{k:>20}: {v:>9,.0f} agent steps/s (CPU), runs "
+              f"{', '.join(f'{r:,.0f}' for r in rates[k])}")
+    for a, b in [("multi-agent-1copy", "vector"), ("multi-agent-1copy", "vector-matched"),
+                 (f"multi-agent-{args.copies}copies", "vector")]:
+        if a in med and b in med:
+            print(f"{a} / {b}: {med[a] / med[b]:.2f}x per agent step")
 
 
 def child(args) -> None:
@@ -119,6 +151,9 @@ def main(argv=None) -> None:
     p.add_argument("--fragment", type=int, default=100)
     p.add_argument("--steps", type=int, default=MIN_STEPS, help="agent steps per repetition")
     p.add_argument("--reps", type=int, default=3, help="repetitions per process")
+    p.add_argument("--interleaved", action="store_true",
+                   help="run the systems in this one process, interleaved, in CPU time "
+                        "(A/B on a loaded machine; not the harness's isolated runs)")
     harness.add_arguments(p)
     args = p.parse_args(argv)
     systems = systems_for(args.copies)
@@ -133,6 +168,9 @@ def main(argv=None) -> None:
         p.error(f"--steps {args.steps}: use at least {MIN_STEPS} agent steps per repetition")
     if args.child:
         child(args)
+        return
+    if args.interleaved:
+        interleaved(args, systems)
         return
     s = harness.settings_from(args)
     runs, _ = harness.run_all(
