@@ -63,7 +63,8 @@ class ParameterGuard:
         entries, tables, params = [], [], []
         for m in module.modules():
             for table in (m._modules, m._parameters):
-                tables.append(table)
+                if table:  # an entry added to an empty table (of a leaf) cannot matter
+                    tables.append(table)
                 entries.extend((table, key, value) for key, value in table.items())
             params.extend(p for p in m._parameters.values() if p is not None)
         self._tables, self._keys, self._values = (tuple(x) for x in zip(*entries)) \

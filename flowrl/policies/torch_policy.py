@@ -235,6 +235,7 @@ class TorchPolicy:
             raise ConfigError(f"{name}: action space {action_space} is not supported; "
                               "use Discrete or Box")
         self._obs_dim = obs_dim
+        self._discrete_obs = isinstance(observation_space, gym.spaces.Discrete)
 
         with torch.random.fork_rng(devices=[]):
             if seed is not None:
@@ -294,7 +295,7 @@ class TorchPolicy:
 
     def _obs_array(self, obs) -> np.ndarray:
         obs = np.asarray(obs)
-        if isinstance(self.observation_space, gym.spaces.Discrete):
+        if self._discrete_obs:
             return one_hot(obs, self._obs_dim)
         return np.asarray(obs.reshape(len(obs), self._obs_dim), dtype=np.float32)
 
@@ -335,7 +336,10 @@ class TorchPolicy:
 
     def _compute_actions_numpy(self, snap: _NumpyActorCritic, obs_batch, explore: bool,
                                vf_preds: bool) -> tuple[np.ndarray, dict]:
-        x = self._obs_array(obs_batch)
+        x = obs_batch
+        if not (type(x) is np.ndarray and x.dtype == np.float32 and x.ndim == 2
+                and x.shape[1] == self._obs_dim and not self._discrete_obs):
+            x = self._obs_array(x)
         out = snap.pi(x)
         n = len(x)
         if snap.log_std is not None:
