@@ -141,7 +141,8 @@ def interleaved(args) -> None:
     med = {k: statistics.median(v) for k, v in rates.items()}
     print(f"in one process, CPU time, {args.reps} interleaved repetitions of {steps:,} steps")
     for k, v in med.items():
-        print(f"{k:>13}: {v:>9,.0f} env steps/s (CPU), runs {', '.join(f'{r:,.0f}' for r in rates[k])}")
+        runs = ", ".join(f"{r:,.0f}" for r in rates[k])
+        print(f"{k:>13}: {v:>9,.0f} env steps/s (CPU), runs {runs}")
     for k in med:
         if k != "raw" and "raw" in med:
             print(f"{k} / raw: {med[k] / med['raw']:.2f}x")

@@ -14,7 +14,6 @@ from torch import nn
 
 from flowrl.batch import SampleBatch
 from flowrl.policies import DQNPolicy, PGPolicy, PPOPolicy
-from flowrl.policies.distributions import Categorical, DiagGaussian
 from flowrl.policies.numpy_forward import NumpyMLP
 from flowrl.policies.numpy_forward import NUMPY_MAX_MACS
 from flowrl.policies.torch_policy import ActorCriticModel, TorchPolicy
@@ -101,7 +100,7 @@ def test_numpy_path_samples_the_gaussian_distribution():
 
 
 def test_seeded_sampling_is_reproducible_and_restored_by_set_state():
-    a, b = PGPolicy(BOX, gym.spaces.Discrete(2), seed=7), PGPolicy(BOX, gym.spaces.Discrete(2), seed=7)
+    a, b = (PGPolicy(BOX, gym.spaces.Discrete(2), seed=7) for _ in range(2))
     x = obs(64)
     np.testing.assert_array_equal(a.compute_actions(x)[0], b.compute_actions(x)[0])
     state = a.get_state()

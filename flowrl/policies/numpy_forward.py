@@ -218,4 +218,5 @@ def one_hot(indices: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-__all__ = ["NUMPY_MAX_MACS", "NumpyMLP", "ParameterGuard", "categorical_sample", "categorical_mode", "gaussian_logp", "one_hot"]
+__all__ = ["NUMPY_MAX_MACS", "NumpyMLP", "ParameterGuard", "categorical_sample", "categorical_mode",
+           "gaussian_logp", "one_hot"]
