@@ -176,7 +176,7 @@ def categorical_sample(logits: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, n
     ([0, 1], [0.5, 1.0])
     """
     z = logits - np.maximum.reduce(logits, axis=-1, keepdims=True)  # ufuncs: no wrappers
-    cdf = np.cumsum(np.exp(z), axis=-1)
+    cdf = np.add.accumulate(np.exp(z), axis=-1)
     total = cdf[:, -1]
     actions = np.add.reduce(cdf < ((1.0 - u) * total)[:, None], axis=-1, dtype=np.int64)
     logp = z[np.arange(len(z)), actions] - np.log(total)
