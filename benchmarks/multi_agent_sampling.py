@@ -17,8 +17,9 @@ finished its CartPole episode waits, done, until the longest of the 10 ends (the
 multi-agent protocol: a done agent does not act again this episode), so only
 about 45% of the 10 slots act on a step, and those few rows are split over 2
 forwards. One copy therefore feeds each forward about 3 rows, where the
-10-env vector sampler feeds 10: the per-call costs of torch and of the env
-wrappers are then spread over about 3x fewer rows, whatever the sampler does. The
+10-env vector sampler feeds 10: the per-call cost of a forward (numpy for these
+small batches, see ``flowrl/policies/numpy_forward.py``) is then spread over
+about 3x fewer rows, whatever the sampler does. The
 fair baseline for a sampler's own cost is the vector sampler at the SAME number
 of acting rows per forward: ``vector-matched``, whose 3 envs match the
 1-copy worker's measured rows per forward (each child reports
@@ -40,6 +41,7 @@ each; reported: median over runs of each run's median rate.
 
     python benchmarks/multi_agent_sampling.py
     python benchmarks/multi_agent_sampling.py --quick --no-idle-wait
+    python benchmarks/multi_agent_sampling.py --interleaved --reps 5
 """
 
 from __future__ import annotations
@@ -78,22 +80,35 @@ def make_worker(system: str, args):
                          num_envs=copies, rollout_fragment_length=args.fragment, seed=args.seed)
 
 
-def count_forwards(worker) -> list[int]:
-    """Counts ``compute_actions`` calls of ``worker``'s policies in the returned cell
-    (a Python wrapper per forward: the same small cost for every system);
-    ``uncount(worker)`` restores the policies' own methods."""
-    calls = [0]
-    for policy in worker.policy_map.values():
-        def counted(obs, explore=True, _inner=policy.compute_actions):
-            calls[0] += 1
-            return _inner(obs, explore)
-        policy.compute_actions = counted
-    return calls
-
-
-def uncount(worker) -> None:
-    for policy in worker.policy_map.values():
-        del policy.compute_actions  # the class's method again
+def interleaved(args, systems: list[str]) -> None:
+    """All ``systems`` in THIS process, repetitions interleaved, rates in CPU time
+    (``time.process_time``): for A/B comparisons on a machine with foreign load."""
+    import torch
+    torch.set_num_threads(1)
+    workers = {k: make_worker(k, args) for k in systems}
+    try:
+        for w in workers.values():
+            w.sample()
+        rates: dict[str, list[float]] = {k: [] for k in workers}
+        for _ in range(args.reps):
+            for k, w in workers.items():
+                steps, start = 0, time.process_time()
+                while steps < args.steps:
+                    steps += w.sample().agent_steps()
+                rates[k].append(steps / (time.process_time() - start))
+    finally:
+        for w in workers.values():
+            w.stop()
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    print(f"in one process, CPU time, {args.reps} interleaved repetitions of "
+          f"{args.steps:,}+ agent steps")
+    for k, v in med.items():
+        print(f"{k:>20}: {v:>9,.0f} agent steps/s (CPU), runs "
+              f"{', '.join(f'{r:,.0f}' for r in rates[k])}")
+    for a, b in [("multi-agent-1copy", "vector"), ("multi-agent-1copy", "vector-matched"),
+                 (f"multi-agent-{args.copies}copies", "vector")]:
+        if a in med and b in med:
+            print(f"{a} / {b}: {med[a] / med[b]:.2f}x per agent step")
 
 
 def child(args) -> None:
@@ -103,7 +118,7 @@ def child(args) -> None:
     worker = make_worker(args.child, args)
     try:
         worker.sample()  # warm-up: buffers, torch kernels
-        forwards = count_forwards(worker)
+        forwards_before = worker.sampler.num_forwards  # compute_actions calls
         rates, total = [], 0
         for _ in range(args.reps):
             steps, start = 0, time.perf_counter()
@@ -111,7 +126,7 @@ def child(args) -> None:
                 steps += worker.sample().agent_steps()
             rates.append(steps / (time.perf_counter() - start))
             total += steps
-        uncount(worker)
+        forwards = worker.sampler.num_forwards - forwards_before
         profile = cProfile.Profile()
         profile.enable()
         profiled_steps = worker.sample().agent_steps()
@@ -120,7 +135,7 @@ def child(args) -> None:
     finally:
         worker.stop()
     harness.write_result({"agent_steps_per_s": statistics.median(rates), "rates": rates,
-                          "rows_per_forward": total / forwards[0],
+                          "rows_per_forward": total / forwards,
                           "calls_per_agent_step": calls / profiled_steps})
 
 
@@ -136,6 +151,9 @@ def main(argv=None) -> None:
     p.add_argument("--fragment", type=int, default=100)
     p.add_argument("--steps", type=int, default=MIN_STEPS, help="agent steps per repetition")
     p.add_argument("--reps", type=int, default=3, help="repetitions per process")
+    p.add_argument("--interleaved", action="store_true",
+                   help="run the systems in this one process, interleaved, in CPU time "
+                        "(A/B on a loaded machine; not the harness's isolated runs)")
     harness.add_arguments(p)
     args = p.parse_args(argv)
     systems = systems_for(args.copies)
@@ -150,6 +168,9 @@ def main(argv=None) -> None:
         p.error(f"--steps {args.steps}: use at least {MIN_STEPS} agent steps per repetition")
     if args.child:
         child(args)
+        return
+    if args.interleaved:
+        interleaved(args, systems)
         return
     s = harness.settings_from(args)
     runs, _ = harness.run_all(

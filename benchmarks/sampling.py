@@ -11,7 +11,10 @@ thread, and the same work:
   segment (bootstrapping from ``V(s_T)``);
 - ``flowrl``: ``RolloutWorker("CartPole-v1", policy=PPOPolicy, num_envs=N,
   rollout_fragment_length=T).sample()``, which also tracks episodes, stores
-  next observations and returns a postprocessed SampleBatch.
+  next observations and returns a postprocessed SampleBatch. It acts through
+  numpy (the policies' default ``numpy_inference``);
+- ``flowrl-torch`` (only when named in ``--systems``): the same with
+  ``numpy_inference=False``, every forward through torch.
 
 One repetition is ``--steps`` env steps (at least 10,000) taken as segments of
 ``--fragment`` steps per env, after one warm-up segment. Each system runs in its
@@ -20,6 +23,7 @@ reported: env steps/s (median over runs of each run's median) and flowrl / raw.
 
     python benchmarks/sampling.py
     python benchmarks/sampling.py --quick --no-idle-wait
+    python benchmarks/sampling.py --interleaved --systems raw flowrl flowrl-torch
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
 SYSTEMS = ["raw", "flowrl"]
+#: Optional: flowrl with ``numpy_inference=False`` (every forward through torch).
+EXTRA_SYSTEMS = ["flowrl-torch"]
 MIN_STEPS = 10_000
 
 
@@ -92,11 +98,12 @@ def raw_sampler(num_envs: int, fragment: int, seed: int):
                "advantages": adv, "value_targets": adv + val_buf}
 
 
-def flowrl_sampler(num_envs: int, fragment: int, seed: int):
+def flowrl_sampler(num_envs: int, fragment: int, seed: int, numpy_inference: bool = True):
     from flowrl.policies import PPOPolicy
     from flowrl.workers import RolloutWorker
     worker = RolloutWorker("CartPole-v1", policy=PPOPolicy, num_envs=num_envs,
-                           rollout_fragment_length=fragment, seed=seed)
+                           rollout_fragment_length=fragment, seed=seed,
+                           policy_config={"numpy_inference": numpy_inference})
     try:
         while True:
             yield worker.sample()
@@ -104,13 +111,49 @@ def flowrl_sampler(num_envs: int, fragment: int, seed: int):
         worker.stop()
 
 
+def make_sampler(system: str, num_envs: int, fragment: int, seed: int):
+    """The segment generator of ``system``."""
+    if system == "raw":
+        return raw_sampler(num_envs, fragment, seed)
+    return flowrl_sampler(num_envs, fragment, seed, numpy_inference=system == "flowrl")
+
+
+def interleaved(args) -> None:
+    """All ``--systems`` in THIS process, repetitions interleaved, rates in CPU time
+    (``time.process_time``): for A/B comparisons on a machine with foreign load,
+    which wall-clock rates would charge to whichever system it overlapped."""
+    import torch
+    torch.set_num_threads(1)
+    segments = max(1, -(-args.steps // (args.num_envs * args.fragment)))
+    steps = segments * args.num_envs * args.fragment
+    gens = {k: make_sampler(k, args.num_envs, args.fragment, args.seed) for k in args.systems}
+    for gen in gens.values():
+        next(gen)
+    rates: dict[str, list[float]] = {k: [] for k in gens}
+    for _ in range(args.reps):
+        for k, gen in gens.items():
+            start = time.process_time()
+            for _ in range(segments):
+                next(gen)
+            rates[k].append(steps / (time.process_time() - start))
+    for gen in gens.values():
+        gen.close()
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    print(f"in one process, CPU time, {args.reps} interleaved repetitions of {steps:,} steps")
+    for k, v in med.items():
+        runs = ", ".join(f"{r:,.0f}" for r in rates[k])
+        print(f"{k:>13}: {v:>9,.0f} env steps/s (CPU), runs {runs}")
+    for k in med:
+        if k != "raw" and "raw" in med:
+            print(f"{k} / raw: {med[k] / med['raw']:.2f}x")
+
+
 def child(args) -> None:
     import torch
     torch.set_num_threads(1)
-    make = raw_sampler if args.child == "raw" else flowrl_sampler
     segments = max(1, -(-args.steps // (args.num_envs * args.fragment)))
     steps = segments * args.num_envs * args.fragment
-    gen = make(args.num_envs, args.fragment, args.seed)
+    gen = make_sampler(args.child, args.num_envs, args.fragment, args.seed)
     next(gen)  # warm-up: buffers, torch kernels
     rates = []
     for _ in range(args.reps):
@@ -125,7 +168,10 @@ def child(args) -> None:
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--systems", nargs="*", default=SYSTEMS, choices=SYSTEMS)
+    p.add_argument("--systems", nargs="*", default=SYSTEMS, choices=SYSTEMS + EXTRA_SYSTEMS)
+    p.add_argument("--interleaved", action="store_true",
+                   help="run the systems in this one process, interleaved, in CPU time "
+                        "(A/B on a loaded machine; not the harness's isolated runs)")
     p.add_argument("--num-envs", type=int, default=8)
     p.add_argument("--fragment", type=int, default=64)
     p.add_argument("--steps", type=int, default=MIN_STEPS, help="env steps per repetition")
@@ -139,6 +185,9 @@ def main(argv=None) -> None:
     if args.child:
         child(args)
         return
+    if args.interleaved:
+        interleaved(args)
+        return
     s = harness.settings_from(args)
     runs, _ = harness.run_all("sampling", os.path.abspath(__file__), args.systems, s,
                               ["--num-envs", str(args.num_envs), "--fragment", str(args.fragment),
@@ -150,7 +199,9 @@ def main(argv=None) -> None:
     harness.print_table(["system", "runs", "env steps/s"], rows,
                         title=f"CartPole-v1, {args.num_envs} envs, segments of {args.fragment} "
                               f"steps, {args.steps:,}+ steps per repetition")
-    print(f"flowrl / raw: {harness.ratio(fig.get('flowrl'), fig.get('raw')):.2f}x")
+    for k in fig:
+        if k != "raw" and "raw" in fig:
+            print(f"{k} / raw: {harness.ratio(fig.get(k), fig.get('raw')):.2f}x")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ from torch import nn
 
 from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
+from flowrl.policies.numpy_forward import NUMPY_MAX_MACS, NumpyMLP, ParameterGuard, one_hot
 from flowrl.policies.torch_policy import _adam, _to_numpy_tree, _to_torch_tree
 
 SB = SampleBatch
@@ -127,6 +128,36 @@ class QNetwork(nn.Module):
         return self.value(z) + a - a.mean(dim=1, keepdim=True)
 
 
+class _NumpyQNetwork:
+    """Numpy views of a :class:`QNetwork` (see :mod:`flowrl.policies.numpy_forward`)."""
+
+    __slots__ = ("guard", "parts", "max_rows")
+
+    @classmethod
+    def build(cls, model: nn.Module) -> "_NumpyQNetwork | None":
+        if type(model) is not QNetwork:
+            return None
+        parts = {}
+        for name in ("torso", "advantage", "value"):
+            seq = getattr(model, name)
+            parts[name] = None if seq is None else NumpyMLP.build(seq)
+            if seq is not None and parts[name] is None:
+                return None
+        self = cls()
+        self.guard, self.parts = ParameterGuard(model), parts
+        macs = max([1] + [p.macs_per_row for p in parts.values() if p is not None])
+        self.max_rows = (NUMPY_MAX_MACS - 1) // macs  # larger batches: torch
+        return self
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        z = self.parts["torso"](x)
+        a = self.parts["advantage"](z)
+        value = self.parts["value"]
+        if value is None:
+            return a
+        return value(z) + a - a.mean(axis=1, keepdims=True)
+
+
 class DQNPolicy:
     """Epsilon-greedy Q-learning policy; see the module docstring.
 
@@ -134,7 +165,11 @@ class DQNPolicy:
     ``gamma``, ``n_step``, ``double_q``, ``dueling``, ``grad_clip`` (global norm or
     None), ``exploration_config`` (``initial_epsilon``, ``final_epsilon``,
     ``epsilon_timesteps``), ``worker_side_prioritization`` (postprocessed rows get
-    a ``priorities`` column ``|δ| + prioritized_replay_eps``), ``seed``.
+    a ``priorities`` column ``|δ| + prioritized_replay_eps``), ``seed``,
+    ``numpy_inference`` (Q-values for acting through numpy views of the online
+    network for small batches (``NUMPY_MAX_MACS``), the default; False forces
+    torch; see :mod:`flowrl.policies.numpy_forward`). Exploration is the same
+    either way: it only reads the Q-values.
 
     >>> p = DQNPolicy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), seed=0)
     >>> p.set_epsilon(1.0)
@@ -149,7 +184,8 @@ class DQNPolicy:
                  double_q: bool = True, dueling: bool = True, grad_clip: float | None = 40.0,
                  exploration_config: dict | None = None,
                  worker_side_prioritization: bool = False,
-                 prioritized_replay_eps: float = 1e-6, seed: int | None = None, **unused: Any):
+                 prioritized_replay_eps: float = 1e-6, seed: int | None = None,
+                 numpy_inference: bool = True, **unused: Any):
         name = type(self).__name__
         if not isinstance(action_space, gym.spaces.Discrete):
             raise ConfigError(f"{name}: the env's action space {action_space} is not "
@@ -197,6 +233,9 @@ class DQNPolicy:
         self._rng = np.random.default_rng(seed)
         self.timesteps = 0
         self.fixed_epsilon: float | None = None
+        self.numpy_inference = bool(numpy_inference)
+        self._numpy_model: _NumpyQNetwork | None = None
+        self._numpy_unsupported: nn.Module | None = None
 
     # -- exploration ---------------------------------------------------------------
     @property
@@ -240,8 +279,28 @@ class DQNPolicy:
             obs = obs.copy()
         return torch.as_tensor(obs, dtype=torch.float32)
 
+    def _numpy_snapshot(self, rows: int) -> "_NumpyQNetwork | None":
+        if not self.numpy_inference:
+            return None
+        model, snap = self.model, self._numpy_model
+        if snap is None or snap.guard.module is not model or not snap.guard.intact():
+            if model is self._numpy_unsupported:
+                return None
+            snap = self._numpy_model = _NumpyQNetwork.build(model)
+            if snap is None:
+                self._numpy_unsupported = model
+                return None
+        return snap if rows <= snap.max_rows else None
+
     def q_values(self, obs_batch) -> np.ndarray:
-        """``Q(s, ·)`` of the online network, shape ``(B, num_actions)``."""
+        """``Q(s, ·)`` of the online network, shape ``(B, num_actions)`` (through numpy
+        for small batches of the built-in network, see ``numpy_inference``)."""
+        snap = self._numpy_snapshot(len(obs_batch))
+        if snap is not None:
+            obs = np.asarray(obs_batch)
+            if isinstance(self.observation_space, gym.spaces.Discrete):
+                return snap(one_hot(obs, self._obs_dim))
+            return snap(np.asarray(obs.reshape(len(obs), self._obs_dim), dtype=np.float32))
         with torch.inference_mode():
             return self.model(self._obs_tensor(obs_batch)).numpy()
 

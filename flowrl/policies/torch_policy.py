@@ -14,6 +14,10 @@ log-std, sampled unclipped; the rollout worker clips to the bounds for the env).
 Weights (:meth:`get_weights`) are a dict of parameter name to numpy array; state
 (:meth:`get_state`) adds the optimizer state and whatever a subclass keeps (e.g.
 PPO's KL coefficient), all as numpy/plain Python so it pickles and checkpoints.
+
+Acting (:meth:`TorchPolicy.compute_actions`, :meth:`TorchPolicy.value`) runs the
+built-in model in numpy for small batches (:mod:`flowrl.policies.numpy_forward`);
+learning always runs in torch.
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ from flowrl.errors import ConfigError
 from flowrl.policies.adam import FusedAdam, make_adam
 from flowrl.policies.distributions import Categorical, DiagGaussian
 from flowrl.policies.maths import discounted_returns, explained_variance, gae
+from flowrl.policies.numpy_forward import (NUMPY_MAX_MACS, NumpyMLP, ParameterGuard,
+                                           categorical_mode,
+                                           categorical_sample, gaussian_logp, one_hot)
 from flowrl.policies.sgd import minibatch_sgd
 
 SB = SampleBatch
@@ -68,6 +75,29 @@ class ActorCriticModel(nn.Module):
         if self.vf is None:
             return torch.zeros(obs.shape[0])
         return self.vf(obs).squeeze(-1)
+
+
+class _NumpyActorCritic:
+    """Numpy views of an :class:`ActorCriticModel`: ``pi``, ``vf`` (or None), ``log_std``."""
+
+    __slots__ = ("guard", "pi", "vf", "log_std", "max_rows")
+
+    @classmethod
+    def build(cls, model: nn.Module) -> "_NumpyActorCritic | None":
+        if type(model) is not ActorCriticModel:
+            return None
+        pi = NumpyMLP.build(model.pi)
+        vf = None if model.vf is None else NumpyMLP.build(model.vf)
+        ls = model.log_std
+        if pi is None or (model.vf is not None and vf is None) or (
+                ls is not None and (ls.dtype != torch.float32 or ls.device.type != "cpu")):
+            return None
+        self = cls()
+        self.guard, self.pi, self.vf = ParameterGuard(model), pi, vf
+        self.log_std = None if ls is None else ls.detach().numpy()
+        macs = max(pi.macs_per_row, 0 if vf is None else vf.macs_per_row, 1)
+        self.max_rows = (NUMPY_MAX_MACS - 1) // macs  # larger batches: torch
+        return self
 
 
 def _adam(params, lr: float) -> "FusedAdam | torch.optim.Adam":
@@ -167,7 +197,9 @@ class TorchPolicy:
     Args (keyword-only after the spaces): ``hidden_sizes`` of both MLPs, ``lr``
     (Adam), ``gamma``, ``lambda_`` (GAE), ``grad_clip`` (global norm, ``None`` for
     none), ``num_sgd_iter`` epochs of minibatch SGD of ``sgd_minibatch_size`` rows
-    per :meth:`learn_on_batch` (``None``: the whole batch at once), ``seed``.
+    per :meth:`learn_on_batch` (``None``: the whole batch at once), ``seed``,
+    ``numpy_inference`` (act through numpy for small batches, the default; False
+    forces torch: see :meth:`compute_actions`).
 
     >>> from flowrl.policies import PGPolicy
     >>> p = PGPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), seed=0)
@@ -182,7 +214,8 @@ class TorchPolicy:
                  hidden_sizes: Sequence[int] = (64, 64), lr: float = 1e-3,
                  gamma: float = 0.99, lambda_: float = 1.0,
                  grad_clip: float | None = None, num_sgd_iter: int = 1,
-                 sgd_minibatch_size: int | None = None, seed: int | None = None):
+                 sgd_minibatch_size: int | None = None, seed: int | None = None,
+                 numpy_inference: bool = True):
         name = type(self).__name__
         for field, value, ok in (
                 ("lr", lr, lr > 0), ("gamma", gamma, 0 <= gamma <= 1),
@@ -204,6 +237,12 @@ class TorchPolicy:
         self.num_sgd_iter, self.sgd_minibatch_size = num_sgd_iter, sgd_minibatch_size
         self.seed = seed
         self._np_rng = np.random.default_rng(seed)
+        #: Act through numpy views of the model (see :meth:`compute_actions`); set
+        #: False to force the torch path.
+        self.numpy_inference = bool(numpy_inference)
+        self._action_rng = np.random.default_rng(None if seed is None else [seed, 1])
+        self._numpy_model: _NumpyActorCritic | None = None
+        self._numpy_unsupported: nn.Module | None = None
 
         if isinstance(observation_space, gym.spaces.Box):
             obs_dim = int(np.prod(observation_space.shape))
@@ -221,6 +260,7 @@ class TorchPolicy:
             raise ConfigError(f"{name}: action space {action_space} is not supported; "
                               "use Discrete or Box")
         self._obs_dim = obs_dim
+        self._discrete_obs = isinstance(observation_space, gym.spaces.Discrete)
 
         with torch.random.fork_rng(devices=[]):
             if seed is not None:
@@ -263,28 +303,98 @@ class TorchPolicy:
             obs = obs.copy()
         return torch.as_tensor(obs.reshape(len(obs), self._obs_dim), dtype=torch.float32)
 
-    def compute_actions(self, obs_batch, explore: bool = True) -> tuple[np.ndarray, dict]:
+    def _numpy_snapshot(self, rows: int) -> "_NumpyActorCritic | None":
+        """The numpy view of :attr:`model` for a batch of ``rows``, or None for the
+        torch path (switched off, a large batch, or a model that is not the built-in
+        one). Rebuilt whenever a parameter was replaced (see :mod:`numpy_forward`)."""
+        if not self.numpy_inference:
+            return None
+        model, snap = self.model, self._numpy_model
+        if snap is None or snap.guard.module is not model or not snap.guard.intact():
+            if model is self._numpy_unsupported:
+                return None
+            snap = self._numpy_model = _NumpyActorCritic.build(model)
+            if snap is None:
+                self._numpy_unsupported = model
+                return None
+        return snap if rows <= snap.max_rows else None
+
+    def _obs_array(self, obs) -> np.ndarray:
+        obs = np.asarray(obs)
+        if self._discrete_obs:
+            return one_hot(obs, self._obs_dim)
+        return np.asarray(obs.reshape(len(obs), self._obs_dim), dtype=np.float32)
+
+    def compute_actions(self, obs_batch, explore: bool = True, *,
+                        vf_preds: bool = True) -> tuple[np.ndarray, dict]:
         """Actions for a batch of observations ``(B, *obs_shape)``, one forward pass.
 
         ``explore=False`` takes the distribution's mode. Returns ``(actions, extra)``
         with ``extra`` holding ``action_logp (B,)``, ``vf_preds (B,)`` and
-        ``action_dist_inputs (B, D)`` as numpy arrays.
+        ``action_dist_inputs (B, D)`` as numpy arrays. ``vf_preds=False`` leaves
+        ``vf_preds`` out (one forward less: the samplers then fill that column with
+        one :meth:`value` call per fragment, under the same weights).
+
+        With ``numpy_inference`` (the default) and the built-in model, small batches
+        (``NUMPY_MAX_MACS`` in :mod:`flowrl.policies.numpy_forward`: below 64 rows
+        for 64-unit layers) run the same float32 maths in numpy over views
+        of the live parameters (:mod:`flowrl.policies.numpy_forward`) and sample
+        with the policy's own seeded numpy generator (saved in :meth:`get_state`);
+        otherwise one torch forward samples with :attr:`generator`. Both paths draw
+        from the same distributions.
         """
+        snap = self._numpy_snapshot(len(obs_batch))
+        if snap is not None:
+            return self._compute_actions_numpy(snap, obs_batch, explore, vf_preds)
         with torch.inference_mode():
             obs = self._obs_tensor(obs_batch)
             inputs = self.model.dist_inputs(obs)
             dist = self.dist_class(inputs)
             actions = dist.sample(self.generator) if explore else dist.deterministic_sample()
             logp = dist.logp(actions)
-            vf = self.model.value(obs)
+            extra = {SB.ACTION_LOGP: logp.numpy(), SB.ACTION_DIST_INPUTS: inputs.numpy()}
+            if vf_preds:
+                extra[SB.VF_PREDS] = self.model.value(obs).numpy()
         actions = actions.numpy()
         if isinstance(self.action_space, gym.spaces.Box):
             actions = actions.reshape((len(actions), *self.action_space.shape))
-        return actions, {SB.ACTION_LOGP: logp.numpy(), SB.VF_PREDS: vf.numpy(),
-                         SB.ACTION_DIST_INPUTS: inputs.numpy()}
+        return actions, extra
+
+    def _compute_actions_numpy(self, snap: _NumpyActorCritic, obs_batch, explore: bool,
+                               vf_preds: bool) -> tuple[np.ndarray, dict]:
+        x = obs_batch
+        if not (type(x) is np.ndarray and x.dtype == np.float32 and x.ndim == 2
+                and x.shape[1] == self._obs_dim and not self._discrete_obs):
+            x = self._obs_array(x)
+        out = snap.pi(x)
+        n = len(x)
+        if snap.log_std is not None:
+            log_std = np.broadcast_to(snap.log_std, out.shape)
+            inputs = np.concatenate([out, log_std], axis=1)
+            if explore:
+                noise = self._action_rng.standard_normal(out.shape, dtype=np.float32)
+                actions = out + np.exp(log_std) * noise
+            else:
+                actions = out.copy()
+            logp = gaussian_logp(actions, out, log_std)
+            actions = actions.reshape((n, *self.action_space.shape))
+        else:
+            inputs = out
+            actions, logp = (categorical_sample(out, self._action_rng.random(n)) if explore
+                             else categorical_mode(out))
+        extra = {SB.ACTION_LOGP: logp, SB.ACTION_DIST_INPUTS: inputs}
+        if vf_preds:
+            extra[SB.VF_PREDS] = (snap.vf(x)[:, 0] if snap.vf is not None
+                                  else np.zeros(n, np.float32))
+        return actions, extra
 
     def value(self, obs_batch) -> np.ndarray:
         """``V(s)`` for a batch of observations, shape ``(B,)`` (zeros without a critic)."""
+        snap = self._numpy_snapshot(len(obs_batch))
+        if snap is not None:
+            if snap.vf is None:
+                return np.zeros(len(obs_batch), np.float32)
+            return snap.vf(self._obs_array(obs_batch))[:, 0]
         with torch.inference_mode():
             return self.model.value(self._obs_tensor(obs_batch)).numpy()
 
@@ -311,6 +421,51 @@ class TorchPolicy:
                                bootstrap_values=boot)
         else:
             adv = targets = discounted_returns(rewards, term, last_value, gamma=self.gamma,
+                                               truncateds=trunc, bootstrap_values=boot)
+        return batch.with_columns(**{SB.ADVANTAGES: adv, SB.VALUE_TARGETS: targets})
+
+    def postprocess_trajectories(self, batch: SampleBatch, ends: Sequence[int],
+                                 last_values: Sequence[float]) -> SampleBatch:
+        """:meth:`postprocess_trajectory` of several trajectories stored back to back.
+
+        Trajectory ``i`` is rows ``ends[i-1]:ends[i]`` of ``batch`` (``ends`` ascending,
+        the last equal to ``batch.count``), with ``last_values[i]`` its
+        ``last_value``. The result equals concatenating ``postprocess_trajectory``
+        of each slice; for this class it is ONE pass over all rows, a trajectory's
+        end acting as a time-limit cut that bootstraps from its ``last_value``. A
+        subclass that overrides :meth:`postprocess_trajectory` gets the loop.
+
+        >>> from flowrl.policies import PGPolicy
+        >>> p = PGPolicy(gym.spaces.Box(-1, 1, (1,)), gym.spaces.Discrete(2), gamma=0.5)
+        >>> b = SampleBatch(rewards=np.ones(4, np.float32), terminateds=np.zeros(4, bool))
+        >>> p.postprocess_trajectories(b, [2, 4], [2.0, 0.0])["advantages"].tolist()
+        [2.0, 2.0, 1.5, 1.0]
+        """
+        ends = np.asarray(ends, np.int64)
+        if type(self).postprocess_trajectory is not TorchPolicy.postprocess_trajectory:
+            starts = np.r_[0, ends[:-1]]
+            parts = [self.postprocess_trajectory(batch.slice(s, e), last_value=float(v))
+                     for s, e, v in zip(starts.tolist(), ends.tolist(), last_values)]
+            return parts[0] if len(parts) == 1 else SampleBatch.concat_samples(parts)
+        n = batch.count
+        term = np.asarray(batch[SB.TERMINATEDS], bool)
+        trunc = batch.get(SB.TRUNCATEDS)
+        trunc = np.zeros(n, bool) if trunc is None else np.asarray(trunc, bool)
+        boot = batch.get(SB.BOOTSTRAP_VALUE)
+        boot = np.zeros(n, np.float32) if boot is None else np.asarray(boot, np.float32)
+        cut = np.zeros(n, bool)
+        cut[ends - 1] = True
+        cut &= ~(term | trunc)
+        boot = boot.copy()
+        boot[ends - 1] = np.where(cut[ends - 1], np.asarray(last_values, np.float32),
+                                  boot[ends - 1])
+        trunc = trunc | cut
+        if self.use_critic:
+            adv, targets = gae(batch[SB.REWARDS], batch[SB.VF_PREDS], term, 0.0,
+                               gamma=self.gamma, lam=self.lambda_, truncateds=trunc,
+                               bootstrap_values=boot)
+        else:
+            adv = targets = discounted_returns(batch[SB.REWARDS], term, 0.0, gamma=self.gamma,
                                                truncateds=trunc, bootstrap_values=boot)
         return batch.with_columns(**{SB.ADVANTAGES: adv, SB.VALUE_TARGETS: targets})
 
@@ -520,11 +675,12 @@ class TorchPolicy:
         self._asp_base = {k: np.asarray(v) for k, v in weights.items()}  # ASP: deltas from here
 
     def get_state(self) -> dict[str, Any]:
-        """Weights, optimizer state and sampling RNG state, for checkpoints."""
+        """Weights, optimizer state and sampling RNG states, for checkpoints."""
         return {"weights": self.get_weights(),
                 "optimizer": _to_numpy_tree(self.optimizer.state_dict()),
                 "generator": self.generator.get_state().numpy().copy(),
-                "np_rng": self._np_rng.bit_generator.state}
+                "np_rng": self._np_rng.bit_generator.state,
+                "action_rng": self._action_rng.bit_generator.state}
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`get_state` returned."""
@@ -532,6 +688,8 @@ class TorchPolicy:
         self.optimizer.load_state_dict(_to_torch_tree(state["optimizer"]))
         self.generator.set_state(torch.tensor(state["generator"]))
         self._np_rng.bit_generator.state = state["np_rng"]
+        if "action_rng" in state:  # checkpoints from before numpy inference lack it
+            self._action_rng.bit_generator.state = state["action_rng"]
 
     # -- ASP-style significant updates (flowrl.ops.LocalComputeUpdates) -----------
     def asp_accumulate_grads(self) -> None:

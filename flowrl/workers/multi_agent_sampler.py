@@ -33,6 +33,7 @@ import numpy as np
 
 from flowrl.batch import MultiAgentBatch, SampleBatch
 from flowrl.errors import ConfigError, OperatorError
+from flowrl.workers.sampler import defers_vf_preds, postprocess_trajectories
 
 SB = SampleBatch
 
@@ -113,15 +114,17 @@ def spaces_match(a: gym.Space, b: gym.Space) -> bool:
 class _Rows:
     """One policy's rows of a fragment.
 
-    The forward outputs are appended once per step as arrays (one row per acting
-    agent of that policy); ``out`` gets one ``(reward, terminated, truncated,
-    next_obs, trajectory, t)`` tuple per row, in the same order, as the envs step.
+    The forward inputs and outputs are appended once per step as arrays (one row
+    per acting agent of that policy): ``obs``, ``actions`` and the ``extra``
+    dicts of ``compute_actions``; ``out`` gets one ``(reward, terminated,
+    truncated, next_obs, trajectory, t)`` tuple per row, in the same order, as
+    the envs step.
     """
 
-    __slots__ = ("obs", "actions", "logp", "vf", "dist", "out")
+    __slots__ = ("obs", "actions", "extras", "out")
 
     def __init__(self):
-        self.obs, self.actions, self.logp, self.vf, self.dist = [], [], [], [], []
+        self.obs, self.actions, self.extras = [], [], []
         self.out: list[tuple] = []
 
 
@@ -130,6 +133,7 @@ class MultiAgentSampler:
 
     ``policy_mapping_fn(agent_id, episode) -> policy id`` (see :class:`Episode`);
     a policy id not in ``policies`` is an OperatorError naming the agent and id.
+    ``num_forwards`` counts the policies' ``compute_actions`` calls.
     """
 
     def __init__(self, envs: list, policies: dict[str, Any],
@@ -147,6 +151,7 @@ class MultiAgentSampler:
         self._agent_index = [{a: i for i, a in enumerate(env.possible_agents)} for env in envs]
         self._obs: list[dict] = []
         self._episode: list[Episode] = []
+        self.num_forwards = 0
         for k in range(len(envs)):
             self._obs.append({})
             self._episode.append(None)  # type: ignore[arg-type]
@@ -185,6 +190,7 @@ class MultiAgentSampler:
         trajs: list[list] = []  # [pid, eps_id, agent_index, done]
         traj_of: list[dict] = [{} for _ in self.envs]  # per env: agent -> trajectory index
         policies, explore, clips = self.policies, self.explore, self._clips
+        deferred = {pid for pid, p in policies.items() if defers_vf_preds(p)}
         n_envs, env_obs, episodes = len(self.envs), self._obs, self._episode
         env_range = range(n_envs)
         for _ in range(self.fragment_length):
@@ -206,7 +212,9 @@ class MultiAgentSampler:
             actions: list[dict] = [{} for _ in env_range]
             for pid, (obs_list, members) in groups.items():
                 obs = np.array(obs_list)  # np.stack costs several times more on short lists
-                acts, extra = policies[pid].compute_actions(obs, explore)
+                acts, extra = (policies[pid].compute_actions(obs, explore, vf_preds=False)
+                               if pid in deferred else policies[pid].compute_actions(obs, explore))
+                self.num_forwards += 1
                 clip = clips.get(pid)
                 env_acts = np.clip(acts, *clip) if clip is not None else acts
                 for (k, a), act in zip(members, env_acts):
@@ -216,14 +224,12 @@ class MultiAgentSampler:
                     r = rows[pid] = _Rows()
                 r.obs.append(obs)
                 r.actions.append(acts)
-                r.logp.append(extra[SB.ACTION_LOGP])
-                r.vf.append(extra[SB.VF_PREDS])
-                r.dist.append(extra[SB.ACTION_DIST_INPUTS])
+                r.extras.append(extra)
             # Each env appends its rows' outcomes to their policy's rows: within one
             # policy, env order then agent order is the order of that policy's group.
             for k in env_range:
                 self._step_env(k, actions[k], rows, trajs, traj_of[k])
-        return self._postprocess(rows, trajs)
+        return self._postprocess(rows, trajs, deferred)
 
     def _step_env(self, k: int, actions: dict, rows: dict, trajs: list,
                   traj_of: dict) -> None:
@@ -234,16 +240,17 @@ class MultiAgentSampler:
         t = episode.length
         returns = episode.agent_rewards
         mapped = episode._policies
+        agent_index = self._agent_index[k]
         for agent in actions:
-            term = all_term or bool(terms.get(agent, False))
-            trunc = not term and (all_trunc or bool(truncs.get(agent, False)))
+            term = all_term or bool(terms.get(agent))
+            trunc = not term and (all_trunc or bool(truncs.get(agent)))
             r = float(rewards.get(agent, 0.0))
             returns[agent] = returns.get(agent, 0.0) + r
             pid = mapped[agent]
             ti = traj_of.get(agent)
             if ti is None:
                 ti = traj_of[agent] = len(trajs)
-                trajs.append([pid, episode.episode_id, self._agent_index[k][agent], False])
+                trajs.append([pid, episode.episode_id, agent_index[agent], False])
             o = obs[agent]
             if term or trunc:
                 trajs[ti][3] = True
@@ -264,7 +271,8 @@ class MultiAgentSampler:
         else:
             self._obs[k] = next_obs
 
-    def _postprocess(self, rows: dict[str, _Rows], trajs: list) -> MultiAgentBatch:
+    def _postprocess(self, rows: dict[str, _Rows], trajs: list,
+                     deferred: set[str]) -> MultiAgentBatch:
         out = {}
         info = np.asarray([t[1:] for t in trajs], np.int64).reshape(-1, 3)
         for pid, r in rows.items():
@@ -279,10 +287,9 @@ class MultiAgentSampler:
                     SB.TERMINATEDS: np.asarray(terms, bool)[order],
                     SB.TRUNCATEDS: np.asarray(truncs, bool)[order],
                     SB.NEXT_OBS: np.array(next_obs)[order],
-                    SB.ACTION_LOGP: np.concatenate(r.logp)[order],
-                    SB.VF_PREDS: np.concatenate(r.vf)[order],
-                    SB.ACTION_DIST_INPUTS: np.concatenate(r.dist)[order],
                     SB.T: np.asarray(t, np.int64)[order]}
+            for key in r.extras[0]:
+                cols[key] = np.concatenate([e[key] for e in r.extras])[order]
             cols[SB.EPS_ID] = info[traj, 0]
             cols[SB.AGENT_INDEX] = info[traj, 1]
             n = len(traj)
@@ -294,14 +301,15 @@ class MultiAgentSampler:
             need[ends[cut] - 1] = True
             idx = np.flatnonzero(need)
             values = np.zeros(n, np.float32)
-            if len(idx):
+            if pid in deferred:  # vf_preds V(s_t) of every row, in the same value call
+                v = policy.value(np.concatenate([cols[SB.OBS], cols[SB.NEXT_OBS][idx]]))
+                cols[SB.VF_PREDS] = v[:n]
+                values[idx] = v[n:]
+            elif len(idx):
                 values[idx] = policy.value(cols[SB.NEXT_OBS][idx])
             cols[SB.BOOTSTRAP_VALUE] = np.where(cols[SB.TRUNCATEDS], values, 0.0).astype(np.float32)
-            batch = SampleBatch(cols)
-            parts = [policy.postprocess_trajectory(
-                batch.slice(s, e), last_value=float(values[e - 1]) if c else 0.0)
-                for s, e, c in zip(starts.tolist(), ends.tolist(), cut.tolist())]
-            out[pid] = parts[0] if len(parts) == 1 else SampleBatch.concat_samples(parts)
+            last_values = np.where(cut, values[ends - 1], 0.0).tolist()
+            out[pid] = postprocess_trajectories(policy, SampleBatch(cols), ends, last_values)
         env_steps = self.fragment_length * len(self.envs)
         return MultiAgentBatch(out, env_steps)
 

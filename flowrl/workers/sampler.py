@@ -30,11 +30,57 @@ from flowrl.batch import SampleBatch
 SB = SampleBatch
 
 
+def postprocess_trajectories(policy, batch: SampleBatch, ends, last_values) -> SampleBatch:
+    """``policy``'s postprocessing of trajectories stored back to back in ``batch``.
+
+    Trajectory ``i`` is rows ``ends[i-1]:ends[i]`` with ``last_values[i]`` its
+    bootstrap value ``V(s_T)`` (ignored where its last row ends an episode). Uses
+    the policy's ``postprocess_trajectories`` when it has one (one pass for all
+    trajectories), else ``postprocess_trajectory`` per slice, concatenated.
+
+    >>> from flowrl.policies import PGPolicy
+    >>> p = PGPolicy(gym.spaces.Box(-1, 1, (1,)), gym.spaces.Discrete(2), gamma=0.5)
+    >>> b = SampleBatch(rewards=np.ones(3, np.float32), terminateds=np.zeros(3, bool))
+    >>> postprocess_trajectories(p, b, [1, 3], [0.0, 4.0])["value_targets"].tolist()
+    [1.0, 2.5, 3.0]
+    """
+    fused = getattr(policy, "postprocess_trajectories", None)
+    if fused is not None:
+        return fused(batch, ends, last_values)
+    bounds = [0, *(int(e) for e in ends)]
+    parts = [policy.postprocess_trajectory(batch.slice(s, e), last_value=float(v))
+             for s, e, v in zip(bounds[:-1], bounds[1:], last_values)]
+    return parts[0] if len(parts) == 1 else SampleBatch.concat_samples(parts)
+
+
+def defers_vf_preds(policy) -> bool:
+    """Whether a sampler may act with ``compute_actions(..., vf_preds=False)`` and fill
+    the ``vf_preds`` column with one ``policy.value`` call per fragment instead of one
+    value forward per step.
+
+    True for policies whose ``compute_actions`` and ``value`` are
+    :class:`~flowrl.policies.TorchPolicy`'s own; a policy that overrides either, or
+    whose ``compute_actions`` was replaced on the instance, is called as before.
+    The weights do not change within a ``sample()`` call, so the column holds the
+    same values either way (up to float rounding).
+
+    >>> from flowrl.policies import DQNPolicy, PPOPolicy
+    >>> box, two = gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2)
+    >>> defers_vf_preds(PPOPolicy(box, two)), defers_vf_preds(DQNPolicy(box, two))
+    (True, False)
+    """
+    from flowrl.policies.torch_policy import TorchPolicy
+    cls = type(policy)
+    return (isinstance(policy, TorchPolicy) and cls.compute_actions is TorchPolicy.compute_actions
+            and cls.value is TorchPolicy.value and "compute_actions" not in vars(policy))
+
+
 class VectorSampler:
     """Collects postprocessed fragments from ``venv`` with ``policy``.
 
     ``venv`` must be a gymnasium vector env in ``SAME_STEP`` autoreset mode;
-    ``eps_id_base`` makes episode ids unique across workers.
+    ``eps_id_base`` makes episode ids unique across workers. ``num_forwards``
+    counts the policy's ``compute_actions`` calls.
     """
 
     def __init__(self, venv: gym.vector.VectorEnv, policy, *, fragment_length: int,
@@ -53,6 +99,8 @@ class VectorSampler:
         self._ep_ret = np.zeros(n, dtype=np.float64)
         self._episodes: list[dict] = []
         self._buf: dict[str, np.ndarray] | None = None
+        self._buf_deferred: bool | None = None
+        self.num_forwards = 0
 
     def _allocate(self, actions: np.ndarray, extra: dict) -> dict[str, np.ndarray]:
         T, N = self.fragment_length, self.num_envs
@@ -68,6 +116,7 @@ class VectorSampler:
                SB.EPS_ID: np.empty((T, N), np.int64),
                SB.T: np.empty((T, N), np.int64)}
         buf.update({k: like(v) for k, v in extra.items()})
+        buf.setdefault(SB.VF_PREDS, np.empty((T, N), np.float32))
         return buf
 
     def sample(self) -> SampleBatch:
@@ -75,11 +124,14 @@ class VectorSampler:
         policy, venv, T, N = self.policy, self.venv, self.fragment_length, self.num_envs
         obs, clip, explore = self._obs, self._clip, self.explore
         eps_id, ep_t, ep_ret = self._eps_id, self._ep_t, self._ep_ret
-        buf = self._buf
+        defer = defers_vf_preds(policy)
+        buf = self._buf if self._buf_deferred == defer else None
         for step in range(T):
-            actions, extra = policy.compute_actions(obs, explore)
+            actions, extra = (policy.compute_actions(obs, explore, vf_preds=False) if defer
+                              else policy.compute_actions(obs, explore))
             if buf is None:
                 buf = self._buf = self._allocate(actions, extra)
+                self._buf_deferred = defer
             next_obs, rewards, terms, truncs, infos = venv.step(
                 np.clip(actions, *clip) if clip is not None else actions)
             buf[SB.OBS][step] = obs
@@ -108,24 +160,32 @@ class VectorSampler:
                     ep_ret[i] = 0.0
             obs = next_obs
         self._obs = obs
-        return self._postprocess(buf)
+        self.num_forwards += T
+        return self._postprocess(buf, defer)
 
-    def _postprocess(self, buf: dict[str, np.ndarray]) -> SampleBatch:
+    def _postprocess(self, buf: dict[str, np.ndarray], deferred: bool) -> SampleBatch:
         T, N = self.fragment_length, self.num_envs
         trunc_only = buf[SB.TRUNCATEDS] & ~buf[SB.TERMINATEDS]
         steps, envs = np.nonzero(trunc_only)
-        values = self.policy.value(np.concatenate([self._obs, buf[SB.NEXT_OBS][steps, envs]]))
-        last_values = values[:N]
+        # ONE value call: V(s_T) per env, V(final obs) of truncated rows, and with
+        # deferred vf_preds V(s_t) of every row.
+        parts = [self._obs, buf[SB.NEXT_OBS][steps, envs]]
+        if deferred:
+            parts.append(buf[SB.OBS].reshape(T * N, *buf[SB.OBS].shape[2:]))
+        values = self.policy.value(np.concatenate(parts))
+        if deferred:
+            buf[SB.VF_PREDS][...] = values[-T * N:].reshape(T, N)
+            values = values[:-T * N]
         bootstrap = np.zeros((T, N), np.float32)
         bootstrap[steps, envs] = values[N:]
-        buf = {**buf, SB.BOOTSTRAP_VALUE: bootstrap}
-        trajectories = []
-        for i in range(N):
-            columns = {k: v[:, i] for k, v in buf.items()}
-            columns[SB.AGENT_INDEX] = np.zeros(T, np.int64)
-            trajectories.append(self.policy.postprocess_trajectory(
-                SampleBatch(columns), last_value=float(last_values[i])))
-        return SampleBatch.concat_samples(trajectories)
+        # Env-major rows: env i's T steps are rows i*T .. (i+1)*T - 1, one trajectory.
+        # (copies: the buffers are reused by the next sample())
+        columns = {k: v.swapaxes(0, 1).copy().reshape(N * T, *v.shape[2:])
+                   for k, v in buf.items()}
+        columns[SB.BOOTSTRAP_VALUE] = bootstrap.T.reshape(-1)
+        columns[SB.AGENT_INDEX] = np.zeros(N * T, np.int64)
+        return postprocess_trajectories(self.policy, SampleBatch(columns),
+                                        np.arange(1, N + 1) * T, values[:N].tolist())
 
     def episode_stats(self) -> list[dict]:
         """Episodes completed since the last call, oldest first (drains the buffer)."""
@@ -133,4 +193,4 @@ class VectorSampler:
         return out
 
 
-__all__ = ["VectorSampler"]
+__all__ = ["VectorSampler", "postprocess_trajectories"]
