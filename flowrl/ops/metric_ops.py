@@ -197,9 +197,21 @@ class CollectMetrics:
         self._last_time = time.perf_counter()
 
     def __call__(self, _: Any) -> dict[str, Any]:
+        return self._report(self.workers.foreach_worker(_episode_stats))
+
+    async def call_async(self, _: Any) -> dict[str, Any]:
+        """The same result, awaiting the workers' replies (``for_each(collect.call_async)``).
+
+        :func:`StandardMetricsReporting` uses it: a remote worker answers only after
+        the sample requests already queued on it, and meanwhile the run's other
+        inputs (an async gather resubmitting to the workers as their fragments
+        complete) keep moving instead of stalling on a blocking wait."""
+        return self._report(await self.workers.foreach_worker_async(_episode_stats))
+
+    def _report(self, per_worker: list[list[dict]]) -> dict[str, Any]:
         metrics = get_metrics()
         now = time.perf_counter()
-        new = [e for eps in self.workers.foreach_worker(_episode_stats) for e in eps]
+        new = [e for eps in per_worker for e in eps]
         self.episodes.extend(new)
         counters = metrics.counters
         counters[TRAINING_ITERATION] += 1
@@ -262,7 +274,7 @@ def StandardMetricsReporting(train_op: LocalStream, workers, *,
             .filter(OncePerTimestepsElapsed(timesteps_per_iteration),
                     name="report.once_per_timesteps")
             .filter(OncePerTimeInterval(min_time_s_per_reporting), name="report.once_per_interval")
-            .for_each(CollectMetrics(workers, smoothing_window=smoothing_window),
+            .for_each(CollectMetrics(workers, smoothing_window=smoothing_window).call_async,
                       name="report.collect_metrics"))
 
 

@@ -268,23 +268,60 @@ class WorkerSet:
         results = [fn(self._local)]
         if self.backend == "ray":
             import ray
-            from ray.exceptions import GetTimeoutError
-            calls = [(idx, w, w.apply.remote(fn)) for idx, w in zip(self._indices, self._remotes)]
+            calls = self._apply_remote(fn)
             refs = [ref for _, _, ref in calls]
             if refs:
                 ray.wait(refs, num_returns=len(refs), timeout=self._bound())
-            for idx, w, ref in calls:
-                try:
-                    results.append(ray.get(ref, timeout=0))
-                    self._fresh.pop(idx, None)
-                except GetTimeoutError:
-                    self._lost(idx, w, f"not answered within {self.timeout_s:g} s "
-                                       "(sample_timeout_s)", "foreach_worker")
-                except Exception as e:  # noqa: BLE001 - classified below
-                    self._remote_failed(idx, w, e, "foreach_worker")
+            self._collect_applied(calls, results)
         else:
             results += [fn(w) for w in self._remotes]
         return results
+
+    async def foreach_worker_async(self, fn: Callable[[RolloutWorker], Any]) -> list:
+        """:meth:`foreach_worker`, awaiting the remote replies instead of blocking.
+
+        Same results, bounds and failure handling. On Ray the wait is an asyncio
+        wait on the calling loop, so whatever else runs on that loop (a run's async
+        gather, which must resubmit as its requests complete) keeps moving while
+        the workers answer; a remote call queues behind the worker's pending samples.
+
+        >>> import asyncio
+        >>> from flowrl.policies import PGPolicy
+        >>> ws = WorkerSet("CartPole-v1", PGPolicy, num_workers=0, backend="local")
+        >>> asyncio.run(ws.foreach_worker_async(lambda w: w.worker_index))
+        [0]
+        >>> ws.stop()
+        """
+        if self.backend != "ray" or not self._remotes:
+            return self.foreach_worker(fn)
+        import asyncio
+        results = [fn(self._local)]
+        calls = self._apply_remote(fn)
+        futures = [asyncio.wrap_future(ref.future()) for _, _, ref in calls]
+        try:
+            await asyncio.wait(futures, timeout=self._bound())
+        finally:
+            for f in futures:  # results are read from the refs below
+                f.cancel()
+        self._collect_applied(calls, results)
+        return results
+
+    def _apply_remote(self, fn: Callable[[RolloutWorker], Any]) -> list:
+        return [(idx, w, w.apply.remote(fn)) for idx, w in zip(self._indices, self._remotes)]
+
+    def _collect_applied(self, calls: list, results: list) -> None:
+        """Append each answered call's result; a silent or dead worker is lost."""
+        import ray
+        from ray.exceptions import GetTimeoutError
+        for idx, w, ref in calls:
+            try:
+                results.append(ray.get(ref, timeout=0))
+                self._fresh.pop(idx, None)
+            except GetTimeoutError:
+                self._lost(idx, w, f"not answered within {self.timeout_s:g} s "
+                                   "(sample_timeout_s)", "foreach_worker")
+            except Exception as e:  # noqa: BLE001 - classified below
+                self._remote_failed(idx, w, e, "foreach_worker")
 
     def _bound(self, idx: int | None = None) -> float:
         """Seconds to wait for worker ``idx`` (any worker if None): :attr:`timeout_s`, or
