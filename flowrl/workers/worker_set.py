@@ -34,6 +34,7 @@ is counted (``num_restarts``, ``num_dropped``) and logged once with the reason.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -280,10 +281,11 @@ class WorkerSet:
     async def foreach_worker_async(self, fn: Callable[[RolloutWorker], Any]) -> list:
         """:meth:`foreach_worker`, awaiting the remote replies instead of blocking.
 
-        Same results, bounds and failure handling. On Ray the wait is an asyncio
-        wait on the calling loop, so whatever else runs on that loop (a run's async
-        gather, which must resubmit as its requests complete) keeps moving while
-        the workers answer; a remote call queues behind the worker's pending samples.
+        Same results, bounds and failure handling. On Ray the blocking wait runs on
+        the calling loop's default executor and is awaited, so whatever else runs on
+        that loop (a run's async gather, which must resubmit as its requests
+        complete) keeps moving while the workers answer; a remote call queues behind
+        the samples already pending on its worker.
 
         >>> import asyncio
         >>> from flowrl.policies import PGPolicy
@@ -295,14 +297,16 @@ class WorkerSet:
         if self.backend != "ray" or not self._remotes:
             return self.foreach_worker(fn)
         import asyncio
+
+        import ray
         results = [fn(self._local)]
         calls = self._apply_remote(fn)
-        futures = [asyncio.wrap_future(ref.future()) for _, _, ref in calls]
-        try:
-            await asyncio.wait(futures, timeout=self._bound())
-        finally:
-            for f in futures:  # results are read from the refs below
-                f.cancel()
+        refs = [ref for _, _, ref in calls]
+        # The blocking wait runs on the loop's default executor (not a run's I/O
+        # thread, which its gathers' waits own); failures are handled back here.
+        await asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(ray.wait, refs, num_returns=len(refs),
+                                    timeout=self._bound()))
         self._collect_applied(calls, results)
         return results
 
