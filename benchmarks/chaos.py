@@ -10,29 +10,32 @@ Systems (each seed of each in a fresh process with its own Ray instance of
 with W = ``--workers`` (default 3, 2-4 is the intended range), the algorithms'
 defaults otherwise (``recreate_failed_workers=True``) and ``sample_timeout_s``
 ``--sample-timeout-s``. In the ``-kills`` runs a thread ``ray.kill``s a random
-remote worker every ``--kill-every`` seconds (default 10), from the first
-training result on. Every run stops at a 100-episode train mean
-(``episode_reward_mean``) of ``--target`` (450) or after ``--max-seconds`` of
-training (default 40); a run that misses is reported as "not reached" in its own
-row. A run whose ``train()`` returns nothing for ``--hang-s`` seconds is ended by
-its own watchdog and counted as a hang (as is a run the harness had to kill).
+remote worker ``--first-kill-s`` seconds after training starts (default 3, so the
+first kill lands inside even a short run), then every ``--kill-every`` seconds
+(default 10). Every run stops at a 100-episode train mean
+(``episode_reward_mean``) of ``--target`` (450) or after its training budget
+(``--max-seconds``; default per algorithm, ``BUDGET_S``: IMPALA's runs vary more
+and get longer); a run that misses is reported as "not reached" in its own row.
+A run whose ``train()`` returns nothing for ``--hang-s`` seconds is ended by its
+own watchdog and counted as a hang (as is a run the harness had to kill).
 
 Figures per run: training time and env steps to the target, time from process
 start, kills (``ray.kill`` calls: one may hit a worker that is already dead and
 not yet replaced), ``num_worker_restarts``, ``num_lost_requests``, hangs. Per
 system median [min-max], reached n/N, totals of kills/restarts/lost
-requests/hangs per row, and
-the slowdown per algorithm: median training time to the target with kills /
-without (target: under 1.5x, 0 hangs).
+requests/hangs per row; per algorithm the median per ``-kills`` run of kills,
+restarts and lost requests, and the slowdown: median training time to the
+target with kills / without (target: under 1.5x, 0 hangs).
 
     python benchmarks/chaos.py                 # 3 seeds x 4 systems: about 12 min idle
 
 A run's last ``train()`` call may end past its budget (a kill in that round makes
 the round wait for the replacement), so -kills runs that miss the target can run
-longer than ``--max-seconds``; the harness's run timeout is budget + ``--hang-s``
+longer than their budget; the harness's run timeout is budget + ``--hang-s``
 + 180 s.
     python benchmarks/chaos.py --systems ppo ppo-kills --workers 4
     python benchmarks/chaos.py --quick --no-idle-wait   # smoke run
+    python benchmarks/chaos.py --breakdown 4   # where a replacement's time goes (seconds)
 """
 
 from __future__ import annotations
@@ -54,6 +57,9 @@ ALGOS = {"ppo": "PPO", "impala": "IMPALA"}
 #: budget, so it uses ``async_cartpole.py``'s CartPole settings (4 envs per worker,
 #: 200-row train batches, lr 2e-3). PPO runs at its defaults.
 SETTINGS = {"impala": dict(num_envs_per_worker=4, train_batch_size=200, lr=2e-3)}
+#: Default training budget per run (s): IMPALA at these settings reached 450 in 12-15 s
+#: on an idle machine but some seeds take several times longer.
+BUDGET_S = {"ppo": 40.0, "impala": 90.0}
 KEYS = ["train_s", "env_steps", "from_start_s", "startup_s", "final_mean", "kills",
         "restarts", "lost", "hung"]
 TARGET_KEYS = ["from_start_s"]
@@ -78,6 +84,7 @@ def child(args) -> None:
     done = threading.Event()
     last_result = [time.monotonic()]
     state = {"steps": 0, "mean": math.nan, "restarts": 0, "lost": 0}
+    budget = args.max_seconds if args.max_seconds is not None else BUDGET_S[algo_name]
     start = time.perf_counter()
 
     def figures(reached: bool, hung: bool) -> dict:
@@ -88,7 +95,9 @@ def child(args) -> None:
                 "restarts": state["restarts"], "lost": state["lost"]}
 
     def killer():
-        while not done.wait(args.kill_every):
+        wait = args.first_kill_s
+        while not done.wait(wait):
+            wait = args.kill_every
             remotes = algo.workers.remote_workers()
             if remotes:
                 ray.kill(rng.choice(remotes), no_restart=True)
@@ -101,7 +110,8 @@ def child(args) -> None:
                 os._exit(0)  # the hung train() cannot be interrupted any other way
 
     threading.Thread(target=watchdog, daemon=True).start()
-    thread = None
+    if kind == "kills":
+        threading.Thread(target=killer, daemon=True).start()
     reached = False
     while True:
         r = algo.train()
@@ -109,13 +119,10 @@ def child(args) -> None:
         state.update(steps=r["timesteps_total"], mean=r["episode_reward_mean"],
                      restarts=r.get("num_worker_restarts", 0),
                      lost=r.get("num_lost_requests", 0))
-        if thread is None and kind == "kills":
-            thread = threading.Thread(target=killer, daemon=True)
-            thread.start()
         if r["episode_reward_mean"] >= args.target:
             reached = True
             break
-        if time.perf_counter() - start > args.max_seconds:
+        if time.perf_counter() - start > budget:
             break
     out = figures(reached, False)
     done.set()
@@ -164,8 +171,9 @@ def report(runs: list[dict], args) -> None:
         ["system", "runs", f"training to {args.target:g} s", "env steps",
          "from process start s", "final mean", "kills", "restarts", "lost requests",
          "hangs"], rows,
-        title=f"chaos, CartPole-v1, {args.workers} Ray workers, a worker killed every "
-              f"{args.kill_every:g} s in -kills runs: median [min-max]; kills..hangs are "
+        title=f"chaos, CartPole-v1, {args.workers} Ray workers, in -kills runs a worker "
+              f"killed {getattr(args, 'first_kill_s', 3.0):g} s into training, then every "
+              f"{args.kill_every:g} s: median [min-max]; kills..hangs are "
               "totals over the row's runs")
     for algo in ALGOS:
         times = {k: harness.median_range(run["result"]["train_s"] for run in runs
@@ -179,6 +187,66 @@ def report(runs: list[dict], args) -> None:
         print(f"{algo}: slowdown (median training time to {args.target:g}, kills / no kills): "
               + ("n/a (a kind never reached the target)" if math.isnan(slow)
                  else f"{slow:.2f}x") + f" (target < 1.5x); hangs {hangs} (target 0)")
+        per_run = {k: harness.median_range(run["result"].get(k) or 0 for run in runs
+                                           if run.get("valid")
+                                           and run["system"] == f"{algo}-kills")
+                   for k in ("kills", "restarts", "lost")}
+        if per_run["kills"] is not None:
+            print(f"{algo}-kills: per run, median [min-max]: kills "
+                  f"{harness.fmt_figure(per_run['kills'], '{:g}')}, restarts "
+                  f"{harness.fmt_figure(per_run['restarts'], '{:g}')}, lost requests "
+                  f"{harness.fmt_figure(per_run['lost'], '{:g}')}")
+
+
+def breakdown(args) -> None:
+    """Where a replacement's time goes: kill remote worker 1 of a PPO ``WorkerSet``
+    ``--breakdown`` times (waiting between kills long enough for the warm spare to
+    start) and time each phase: detection (a pending ``sample`` raises), restart
+    (``restart_worker`` returns: actor submitted), ready (the new actor answers a
+    ping: process start, imports, env/policy build or in-place rebuild), first
+    sample. In-process, no harness: a diagnostic, not a benchmark."""
+    import ray
+
+    from flowrl.policies import PPOPolicy
+    from flowrl.workers import WorkerConfig, WorkerSet
+    os.environ.pop("RAY_ADDRESS", None)
+    ray.init(num_cpus=args.workers + 1, include_dashboard=False, log_to_driver=False)
+    ws = WorkerSet("CartPole-v1", PPOPolicy, WorkerConfig(seed=0), num_workers=args.workers,
+                   backend="ray")
+    rows = []
+    try:
+        for k in range(args.breakdown):
+            deadline = time.monotonic() + 120
+            while k and ws._spare is None and time.monotonic() < deadline:
+                time.sleep(0.05)   # the spare is started once the previous replacement is up
+            spare = ws._spare
+            if spare is not None:
+                ray.get(spare.flowrl_ping.remote())   # a kill 10 s apart finds it started
+            victim = ws.remote_workers()[0]
+            ref = victim.sample.remote()
+            t0 = time.perf_counter()
+            ray.kill(victim, no_restart=True)
+            try:
+                ray.get(ref)
+            except ray.exceptions.RayActorError:
+                pass
+            t1 = time.perf_counter()
+            new = ws.restart_worker(1, reason="breakdown")
+            t2 = time.perf_counter()
+            ray.get(new.flowrl_ping.remote())
+            t3 = time.perf_counter()
+            ray.get(new.sample.remote())
+            t4 = time.perf_counter()
+            rows.append([str(k + 1), "warm spare" if new is spare else "new actor",
+                         *(f"{1000 * x:,.0f}" for x in (t1 - t0, t2 - t1, t3 - t2, t4 - t3,
+                                                         t4 - t0))])
+    finally:
+        ws.stop()
+        ray.shutdown()
+    harness.print_table(["kill", "replacement", "detect ms", "restart ms", "ready ms",
+                         "first sample ms", "total ms"], rows,
+                        title=f"replacement of a killed rollout worker ({args.workers} Ray "
+                              "workers, PPO CartPole-v1): time per phase")
 
 
 def main(argv=None) -> None:
@@ -186,28 +254,42 @@ def main(argv=None) -> None:
     p.add_argument("--systems", nargs="*", default=SYSTEMS, choices=SYSTEMS)
     p.add_argument("--workers", type=int, default=3)
     p.add_argument("--target", type=float, default=450.0)
-    p.add_argument("--kill-every", type=float, default=10.0)
-    p.add_argument("--max-seconds", type=float, default=40.0,
-                   help="training budget per run (start-up not included)")
+    p.add_argument("--kill-every", type=float, default=10.0,
+                   help="seconds between kills after the first one")
+    p.add_argument("--first-kill-s", type=float, default=3.0,
+                   help="seconds after training starts at which the first kill lands")
+    p.add_argument("--max-seconds", type=float, default=None,
+                   help="training budget per run (start-up not included; default per "
+                        f"algorithm: {BUDGET_S})")
     p.add_argument("--sample-timeout-s", type=float, default=60.0)
     p.add_argument("--hang-s", type=float, default=120.0,
                    help="a run whose train() returns nothing this long counts as a hang")
+    p.add_argument("--breakdown", type=int, default=0, metavar="N",
+                   help="instead of the benchmark: kill and replace a worker N times "
+                        "in-process and print the time of each phase (see breakdown())")
     harness.add_arguments(p, default_seeds=3)
     args = p.parse_args(argv)
+    if args.breakdown:
+        breakdown(args)
+        return
     if args.quick:
-        args.max_seconds, args.kill_every = min(args.max_seconds, 12.0), min(args.kill_every,
-                                                                              4.0)
+        args.max_seconds = min(args.max_seconds or 12.0, 12.0)
+        args.kill_every, args.first_kill_s = min(args.kill_every, 4.0), min(args.first_kill_s,
+                                                                             2.0)
     if args.child:
         child(args)
         return
     s = harness.settings_from(args)
-    s.run_timeout = min(s.run_timeout, args.max_seconds + args.hang_s + 180)
+    longest = args.max_seconds if args.max_seconds is not None else max(BUDGET_S.values())
+    s.run_timeout = min(s.run_timeout, longest + args.hang_s + 180)
     child_args = ["--workers", str(args.workers), "--target", str(args.target),
-                  "--kill-every", str(args.kill_every), "--max-seconds", str(args.max_seconds),
+                  "--kill-every", str(args.kill_every), "--first-kill-s", str(args.first_kill_s),
                   "--sample-timeout-s", str(args.sample_timeout_s), "--hang-s",
                   str(args.hang_s)]
-    meta = {k: getattr(args, k) for k in ("workers", "target", "kill_every", "max_seconds",
-                                          "sample_timeout_s", "hang_s")}
+    if args.max_seconds is not None:
+        child_args += ["--max-seconds", str(args.max_seconds)]
+    meta = {k: getattr(args, k) for k in ("workers", "target", "kill_every", "first_kill_s",
+                                          "max_seconds", "sample_timeout_s", "hang_s")}
     runs, _ = harness.run_all("chaos", os.path.abspath(__file__), args.systems, s, child_args,
                               meta=meta)
     if args.report:

@@ -11,8 +11,10 @@ Policy:
 - Idle CPU. Before each run the harness waits until the machine's busy CPU
   (``/proc/stat``, minus the harness's own) stays below ``--idle-threshold``
   cores for ``--idle-window`` seconds. While a run goes, it samples the machine's
-  busy CPU and the CPU of the run's whole process tree (``/proc/<pid>/stat``,
-  Ray's raylet and workers included); what is left is *foreign* load. A run
+  busy CPU and the CPU of the run's own processes (``/proc/<pid>/stat``: its
+  process tree and session, Ray's raylet and workers included, and exited
+  children through their parents' ``cutime``/``cstime``; see :class:`TreeCpu`);
+  what is left is *foreign* load. A run
   whose mean foreign load exceeds ``--overlap-mean`` cores, or any
   ``--overlap-window`` second window of it ``--overlap-peak`` cores, overlapped
   foreign work: it is kept in the JSON as discarded and repeated (at most
@@ -284,53 +286,91 @@ def machine_busy_s() -> float:
     return (total - idle) / CLK_TCK
 
 
-def _proc_stat(pid: int) -> tuple[int, float] | None:
-    """``(ppid, utime + stime seconds)`` of ``pid``, None if it is gone."""
+def _proc_stat(pid: int) -> tuple[int, int, int, float, float] | None:
+    """``(ppid, process group, session, own s, reaped children s)`` of ``pid`` (CPU
+    seconds, user + system), None if it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             text = f.read()
     except OSError:
         return None
     rest = text[text.rfind(")") + 2:].split()
-    return int(rest[1]), (int(rest[11]) + int(rest[12])) / CLK_TCK
+    return (int(rest[1]), int(rest[2]), int(rest[3]),
+            (int(rest[11]) + int(rest[12])) / CLK_TCK, (int(rest[13]) + int(rest[14])) / CLK_TCK)
 
 
 class TreeCpu:
-    """Cumulative CPU-seconds of the process trees under ``roots`` (and their past members).
+    """Cumulative CPU-seconds of a run's processes: the trees under ``roots`` and every
+    process in one of ``sessions`` (or process groups of those ids).
 
-    Each process's own user+system time is kept at its highest reading, so a
-    process that exits still counts up to its last sample.
+    Short-lived processes count too: a member's figure is its own user+system time
+    plus that of its exited children it reaped (``cutime``/``cstime``), so a Ray
+    worker that starts and exits between two samples is counted in the raylet that
+    reaped it. A member that was seen and then vanished is assumed collected by its
+    parent when the parent's reaped time grew by as much; what no member collected
+    (an orphan reaped by init) is kept at its last reading. Session membership
+    catches orphans that left the tree (reparented to init) but not the session.
+    The total never decreases.
     """
 
-    def __init__(self, roots: Sequence[int]):
+    def __init__(self, roots: Sequence[int], sessions: Sequence[int] = ()):
         self.roots = set(roots)
-        self.seen: dict[int, float] = {}
+        self.sessions = set(sessions)
+        self.seen: dict[int, tuple[int, float]] = {}   # member -> (last ppid, last total)
+        self.reaped: dict[int, float] = {}             # member -> last reaped-children time
+        self.gone = 0.0                                # vanished, collected by no member
+        self.total = 0.0
 
-    def members(self) -> set[int]:
-        """Current pids in the trees (roots included)."""
-        parent: dict[int, int] = {}
+    @staticmethod
+    def _scan() -> dict[int, tuple[int, int, int, float, float]]:
+        out = {}
         for name in os.listdir("/proc"):
             if name.isdigit():
                 st = _proc_stat(int(name))
                 if st is not None:
-                    parent[int(name)] = st[0]
-        tree = {p for p in self.roots if p in parent}
-        changed = True
-        while changed:
-            changed = False
-            for pid, pp in parent.items():
-                if pp in tree and pid not in tree:
-                    tree.add(pid)
-                    changed = True
+                    out[int(name)] = st
+        return out
+
+    def _members(self, procs: dict[int, tuple[int, int, int, float, float]]) -> set[int]:
+        tree = {p for p, st in procs.items()
+                if p in self.roots or st[1] in self.sessions or st[2] in self.sessions}
+        children: dict[int, list[int]] = {}
+        for pid, st in procs.items():
+            children.setdefault(st[0], []).append(pid)
+        todo = list(tree)
+        while todo:
+            for c in children.get(todo.pop(), ()):
+                if c not in tree:
+                    tree.add(c)
+                    todo.append(c)
         return tree
+
+    def members(self) -> set[int]:
+        """Current pids of the run (roots included)."""
+        return self._members(self._scan())
 
     def read(self) -> float:
         """Total CPU-seconds so far."""
-        for pid in self.members():
-            st = _proc_stat(pid)
-            if st is not None:
-                self.seen[pid] = max(self.seen.get(pid, 0.0), st[1])
-        return sum(self.seen.values())
+        procs = self._scan()
+        tree = self._members(procs)
+        # Members that vanished (or whose pid now names another process) were reaped.
+        vanished: dict[int, float] = {}
+        for pid in [p for p in self.seen if p not in tree]:
+            ppid, last = self.seen.pop(pid)
+            vanished[ppid] = vanished.get(ppid, 0.0) + last
+            self.reaped.pop(pid, None)
+        for ppid, last in vanished.items():
+            grown = (procs[ppid][4] - self.reaped[ppid]
+                     if ppid in tree and ppid in self.reaped else 0.0)
+            self.gone += max(0.0, last - grown)
+        now = self.gone
+        for pid in tree:
+            ppid, _, _, own, reaped = procs[pid]
+            self.seen[pid] = (ppid, own + reaped)
+            self.reaped[pid] = reaped
+            now += own + reaped
+        self.total = max(self.total, now)
+        return self.total
 
 
 # -- running ----------------------------------------------------------------------------
@@ -474,7 +514,7 @@ def run_child(script: str, system: str, seed: int, child_args: Sequence[str],
     proc = subprocess.Popen(argv, env=env, stdout=log, stderr=subprocess.STDOUT,
                             start_new_session=True)
     child_start = _start_ticks(proc.pid)
-    tree = TreeCpu([proc.pid, os.getpid()])
+    tree = TreeCpu([proc.pid, os.getpid()], sessions=[proc.pid])
     samples = [Sample(t0, machine_busy_s(), tree.read())]
     timed_out = False
     while proc.poll() is None:

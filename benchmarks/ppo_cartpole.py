@@ -147,7 +147,7 @@ def child_flowrl(args, seed: int, backend: str) -> dict:
     if backend == "ray":
         from flowrl.algorithms.base import ensure_ray
         t = time.time()
-        ensure_ray(os.cpu_count() or 1)
+        ensure_ray(os.cpu_count() or 1, preload=["flowrl.policies.ppo"])  # as PPO(config)
         phases["ray_init_s"] = time.time() - t
     if args.mode == "matched":
         m = MATCHED

@@ -6,11 +6,13 @@ process (``benchmarks/harness.py``), so nothing is warm. Phases, in seconds from
 the process start:
 
 - ``interpreter_s``: Python up and this script's own (stdlib) imports done;
-- ``imports_s``: ``from flowrl.algorithms import PPO, PPOConfig`` (torch, gymnasium,
-  networkx ...);
-- ``ray_init_s``: ``ray.init`` as flowrl calls it (Ray only);
-- ``build_s``: ``PPO(config)``: envs, policies, the plan; on Ray the worker
-  actors (created in parallel, overlapping the local worker's build);
+- ``imports_s``: ``from flowrl.algorithms import PPO, PPOConfig`` (gymnasium,
+  networkx ...; not torch, which the policy module imports);
+- ``ray_init_s``: ``ray.init`` as ``PPO(config)`` calls it, with the policy
+  module's import (torch) in a background thread meanwhile (Ray only);
+- ``build_s``: ``PPO(config)``: envs, policies (on the local backend, the torch
+  import), the plan; on Ray the worker actors (created in parallel, overlapping
+  the local worker's build);
 - ``first_step_s``: one ``sample()`` on the local worker (the first env steps and
   policy forward);
 - ``first_result_s``: the first ``train()`` result (sampling + SGD of one train
@@ -48,7 +50,7 @@ def child(args) -> None:
     out["imports_s"] = harness.since_start()
     if backend == "ray":
         from flowrl.algorithms.base import ensure_ray
-        ensure_ray(os.cpu_count() or 1)
+        ensure_ray(os.cpu_count() or 1, preload=["flowrl.policies.ppo"])  # as PPO(config)
         out["ray_init_s"] = harness.since_start()
     algo = PPO(PPOConfig(env="CartPole-v1", backend=backend, seed=args.seed))
     out["build_s"] = harness.since_start()
@@ -85,7 +87,7 @@ def profile(backend: str) -> None:
     if backend == "ray":
         from flowrl.algorithms.base import ensure_ray
         t = time.perf_counter()
-        ensure_ray(os.cpu_count() or 1)
+        ensure_ray(os.cpu_count() or 1, preload=["flowrl.policies.ppo"])  # as PPO(config)
         print(f"ray.init: {time.perf_counter() - t:.2f} s")
     prof = cProfile.Profile()
     t = time.perf_counter()

@@ -200,3 +200,51 @@ def test_run_child_kills_what_a_finished_run_left_behind(tmp_path):
     while state() not in (None, "Z") and time.time() < deadline:
         time.sleep(0.05)
     assert state() in (None, "Z")  # killed (a zombie until its new parent reaps it)
+
+
+_SPAWNER = r"""
+import os, subprocess, sys, time
+burn = "import time\nt = time.process_time()\nwhile time.process_time() - t < {}: pass\n"
+flag = sys.argv[1]
+if os.fork() == 0:            # a double-forked orphan: leaves the tree, stays in the session
+    if os.fork() == 0:
+        exec(burn.format(0.2))
+        open(flag, "w").write(repr(time.process_time()))
+        time.sleep(1.0)       # sampled alive after its work
+        os._exit(0)
+    os._exit(0)
+os.wait()
+for _ in range(10):           # short-lived children, most of them between two samples
+    subprocess.run([sys.executable, "-c", burn.format(0.08)], check=True)
+while not os.path.exists(flag):
+    time.sleep(0.05)
+t = os.times()
+print(t.user + t.system + t.children_user + t.children_system, flush=True)
+sys.stdin.read()              # stay alive until the test took its last sample
+"""
+
+
+def test_tree_cpu_counts_exited_children_and_orphans_of_the_run(tmp_path):
+    flag = tmp_path / "orphan-cpu"
+    proc = subprocess.Popen([sys.executable, "-c", _SPAWNER, str(flag)], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True, start_new_session=True)
+    tree = harness.TreeCpu([proc.pid], sessions=[proc.pid])
+    first = tree.read()
+    deadline = time.monotonic() + 120       # only catches a hang
+    try:
+        import selectors
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        while not sel.select(timeout=0.5):  # sampled like the harness does
+            tree.read()
+            assert time.monotonic() < deadline, "the spawner hung"
+        own = float(proc.stdout.readline())
+        time.sleep(0.3)
+        counted = tree.read() - first
+    finally:
+        proc.stdin.close()
+        proc.wait()
+    orphan = float(flag.read_text())
+    expected = own + orphan                 # the spawner with its reaped children, + orphan
+    assert orphan >= 0.2 and own >= 10 * 0.08
+    assert 0.9 * expected <= counted <= 1.1 * expected + 0.1

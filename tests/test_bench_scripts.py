@@ -90,6 +90,7 @@ def test_chaos_counts_hangs_and_gives_the_slowdown_per_algorithm(capsys):
     assert "| 4 " in missed and "| 3 " in missed and missed.rstrip().endswith("1")
     assert any(ln.startswith("impala-kills") and "no result" in ln for ln in out.splitlines())
     assert "impala: slowdown" in out and "hangs 1" in out.split("impala: slowdown")[1]
+    assert "ppo-kills: per run, median [min-max]: kills 3 [2-4], restarts 2.5 [2-3]" in out
 
 
 def test_run_all_knows_every_benchmark_script():

@@ -1,24 +1,47 @@
 """Algorithms as plans: a typed config, a policy, and an ``execution_plan``.
 
->>> sorted(ALGORITHMS)
+Names resolve on first use (PEP 562): ``from flowrl.algorithms import PPO`` imports
+only PPO's module, and PPO's policy (with torch) is imported when an algorithm is
+built, overlapping ``ray.init`` on the Ray backend (see
+:func:`~flowrl.algorithms.base.ensure_ray`).
+
+>>> import flowrl.algorithms as algorithms
+>>> sorted(algorithms.ALGORITHMS)
 ['a2c', 'a3c', 'apex', 'appo', 'ddppo', 'dqn', 'impala', 'pg', 'ppo']
 """
 
-from flowrl.algorithms.a2c import A2C, A2CConfig
-from flowrl.algorithms.a3c import A3C, A3CConfig
-from flowrl.algorithms.apex import ApeX, ApeXConfig
-from flowrl.algorithms.appo import APPO, APPOConfig
-from flowrl.algorithms.base import Algorithm, AlgorithmConfig, build_algorithm
-from flowrl.algorithms.ddppo import DDPPO, DDPPOConfig
-from flowrl.algorithms.dqn import DQN, DQNConfig
-from flowrl.algorithms.impala import IMPALA, IMPALAConfig
-from flowrl.algorithms.pg import PG, PGConfig
-from flowrl.algorithms.ppo import PPO, PPOConfig
+from __future__ import annotations
 
-ALGORITHMS = {"pg": PG, "a2c": A2C, "ppo": PPO, "a3c": A3C, "impala": IMPALA, "appo": APPO,
-              "dqn": DQN, "apex": ApeX, "ddppo": DDPPO}
+import importlib
+from typing import Any
+
+_WHERE = {
+    "A2C": "a2c", "A2CConfig": "a2c", "A3C": "a3c", "A3CConfig": "a3c",
+    "ApeX": "apex", "ApeXConfig": "apex", "APPO": "appo", "APPOConfig": "appo",
+    "Algorithm": "base", "AlgorithmConfig": "base", "build_algorithm": "base",
+    "DDPPO": "ddppo", "DDPPOConfig": "ddppo", "DQN": "dqn", "DQNConfig": "dqn",
+    "IMPALA": "impala", "IMPALAConfig": "impala", "PG": "pg", "PGConfig": "pg",
+    "PPO": "ppo", "PPOConfig": "ppo",
+}
+_NAMES = {"pg": "PG", "a2c": "A2C", "ppo": "PPO", "a3c": "A3C", "impala": "IMPALA",
+          "appo": "APPO", "dqn": "DQN", "apex": "ApeX", "ddppo": "DDPPO"}
 
 __all__ = ["Algorithm", "AlgorithmConfig", "build_algorithm", "PG", "PGConfig", "A2C",
            "A2CConfig", "PPO", "PPOConfig", "ALGORITHMS", "A3C", "A3CConfig", "IMPALA",
            "IMPALAConfig", "APPO", "APPOConfig", "DQN", "DQNConfig", "ApeX", "ApeXConfig",
            "DDPPO", "DDPPOConfig"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "ALGORITHMS":
+        value: Any = {key: __getattr__(cls) for key, cls in _NAMES.items()}
+    elif name in _WHERE:
+        value = getattr(importlib.import_module(f"flowrl.algorithms.{_WHERE[name]}"), name)
+    else:
+        raise AttributeError(f"module 'flowrl.algorithms' has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

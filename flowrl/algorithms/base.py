@@ -22,11 +22,14 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import importlib
+import inspect
 import logging
 import math
 import os
+import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar
+from typing import Any, Callable, ClassVar, Sequence
 
 from flowrl.checkpoint import CHECKPOINT_FILE  # noqa: F401  (re-exported)
 from flowrl.errors import ConfigError, FlowError
@@ -264,16 +267,62 @@ def _validate_worker_env(validate: Callable[[Any, int], None], worker) -> None:
     validate(worker.env, worker.worker_index)
 
 
-def ensure_ray(num_cpus: float) -> None:
-    """Start Ray if it is not running: ``RAY_ADDRESS`` (a cluster) if set, else a local
-    instance with ``num_cpus`` CPUs and no dashboard."""
+def ensure_ray(num_cpus: float, *, preload: Sequence[str] = ()) -> None:
+    """Start Ray if it is not running: the cluster at ``RAY_ADDRESS`` if set (other
+    than ``"local"``), else a new local instance with ``num_cpus`` CPUs, no
+    dashboard and no log forwarding.
+
+    ``preload`` names modules (say the policy's, which imports torch) to import in a
+    background thread while ``ray.init`` runs on the main thread: ``ray.init`` mostly
+    waits for the processes it spawns, so the import overlaps that wait instead of
+    following it (``benchmarks/startup.py`` times both). An import that fails there
+    is left for the caller's own import of the module to report.
+    """
     import ray
     if ray.is_initialized():
         return
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init(address=os.environ["RAY_ADDRESS"], log_to_driver=False)
-    else:
-        ray.init(num_cpus=int(max(1, num_cpus)), include_dashboard=False, log_to_driver=False)
+    loader = None
+    if preload:
+        loader = threading.Thread(target=_import_quietly, args=(list(preload),),
+                                  name="flowrl-preload", daemon=True)
+        loader.start()
+    try:
+        address = os.environ.get("RAY_ADDRESS")
+        if address and address != "local":
+            ray.init(address=address, log_to_driver=False)
+        else:  # "local" starts a new instance, as in ray.init; with our options
+            ray.init(address=address or None, num_cpus=int(max(1, num_cpus)),
+                     include_dashboard=False, log_to_driver=False)
+    finally:
+        if loader is not None:
+            loader.join()
+
+
+def _import_quietly(modules: list[str]) -> None:
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001  (the caller's own import reports it)
+            continue
+
+
+class _LazyClass:
+    """A class attribute that names a class as ``"module:Name"`` and imports it on
+    first access, so importing an algorithm's module does not import torch (the
+    policy modules do); :meth:`Algorithm.__init__` overlaps that import with
+    ``ray.init``.
+
+    >>> class Holder:
+    ...     cls = _LazyClass("collections:OrderedDict")
+    >>> Holder.cls.__name__, Holder.__dict__["cls"].module
+    ('OrderedDict', 'collections')
+    """
+
+    def __init__(self, path: str):
+        self.module, _, self.name = path.partition(":")
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        return getattr(importlib.import_module(self.module), self.name)
 
 
 def _global_rng_state() -> dict[str, Any]:
@@ -327,21 +376,24 @@ class Algorithm:
             raise ConfigError(f"{type(self).__name__}(config=...) takes a "
                               f"{self.config_class.__name__}, got {type(config).__name__}")
         self.config = config
-        if config.torch_threads is not None:
-            import torch
-            torch.set_num_threads(config.torch_threads)
         self.workers = None
         try:
             policy_class = self._hook("get_policy_class", self.get_policy_class, config)
-            self._policy_class = policy_class if policy_class is not None else self.policy_class
-            if self._policy_class is None and not config.multiagent.get("policies"):
+            declared = inspect.getattr_static(type(self), "policy_class", None)  # not imported yet
+            if policy_class is None and declared is None and not config.multiagent.get("policies"):
                 raise ConfigError(f"{self.name}: no policy class: get_policy_class returned None "
                                   "and the algorithm has no default policy; return a policy "
                                   "class or set multiagent.policies")
             self._hook("before_init", self.before_init)
             if config.backend == "ray" and config.num_workers > 0:
+                lazy = policy_class is None and isinstance(declared, _LazyClass)
                 ensure_ray(max(os.cpu_count() or 1,
-                               config.num_workers * config.num_cpus_per_worker))
+                               config.num_workers * config.num_cpus_per_worker),
+                           preload=[declared.module] if lazy else [])
+            self._policy_class = policy_class if policy_class is not None else self.policy_class
+            if config.torch_threads is not None:
+                import torch
+                torch.set_num_threads(config.torch_threads)
             self.workers = self._hook(
                 "make_workers", self.make_workers, env=config.env,
                 policy_class=self._policy_class,

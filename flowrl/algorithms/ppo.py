@@ -20,12 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from flowrl.algorithms.base import Algorithm, AlgorithmConfig, _int_ge, _num, _or_none
+from flowrl.algorithms.base import (Algorithm, AlgorithmConfig, _int_ge, _LazyClass, _num,
+                                    _or_none)
 from flowrl.errors import ConfigError
 from flowrl.graph.stream import LocalStream
 from flowrl.ops import (ConcatBatches, MultiGPUTrainOneStep, ParallelRollouts,
                         StandardizeFields, StandardMetricsReporting, TrainOneStep, UpdateKL)
-from flowrl.policies import PPOPolicy
 
 
 @dataclass
@@ -78,7 +78,7 @@ class PPO(Algorithm):
     """Proximal policy optimisation; see the module docstring."""
 
     config_class = PPOConfig
-    policy_class = PPOPolicy
+    policy_class = _LazyClass("flowrl.policies.ppo:PPOPolicy")  # torch: imported when built
     name = "ppo"
 
     @classmethod

@@ -155,8 +155,9 @@ def collect_metrics(local_worker=None, remote_workers: Sequence = ()) -> dict[st
 class CollectMetrics:
     """``for_each(CollectMetrics(workers))``: one result dict per item (the item is dropped).
 
-    Drains completed episodes from every worker (``foreach_worker``, local first)
-    and reports over the last ``smoothing_window`` of them: ``episode_reward_mean``
+    Drains completed episodes from every worker (``foreach_worker``, local first;
+    a replacement worker still starting is not waited for: it has none yet) and
+    reports over the last ``smoothing_window`` of them: ``episode_reward_mean``
     / ``_min`` / ``_max`` and ``episode_len_mean`` (NaN before any episode ended),
     ``policy_reward_mean`` / ``_min`` / ``_max`` per policy (see
     :func:`summarize_episodes`),
@@ -197,7 +198,9 @@ class CollectMetrics:
         self._last_time = time.perf_counter()
 
     def __call__(self, _: Any) -> dict[str, Any]:
-        return self._report(self.workers.foreach_worker(_episode_stats))
+        # A replacement still starting has no episodes yet; waiting for it would stall
+        # the plan (an async gather's other workers) for its whole start.
+        return self._report(self.workers.foreach_worker(_episode_stats, skip_starting=True))
 
     async def call_async(self, _: Any) -> dict[str, Any]:
         """The same result, awaiting the workers' replies (``for_each(collect.call_async)``).
@@ -206,7 +209,8 @@ class CollectMetrics:
         the sample requests already queued on it, and meanwhile the run's other
         inputs (an async gather resubmitting to the workers as their fragments
         complete) keep moving instead of stalling on a blocking wait."""
-        return self._report(await self.workers.foreach_worker_async(_episode_stats))
+        return self._report(await self.workers.foreach_worker_async(_episode_stats,
+                                                                    skip_starting=True))
 
     def _report(self, per_worker: list[list[dict]]) -> dict[str, Any]:
         metrics = get_metrics()

@@ -12,7 +12,6 @@ The KL coefficient β adapts between training steps through :meth:`PPOPolicy.upd
 
 from __future__ import annotations
 
-
 import torch
 
 from flowrl.batch import SampleBatch as SB
@@ -61,8 +60,12 @@ class PPOPolicy(AdaptiveKL, TorchPolicy):
         adv = train[SB.ADVANTAGES]
         surrogate = torch.min(adv * ratio,
                               adv * ratio.clamp(1 - self.clip_param, 1 + self.clip_param))
-        kl = old.kl(dist)
-        entropy = dist.entropy()
+        # A term whose coefficient is 0 adds exactly 0 to the loss and its gradient
+        # (for finite values), so it is computed for the stats only, outside autograd.
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self.kl_coeff != 0):
+            kl = old.kl(dist)
+        with torch.set_grad_enabled(torch.is_grad_enabled() and self.entropy_coeff != 0):
+            entropy = dist.entropy()
         value = self.model.value(obs)
         old_value, targets = train[SB.VF_PREDS], train[SB.VALUE_TARGETS]
         clipped = old_value + (value - old_value).clamp(-self.vf_clip_param, self.vf_clip_param)

@@ -103,8 +103,9 @@ class LoadedBatch:
     """A batch as tensors, copied once onto every tower's device.
 
     Made by :meth:`TorchPolicy.load_batch`. :func:`~flowrl.policies.sgd.minibatch_sgd`
-    iterates it like a SampleBatch (a minibatch is a view: row indices into the
-    loaded tensors, drawn as ``SampleBatch.minibatches`` draws them), and
+    iterates it like a SampleBatch (rows shuffled as ``SampleBatch.minibatches``
+    shuffles them, gathered once per epoch; a minibatch is a contiguous view of
+    that gather, or a set of row indices when made with ``rows``), and
     :meth:`tower_shards` splits one (mini)batch's rows contiguously over the towers,
     so tower training sees exactly the rows single-tower training would.
     """
@@ -115,12 +116,36 @@ class LoadedBatch:
         self.count = int(count if rows is None else len(rows))
 
     def minibatches(self, size: int, *, seed=None, shuffle: bool = True):
-        rows = np.arange(self.count) if self.rows is None else self.rows
+        """Consecutive minibatches of ``size`` rows over this batch's rows, shuffled
+        with ``rng.permutation`` (``seed``: a Generator or a seed) by default.
+
+        The rows are gathered once per call (one ``index_select`` per column and
+        device, not one per minibatch); each minibatch is then a contiguous view.
+
+        >>> lb = LoadedBatch([{"t": torch.arange(5)}], 5)
+        >>> [mb.copies[0]["t"].tolist() for mb in lb.minibatches(2, shuffle=False)]
+        [[0, 1], [2, 3], [4]]
+        >>> sorted(torch.cat([mb.copies[0]["t"] for mb in lb.minibatches(2, seed=1)]).tolist())
+        [0, 1, 2, 3, 4]
+        """
+        order = self.rows
         if shuffle:
             rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-            rows = rows[rng.permutation(len(rows))]
-        for start in range(0, len(rows), size):
-            yield LoadedBatch(self.copies, 0, rows=rows[start:start + size])
+            perm = rng.permutation(self.count)
+            order = perm if order is None else order[perm]
+        copies = self.copies
+        if order is not None:
+            index = torch.from_numpy(np.ascontiguousarray(order, dtype=np.int64))
+            gathered: dict[int, dict[str, torch.Tensor]] = {}
+            for copy_ in self.copies:  # towers on one device share one copy
+                if id(copy_) not in gathered:
+                    gathered[id(copy_)] = {k: v.index_select(0, index.to(v.device))
+                                           for k, v in copy_.items()}
+            copies = [gathered[id(copy_)] for copy_ in self.copies]
+        for start in range(0, self.count, size):
+            stop = min(start + size, self.count)
+            yield LoadedBatch([{k: v[start:stop] for k, v in copy_.items()} for copy_ in copies],
+                              stop - start)
 
     def tower_shards(self) -> list[tuple[int, dict[str, torch.Tensor]]]:
         """``(rows, tensors)`` per tower: contiguous parts of this batch's rows."""
@@ -209,6 +234,7 @@ class TorchPolicy:
             self.generator.seed()
         self._optimizer: FusedAdam | torch.optim.Adam | None = None  # see the optimizer property
         self._towers: list[tuple[nn.Module, torch.device]] = [(self.model, torch.device("cpu"))]
+        self._params: tuple[nn.Module, list[nn.Parameter]] | None = None  # (model, its parameters)
 
     @property
     def optimizer(self) -> "FusedAdam | torch.optim.Adam":
@@ -364,6 +390,9 @@ class TorchPolicy:
         """ONE optimizer step on ``minibatch`` over the towers; returns its stats
         (the loss terms, ``total_loss`` and ``grad_gnorm`` before clipping)."""
         loaded = minibatch if isinstance(minibatch, LoadedBatch) else self.load_batch(minibatch)
+        if len(self._towers) == 1 and self._towers[0][0] is self.model:
+            rows = loaded.copies[0] if loaded.rows is None else loaded.tower_shards()[0][1]
+            return self._single_tower_step(rows)
         params = list(self.model.parameters())
         n = loaded.count
         grads: list[torch.Tensor | None] = [None] * len(params)
@@ -397,6 +426,27 @@ class TorchPolicy:
             self._sync_towers()
         totals["grad_gnorm"] = float(norm)
         return totals
+
+    def _single_tower_step(self, train: dict[str, torch.Tensor]) -> dict[str, float]:
+        """:meth:`sgd_step` on the policy's own model: the same update (one tower's
+        gradient has weight 1), through ``backward`` into ``.grad`` and one
+        conversion of all stats to floats."""
+        if self._params is None or self._params[0] is not self.model:
+            self._params = (self.model, list(self.model.parameters()))
+        params = self._params[1]
+        for p in params:
+            p.grad = None
+        loss, stats = self.loss(train)
+        loss.backward()
+        used = [p for p in params if p.grad is not None]
+        norm = nn.utils.clip_grad_norm_(used, self.grad_clip if self.grad_clip else math.inf)
+        self.optimizer.step()
+        for p in params:
+            p.grad = None
+        names = [*stats, "total_loss", "grad_gnorm"]
+        values = torch.stack([torch.as_tensor(v, dtype=torch.float64).reshape(())
+                              for v in (*stats.values(), loss.detach(), norm)]).tolist()
+        return dict(zip(names, values))
 
     def learn_on_batch(self, batch: "SampleBatch | LoadedBatch", *,
                        num_sgd_iter: int | None = None, sgd_minibatch_size: int | None = None,

@@ -90,6 +90,24 @@ class Backend:
     def install(self, shards: list[Shard], replacing: bool = False) -> None:
         raise TypeError(f"{type(self).__name__} must implement install")
 
+    def begin_install(self, shard: Shard) -> Request:
+        """Start installing ``shard``'s stage on its just-created replacement host.
+
+        Returns a request the gathers wait for with their other requests (so the
+        shards that still run are served while the replacement starts); hand it to
+        :meth:`end_install` once done. This default installs at once (in-process
+        hosts start immediately) and returns a done request.
+        """
+        self.install([shard], replacing=True)
+        req = Request(shard, 0)
+        req.set_result(None)
+        return req
+
+    def end_install(self, request: Request) -> None:
+        """Finish :meth:`begin_install`: raise what the install raised (a replacement
+        lost while it started raises a lost-host WorkerError)."""
+        request.result()
+
     def submit(self, shard: Shard, n: int) -> Request:
         raise TypeError(f"{type(self).__name__} must implement submit")
 

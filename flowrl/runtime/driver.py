@@ -65,6 +65,7 @@ class Driver:
         self.agens: list[Any] = []
         self.restarts: dict[Any, int] = {}   # shard origin -> replacements so far
         self.relay: Any = None                # RestartRelay, made when an aggregator needs one
+        self._recovering: dict[int, tuple[str, int]] = {}  # shard id -> (reason, lost)
 
     # ------------------------------------------------------------------ setup
     def start(self) -> None:
@@ -135,43 +136,63 @@ class Driver:
                     self.relay.close()
 
     # ------------------------------------------------------------------ recovery
-    def recover(self, shard: Shard, error: BaseException, lost: int) -> bool:
-        """Replace ``shard``'s lost host, or drop the shard; re-raise what is not recoverable.
+    def recover(self, shard: Shard, error: BaseException, lost: int) -> Request | None:
+        """Start replacing ``shard``'s lost host, or drop the shard; re-raise what is not
+        recoverable.
 
         ``error`` is what a request to the shard raised; ``lost`` is how many of the
         shard's requests (in flight or failed) are abandoned. Only a lost host (died,
         unreachable, silent past the bound) with a ``restart`` is recovered:
         ``restart(index)`` gives the replacement, on which the shard's stage is
         installed afresh (a new stream), or None to go on without the shard.
-        Returns True if the shard has a new host, False if it was dropped.
+        Returns the install request of the replacement (the gather waits for it
+        beside its other requests, then calls :meth:`installed`), or None if the
+        shard was dropped.
 
         Counters: ``num_lost_requests`` += ``lost``; ``num_worker_restarts`` += 1 per
-        replacement; ``num_dropped_workers`` += 1 per dropped shard. Each is logged
-        once (``flowrl.runtime`` logger, WARNING) with the reason.
+        replacement made (one lost while it starts is replaced, and counted, again);
+        ``num_dropped_workers`` += 1 per dropped shard. Each is logged once
+        (``flowrl.runtime`` logger, WARNING) with the reason.
         """
         reason = lost_reason(error)
         if reason is None or shard.restart is None:
             raise error
         self.metrics.counters[LOST_REQUESTS_COUNTER] += lost
-        while True:  # a replacement lost while it starts is replaced in turn
-            replaced = self._replace(shard, error, reason, lost)
-            if replaced is not True:
-                return replaced
-            try:
-                self.backend.install([shard], replacing=True)
-            except WorkerError as e:
-                reason = lost_reason(e)
-                if reason is None:
-                    raise
-                log.warning("the replacement of shard host %s was lost while it started "
-                            "(%s): %s", shard.label, reason, str(e).splitlines()[0][:200])
-                error, lost = e, 0
-                continue
-            self.metrics.counters[WORKER_RESTARTS_COUNTER] += 1
-            log.warning("shard host %s was lost (%s) and replaced (restart %d); %d "
-                        "request(s) abandoned", shard.label, reason,
-                        self.restarts[shard.origin or id(shard)], lost)
-            return True
+        return self._begin(shard, error, reason, lost)
+
+    def _begin(self, shard: Shard, error: BaseException, reason: str,
+               lost: int) -> Request | None:
+        if not self._replace(shard, error, reason, lost):
+            return None
+        self._recovering[id(shard)] = (reason, lost)
+        self.metrics.counters[WORKER_RESTARTS_COUNTER] += 1
+        return self.backend.begin_install(shard)
+
+    def installed(self, request: Request) -> "Request | bool":
+        """Finish a replacement's install (``request`` from :meth:`recover`, done).
+
+        Returns True once the shard has a working host again. A replacement lost
+        while it started is replaced in turn: the next install request is
+        returned, or False if the shard was dropped instead. Nothing here waits,
+        so a gather keeps serving its other shards however often that repeats
+        (``max_restarts`` still bounds it).
+        """
+        shard = request.shard
+        reason, lost = self._recovering.pop(id(shard), ("lost", 0))
+        try:
+            self.backend.end_install(request)
+        except WorkerError as e:
+            reason = lost_reason(e)
+            if reason is None:
+                raise
+            log.warning("the replacement of shard host %s was lost while it started "
+                        "(%s): %s", shard.label, reason, str(e).splitlines()[0][:200])
+            nxt = self._begin(shard, e, reason, 0)
+            return False if nxt is None else nxt
+        log.warning("shard host %s was lost (%s) and replaced (restart %d); %d "
+                    "request(s) abandoned", shard.label, reason,
+                    self.restarts[shard.origin or id(shard)], lost)
+        return True
 
     def _replace(self, shard: Shard, error: BaseException, reason: str, lost: int) -> bool | None:
         """Give ``shard`` a new host (True) or drop it (False); see :meth:`recover`."""
@@ -464,29 +485,45 @@ class Driver:
             yield [x for r in done for x in r.result()[0]]
 
     async def _rounds(self, node: Node, st: NodeStats):
-        """Rounds of one request per live shard; yields each round's done requests."""
+        """Rounds of one request per live shard; yields each round's done requests.
+
+        The barrier waits for the replacements of lost hosts: a replacement's
+        install is awaited beside the round's other requests, then it is asked
+        for the round's item."""
         live = list(self.shards[node])
         backend = self.backend
         while live:
-            requests = [backend.submit(s, 1) for s in live]
+            requests: list[Request | None] = [backend.submit(s, 1) for s in live]
             st.depth(len(requests))
             t = perf()
-            pending = requests
-            while pending:  # the barrier waits for the replacements of lost hosts
+            installs: dict[int, Request] = {}  # position -> install of its replacement
+            pending = list(requests)
+            while pending:
                 await backend.wait_all(pending)
                 pending = []
                 for k, req in enumerate(requests):
-                    if req.done and req._error is not None:
-                        if self.recover(req.shard, req._error, 1):
+                    if k in installs:
+                        nxt = self.installed(installs.pop(k))
+                        if nxt is True:
                             requests[k] = backend.submit(req.shard, 1)
                             pending.append(requests[k])
-                        else:
+                        elif nxt is False:
                             requests[k] = None
-                requests = [r for r in requests if r is not None]
+                        else:
+                            installs[k] = nxt
+                            pending.append(nxt)
+                    elif req is not None and req.done and req._error is not None:
+                        nxt = self.recover(req.shard, req._error, 1)
+                        if nxt is None:
+                            requests[k] = None
+                        else:
+                            installs[k] = nxt
+                            pending.append(nxt)
+            done = [r for r in requests if r is not None]
             st.wait_s += perf() - t
             st.depth(0)
             live, produced = [], 0
-            for req in requests:
+            for req in done:
                 items, ended = req.result()
                 produced += len(items)
                 if not ended:
@@ -494,7 +531,7 @@ class Driver:
             if produced:
                 st.items_in += produced
                 st.items_out += produced
-                yield requests
+                yield done
 
     async def _op_gather_async(self, node: Node, st: NodeStats):
         async for x in self._completions(node, st, node.params["num_async"]):
@@ -505,17 +542,33 @@ class Driver:
             yield x
 
     async def _completions(self, node: Node, st: NodeStats, num_async: int):
+        """Items in completion order, ``num_async`` requests in flight per shard.
+
+        A lost host's replacement starts while the other shards keep being served:
+        its install is one more awaited request, and its pulls begin once it is done.
+        """
         backend, metrics = self.backend, self.metrics
         inflight: dict[int, deque[Request]] = {}
+        starting: dict[int, Request] = {}   # shard id -> install of its replacement
         for s in self.shards[node]:
             inflight[id(s)] = deque(backend.submit(s, 1) for _ in range(num_async))
-        while inflight:
+        while inflight or starting:
             pending = [r for q in inflight.values() for r in q]
+            pending += starting.values()
             st.depth(len(pending))
             if not any(r.done for r in pending):
                 t = perf()
                 await backend.wait_any(pending)
                 st.wait_s += perf() - t
+            for sid, req in list(starting.items()):
+                if req.done:
+                    del starting[sid]
+                    nxt = self.installed(req)
+                    if nxt is True:
+                        inflight[sid] = deque(backend.submit(req.shard, 1)
+                                              for _ in range(num_async))
+                    elif nxt is not False:
+                        starting[sid] = nxt
             for sid in list(inflight):
                 queue = inflight.get(sid)
                 while queue and queue[0].done:
@@ -523,11 +576,10 @@ class Driver:
                     try:
                         items, ended = req.result()
                     except WorkerError as e:
-                        if self.recover(req.shard, e, 1 + len(queue)):
-                            inflight[sid] = deque(backend.submit(req.shard, 1)
-                                                  for _ in range(num_async))
-                        else:
-                            del inflight[sid]
+                        del inflight[sid]
+                        nxt = self.recover(req.shard, e, 1 + len(queue))
+                        if nxt is not None:
+                            starting[sid] = nxt
                         break
                     if ended:
                         del inflight[sid]

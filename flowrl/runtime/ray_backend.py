@@ -39,8 +39,9 @@ Policy:
   counts from when it was submitted or the shard's previous reply came, whichever
   is later; once one has gone unanswered that long, the run fails with a
   :class:`~flowrl.errors.WorkerError` naming the stuck shard and the setting,
-  even while other shards keep answering. Installs are bounded the same way;
-  stop-time calls by :data:`STOP_WAIT_S`.
+  even while other shards keep answering. Installs are bounded the same way (a
+  replacement's install is a request awaited beside the gather's others, bounded
+  by at least :data:`START_WAIT_S`); stop-time calls by :data:`STOP_WAIT_S`.
 - Errors. A shard-side :class:`~flowrl.errors.OperatorError` (``RayTaskError``
   whose cause is one) is raised as itself, remote traceback text kept, chained
   from the Ray error; any other remote exception becomes an OperatorError naming
@@ -258,6 +259,28 @@ class RayBackend(Backend):
         for (s, _), slot in zip(calls, self._fetch(calls, timeout)):
             if slot is not None:
                 self._slot_methods[s] = getattr(s.host, f"flowrl_pull_{slot}")
+
+    def begin_install(self, shard: Shard) -> Request:
+        """One ``flowrl_install`` call, not awaited: a request among the gather's others
+        whose bound is at least :data:`START_WAIT_S` (the replacement is starting)."""
+        try:
+            method = shard.host.flowrl_install
+        except AttributeError:
+            raise ConfigError(
+                f"from_actors: shard {shard.label} is a Ray actor whose class does not "
+                "inherit flowrl.ShardHost; subclass it and implement shard_items()"
+            ) from None
+        self._seq += 1
+        req = RayRequest(shard, 0, method.remote(shard.key, shard.stage), self._seq)
+        if self.remote_timeout_s is not None:
+            req.sent += max(0.0, START_WAIT_S - self.remote_timeout_s)
+        return req
+
+    def end_install(self, request: Request) -> None:
+        slot = request.result()
+        if slot is not None:
+            self._slot_methods[request.shard] = getattr(request.shard.host,
+                                                        f"flowrl_pull_{slot}")
 
     # ------------------------------------------------------------------ requests
     def submit(self, shard: Shard, n: int) -> Request:

@@ -23,6 +23,16 @@ old process is killed) or dropped (``ignore_worker_failures``); otherwise it is 
 through ``from_actors(restart=workers.restarter(...))``. Each replacement and drop
 is counted (``num_restarts``, ``num_dropped``) and logged once with the reason.
 
+Warm spare (Ray): most of a replacement's start is its new process importing torch
+and flowrl, not building the env and policy. So once a set has replaced a worker
+it keeps one *spare* actor started (``num_cpus=0``: it sits idle), started once
+the replacement is up so that the two do not compete for the CPU; the next
+replacement rebuilds the spare in place as worker ``worker_index`` (a fresh
+:class:`RolloutWorker`: same env, seed and policies as a new actor would get) and a
+new spare starts behind it. A set that never loses a worker never starts one. The
+spare keeps its creation's zero CPU reservation when promoted (Ray fixes an actor's
+resources at creation); the lost worker's reservation is released.
+
 >>> from flowrl.policies import PGPolicy
 >>> ws = WorkerSet("CartPole-v1", PGPolicy, WorkerConfig(rollout_fragment_length=5, seed=0),
 ...                num_workers=2, backend="local")
@@ -143,6 +153,9 @@ class WorkerSet:
         self.num_dropped = 0
         self._pending_syncs: list[tuple[int, Any, Any, float]] = []
         self._fresh: dict[int, float] = {}   # replacement worker_index -> when created
+        self._starting: dict[int, Any] = {}  # replacement worker_index -> its ready ref (Ray)
+        self._spare: Any = None              # a started idle actor (Ray, after a restart)
+        self._stopped = False
         # Replacements may be made on the driver's thread or, for workers lost inside an
         # aggregator, on the run's restart-relay thread: one at a time.
         self._lock = threading.RLock()
@@ -183,6 +196,9 @@ class WorkerSet:
         self.num_restarts = self.num_dropped = 0
         self._pending_syncs = []
         self._fresh = {}
+        self._starting = {}
+        self._spare = None
+        self._stopped = False
         self._lock = threading.RLock()
         return self
 
@@ -258,18 +274,23 @@ class WorkerSet:
                 self._remote_failed(idx, w, e, "sync_weights")
         self._pending_syncs = still
 
-    def foreach_worker(self, fn: Callable[[RolloutWorker], Any]) -> list:
+    def foreach_worker(self, fn: Callable[[RolloutWorker], Any], *,
+                       skip_starting: bool = False) -> list:
         """``fn(worker)`` on every worker, local first then remotes in order.
 
         On Ray each remote call is bounded by :attr:`timeout_s`. A worker that died or
         did not answer in time is replaced or dropped when the set tolerates
         failures (its result is then missing from the list: the list holds one
         result per worker that answered), else it is a WorkerError naming it.
+        With ``skip_starting`` (metrics collection) a replacement still starting is
+        not waited for, so the plan's other workers do not idle meanwhile: ``fn`` is
+        queued on it and runs before its next request, and its result is left out
+        of the list.
         """
         results = [fn(self._local)]
         if self.backend == "ray":
             import ray
-            calls = self._apply_remote(fn)
+            calls = self._apply_remote(fn, skip_starting)
             refs = [ref for _, _, ref in calls]
             if refs:
                 ray.wait(refs, num_returns=len(refs), timeout=self._bound())
@@ -278,7 +299,8 @@ class WorkerSet:
             results += [fn(w) for w in self._remotes]
         return results
 
-    async def foreach_worker_async(self, fn: Callable[[RolloutWorker], Any]) -> list:
+    async def foreach_worker_async(self, fn: Callable[[RolloutWorker], Any], *,
+                                   skip_starting: bool = False) -> list:
         """:meth:`foreach_worker`, awaiting the remote replies instead of blocking.
 
         Same results, bounds and failure handling. On Ray the blocking wait runs on
@@ -295,13 +317,15 @@ class WorkerSet:
         >>> ws.stop()
         """
         if self.backend != "ray" or not self._remotes:
-            return self.foreach_worker(fn)
+            return self.foreach_worker(fn, skip_starting=skip_starting)
         import asyncio
 
         import ray
         results = [fn(self._local)]
-        calls = self._apply_remote(fn)
+        calls = self._apply_remote(fn, skip_starting)
         refs = [ref for _, _, ref in calls]
+        if not refs:
+            return results
         # The blocking wait runs on the loop's default executor (not a run's I/O
         # thread, which its gathers' waits own); failures are handled back here.
         await asyncio.get_running_loop().run_in_executor(
@@ -310,8 +334,12 @@ class WorkerSet:
         self._collect_applied(calls, results)
         return results
 
-    def _apply_remote(self, fn: Callable[[RolloutWorker], Any]) -> list:
-        return [(idx, w, w.apply.remote(fn)) for idx, w in zip(self._indices, self._remotes)]
+    def _apply_remote(self, fn: Callable[[RolloutWorker], Any], skip_starting: bool) -> list:
+        """``(index, handle, ref)`` of ``fn`` applied on each remote worker; with
+        ``skip_starting``, calls to replacements still starting are queued but left out."""
+        starting = self._still_starting() if skip_starting else set()
+        calls = [(idx, w, w.apply.remote(fn)) for idx, w in zip(self._indices, self._remotes)]
+        return [c for c in calls if c[0] not in starting]
 
     def _collect_applied(self, calls: list, results: list) -> None:
         """Append each answered call's result; a silent or dead worker is lost."""
@@ -326,6 +354,18 @@ class WorkerSet:
                                    "(sample_timeout_s)", "foreach_worker")
             except Exception as e:  # noqa: BLE001 - classified below
                 self._remote_failed(idx, w, e, "foreach_worker")
+
+    def _still_starting(self) -> set[int]:
+        """Indices of replacements whose actor is not built yet (Ray)."""
+        if not self._starting:
+            return set()
+        import ray
+        refs = list(self._starting.values())
+        ready = set(ray.wait(refs, num_returns=len(refs), timeout=0)[0])
+        for idx, ref in list(self._starting.items()):
+            if ref in ready:
+                del self._starting[idx]
+        return set(self._starting)
 
     def _bound(self, idx: int | None = None) -> float:
         """Seconds to wait for worker ``idx`` (any worker if None): :attr:`timeout_s`, or
@@ -367,10 +407,13 @@ class WorkerSet:
 
         The old worker is ended (``ray.kill``); the replacement has the same
         ``worker_index`` and gets the local worker's current weights before anything
-        else. With ``ignore_worker_failures`` (or ``recreate_failed_workers=False``)
-        the worker is dropped instead and None is returned. Raises WorkerError once
-        ``max_worker_restarts`` replacements were made. Counts ``num_restarts`` /
-        ``num_dropped`` and logs once (``flowrl.workers`` logger, WARNING).
+        else. On Ray it is the warm spare when one was started (rebuilt in place;
+        see the module docstring), and a new spare is started for the next loss
+        while ``max_worker_restarts`` allows one. With ``ignore_worker_failures``
+        (or ``recreate_failed_workers=False``) the worker is dropped instead and
+        None is returned. Raises WorkerError once ``max_worker_restarts``
+        replacements were made. Counts ``num_restarts`` / ``num_dropped`` and logs
+        once (``flowrl.workers`` logger, WARNING).
         Thread-safe (a worker lost inside an aggregator is replaced from the run's
         restart-relay thread).
         """
@@ -407,8 +450,17 @@ class WorkerSet:
                               "used up; find out why workers fail, or raise the limit")
         weights = self._local.get_weights()
         if self.backend == "ray":
-            new = _submit_ray_workers(self._env, self._kwargs, config, 1, first=worker_index)[0]
+            new, self._spare = self._spare, None
+            if new is not None:  # rebuilt in place; calls run in order, so before any sample
+                new.apply.remote(_rebuild_worker, self._env, worker_index, self._kwargs,
+                                 config.remote_torch_threads)
+            else:
+                new = _submit_ray_workers(self._env, self._kwargs, config, 1,
+                                          first=worker_index)[0]
             new.set_weights.remote(weights)
+            ready = self._starting[worker_index] = new.flowrl_ping.remote()
+            if limit is None or self.num_restarts + 1 < limit:  # another restart may come
+                self._spare_after(ready, worker_index)
         else:
             new = RolloutWorker(self._env, worker_index=worker_index, **self._kwargs)
             new.set_weights(weights)
@@ -418,6 +470,23 @@ class WorkerSet:
         log.warning("remote worker %d was lost (%s) and replaced (restart %d)", worker_index,
                     reason, self.num_restarts)
         return new
+
+    def _spare_after(self, ready: Any, worker_index: int) -> None:
+        """Start the next spare once the replacement answered ``ready`` (both starting
+        at once would compete for the CPU and delay the replacement)."""
+        def start() -> None:
+            import ray
+            try:
+                ray.wait([ready], timeout=START_WAIT_S)
+            except Exception:  # noqa: BLE001 - Ray is shutting down: no spare
+                return
+            with self._lock:
+                if self._stopped or self._spare is not None:
+                    return
+                self._spare = _submit_ray_workers(self._env, self._kwargs, self.config, 1,
+                                                  first=worker_index, num_cpus=0)[0]
+
+        threading.Thread(target=start, name="flowrl-spare-worker", daemon=True).start()
 
     def restarter(self, indices: Sequence[int] | None = None) -> "Callable[[int], Any] | None":
         """``restart(i)`` for ``from_actors(self.remote_workers(), restart=...)``.
@@ -489,7 +558,10 @@ class WorkerSet:
             return
         self._local.stop()
         if self.backend == "ray":
-            _kill(self._remotes)
+            with self._lock:
+                self._stopped = True
+                _kill(self._remotes + ([self._spare] if self._spare is not None else []))
+                self._spare = None
         else:
             for w in self._remotes:
                 w.stop()
@@ -537,12 +609,23 @@ class _Restarter:
 
 
 def _submit_ray_workers(env, kwargs: dict, config: WorkerConfig, num_workers: int,
-                        first: int = 1) -> list:
+                        first: int = 1, num_cpus: float | None = None) -> list:
     """Submit every remote worker's creation at once; Ray starts them in parallel."""
     import ray
-    actor = ray.remote(num_cpus=config.num_cpus_per_worker)(RolloutWorker)
+    actor = ray.remote(num_cpus=config.num_cpus_per_worker if num_cpus is None
+                       else num_cpus)(RolloutWorker)
     return [actor.remote(env, worker_index=i, **kwargs, torch_threads=config.remote_torch_threads)
             for i in range(first, first + num_workers)]
+
+
+def _rebuild_worker(worker: RolloutWorker, env: Any, worker_index: int, kwargs: dict,
+                    torch_threads: int | None) -> None:
+    """Make the spare ``worker`` (inside its actor) what a new actor for
+    ``worker_index`` would be: its envs closed, its state dropped, built afresh."""
+    worker.stop()
+    worker.__dict__.clear()
+    RolloutWorker.__init__(worker, env, worker_index=worker_index, torch_threads=torch_threads,
+                           **kwargs)
 
 
 def _wait_ready(remotes: list) -> None:
