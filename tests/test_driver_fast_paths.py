@@ -128,34 +128,3 @@ def test_foreach_worker_async_lets_the_loop_run_while_workers_answer(ray_session
         assert ray_session.get(pending).count == 20
     finally:
         ws.stop()
-
-
-def test_async_union_keeps_pulling_a_dropped_input_while_its_consumer_awaits():
-    progressed = []
-    enough = asyncio.Event()
-
-    async def background():
-        for i in range(1000):
-            await asyncio.sleep(0.001)
-            progressed.append(i)
-            if len(progressed) == 20:
-                enough.set()
-            yield i
-
-    async def results():
-        yield "first"
-        yield "second"
-
-    async def wait_for_background(x):
-        await asyncio.wait_for(enough.wait(), timeout=30)  # only catches a hang
-        return x, len(progressed)
-
-    union = flowrl.Concurrently([flowrl.from_iterable(background, name="bg"),
-                                 flowrl.from_iterable(results, name="res")],
-                                mode="async", output_indexes=[1], name="union")
-    with Plan(union.for_each(wait_for_background)).compile() as run:
-        item, seen = next(run)
-        stats = run.stats()
-    assert item == "first" and seen >= 20
-    assert progressed == list(range(len(progressed)))  # in order, none skipped
-    assert stats["union"]["items_in"] >= 1
