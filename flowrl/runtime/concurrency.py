@@ -7,9 +7,7 @@ Policy:
   the others). An exhausted input drops out. When only ``"*"`` inputs are left
   and a turn found nothing ready, wait (awaited) until one of them has an item.
 - ``async``: whichever input is ready; ready inputs are served in rotation from
-  the one after the last served, so none starves. An input whose items are not
-  emitted (``output_indexes``) that has gone to the loop keeps being pulled there,
-  one item at a time, even while the union's consumer awaits (see ``_Drain``). When none is ready, wait for the
+  the one after the last served, so none starves. When none is ready, wait for the
   first to become ready (awaited on the event loop, never polled). While some
   input waits on the loop (a queue, a Ray reply, a timer), every item served from
   an always-ready input is followed by one loop turn, so the waiting input is
@@ -94,47 +92,9 @@ async def round_robin(ctx: RunContext, inputs: list[AsyncIterator[Any]], weights
                 await first_completed(ctx, tasks)
 
 
-class _Drain(Pull):
-    """The Pull of an ``async`` Concurrently input whose items are dropped (not in
-    ``output_indexes``): once its background task has an item, the next pull starts
-    at once (a new task, from the task's done callback), so the input keeps moving
-    while the union's consumer is busy awaiting something else (an async
-    ``for_each``), not only while the union itself waits. One pull in flight at a
-    time; each item so taken is counted in ``dropped`` and discarded. An error or the
-    end of the input stays in the done task for the union's next poll."""
-
-    __slots__ = ("dropped",)
-
-    def __init__(self, ctx: RunContext, agen: Any):
-        super().__init__(ctx, agen)
-        self.dropped = 0
-
-    def poll(self) -> tuple[bool, Any]:
-        before = self.task
-        out = super().poll()
-        if self.task is not None and self.task is not before:
-            self.task.add_done_callback(self._advance)
-        return out
-
-    def _advance(self, task: Any) -> None:
-        ctx = self.ctx
-        if (self.task is not task or ctx.stopping or task.cancelled()
-                or task.exception() is not None):
-            return
-        self.dropped += 1
-        self.task = ctx.loop.create_task(_anext(self.agen))
-        ctx.background.add(self.task)
-        self.task.add_done_callback(ctx.background.discard)
-        self.task.add_done_callback(self._advance)
-
-
-async def _anext(agen: Any) -> Any:
-    return await agen.__anext__()
-
-
 async def async_union(ctx: RunContext, inputs: list[AsyncIterator[Any]], emit: set[int],
                       st: NodeStats):
-    pulls = {i: (Pull if i in emit else _Drain)(ctx, agen) for i, agen in enumerate(inputs)}
+    pulls = {i: Pull(ctx, agen) for i, agen in enumerate(inputs)}
     order = list(range(len(inputs)))
     start = 0
     while pulls:
@@ -149,10 +109,6 @@ async def async_union(ctx: RunContext, inputs: list[AsyncIterator[Any]], emit: s
             except StopAsyncIteration:
                 del pulls[i]
                 continue
-            finally:
-                if i not in emit:
-                    st.items_in += pull.dropped
-                    pull.dropped = 0
             if ready:
                 start = (start + k + 1) % len(order)
                 served = True
