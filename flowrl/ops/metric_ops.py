@@ -198,12 +198,24 @@ class CollectMetrics:
         self._last_time = time.perf_counter()
 
     def __call__(self, _: Any) -> dict[str, Any]:
-        metrics = get_metrics()
-        now = time.perf_counter()
         # A replacement still starting has no episodes yet; waiting for it would stall
         # the plan (an async gather's other workers) for its whole start.
-        new = [e for eps in self.workers.foreach_worker(_episode_stats, skip_starting=True)
-               for e in eps]
+        return self._report(self.workers.foreach_worker(_episode_stats, skip_starting=True))
+
+    async def call_async(self, _: Any) -> dict[str, Any]:
+        """The same result, awaiting the workers' replies (``for_each(collect.call_async)``).
+
+        :func:`StandardMetricsReporting` uses it: a remote worker answers only after
+        the sample requests already queued on it, and meanwhile the run's other
+        inputs (an async gather resubmitting to the workers as their fragments
+        complete) keep moving instead of stalling on a blocking wait."""
+        return self._report(await self.workers.foreach_worker_async(_episode_stats,
+                                                                    skip_starting=True))
+
+    def _report(self, per_worker: list[list[dict]]) -> dict[str, Any]:
+        metrics = get_metrics()
+        now = time.perf_counter()
+        new = [e for eps in per_worker for e in eps]
         self.episodes.extend(new)
         counters = metrics.counters
         counters[TRAINING_ITERATION] += 1
@@ -266,7 +278,7 @@ def StandardMetricsReporting(train_op: LocalStream, workers, *,
             .filter(OncePerTimestepsElapsed(timesteps_per_iteration),
                     name="report.once_per_timesteps")
             .filter(OncePerTimeInterval(min_time_s_per_reporting), name="report.once_per_interval")
-            .for_each(CollectMetrics(workers, smoothing_window=smoothing_window),
+            .for_each(CollectMetrics(workers, smoothing_window=smoothing_window).call_async,
                       name="report.collect_metrics"))
 
 

@@ -371,13 +371,28 @@ class Driver:
             if y is not _DROP:
                 yield y
 
-    async def _sync_segment(self, segment: list[Node]):
-        """A synchronous source and the sync operators after it, as one FusedStage."""
+    def sync_output(self, node: Node, port: int = 0) -> "SyncOutput | None":
+        """The plan output as a plain iterator, when the whole plan is one sync segment.
+
+        A plan that is a synchronous ``from_iterable`` and the sync operators after
+        it needs no event loop at all: :class:`~flowrl.runtime.run.Run` then calls
+        ``next()`` on the segment's FusedStage directly (see :class:`SyncOutput`).
+        None for any other plan.
+        """
+        if port or node not in self.compiled.segments:
+            return None
+        return SyncOutput(self, self.compiled.segments[node])
+
+    def _open_segment(self, segment: list[Node]) -> tuple[Any, "_ChainCounter"]:
         stage = FusedStage.from_spec(stage_for_segment(self.plan, segment))
         ids = [self.ids[n] for n in segment]
         counter = _ChainCounter(0)
         self.segments.append((ids, stage, counter))
-        items = stage(self._open_source(segment[0]))
+        return stage(self._open_source(segment[0])), counter
+
+    async def _sync_segment(self, segment: list[Node]):
+        """A synchronous source and the sync operators after it, as one FusedStage."""
+        items, counter = self._open_segment(segment)
         while True:
             t = perf()
             try:
@@ -607,6 +622,28 @@ def _recovery(source: Node, index: int, shipped: bool = False,
     return {"restart": restart, "index": index,
             "max_restarts": p.get("max_restarts") if restart is not None else None,
             "origin": None if shipped else (source, index)}
+
+
+class SyncOutput:
+    """A whole plan that is one synchronous segment, pulled with plain ``next()``.
+
+    ``items`` is None until :meth:`open` calls the source's factory (on the first
+    pull, as the async path does); ``counter.busy`` is the segment's busy seconds,
+    which the caller adds to around each ``next``.
+    """
+
+    __slots__ = ("driver", "segment", "items", "counter")
+
+    def __init__(self, driver: Driver, segment: list[Node]):
+        self.driver = driver
+        self.segment = segment
+        self.items: Any = None
+        self.counter = _ChainCounter(0)
+
+    def open(self) -> Any:
+        self.items, self.counter = self.driver._open_segment(self.segment)
+        self.driver.agens.append(self.items)
+        return self.items
 
 
 class _ChainCounter:

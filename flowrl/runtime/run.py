@@ -21,6 +21,7 @@ import contextvars
 import time
 import uuid
 import weakref
+from time import perf_counter as perf
 from typing import TYPE_CHECKING, Any
 
 from flowrl.errors import ConfigError
@@ -116,7 +117,9 @@ class Run:
         self._finalizer.atexit = False  # at exit the process takes its threads and actors along
         try:
             self._driver.start()
-            self._out = self._driver.build(plan.output.node, plan.output.port)
+            self._sync = self._driver.sync_output(plan.output.node, plan.output.port)
+            if self._sync is None:
+                self._out = self._driver.build(plan.output.node, plan.output.port)
         except BaseException:
             self.stop()
             raise
@@ -132,6 +135,18 @@ class Run:
         ctx = self.ctx
         run_token = _RUN.set(ctx)
         metrics_token = _METRICS.set(self.metrics)
+        sync = self._sync
+        if sync is not None:  # one synchronous segment: no event loop involved
+            t = perf()
+            try:
+                return next(sync.items or sync.open())
+            except BaseException:
+                self.stop()
+                raise
+            finally:
+                sync.counter.busy += perf() - t
+                _METRICS.reset(metrics_token)
+                _RUN.reset(run_token)
         try:
             aw = self._out.__anext__()
             if ctx.background:
@@ -247,6 +262,9 @@ class _Resources:
                     loop.close()
 
     def _close(self, agen: Any) -> None:
+        if not hasattr(agen, "aclose"):  # a sync segment's generator (Run.sync_output)
+            agen.close()
+            return
         try:
             aw = agen.aclose()
             ready, value = try_now(self.ctx, aw)

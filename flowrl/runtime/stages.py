@@ -83,34 +83,40 @@ def _map(items: Iterator[Any], fn: Callable[[Any], Any]) -> Iterator[Any]:
             yield y
 
 
-def _batch(items: Iterator[Any], n: int) -> Iterator[list]:
+def _batch(items: Iterator[Any], n: int, cell: list[int]) -> Iterator[list]:
     buf: list = []
     for x in items:
         buf.append(x)
         if len(buf) == n:
+            cell[0] += 1
             yield buf
             buf = []
     if buf:
+        cell[0] += 1
         yield buf
 
 
-def _flatten(items: Iterator[Any], step: Step) -> Iterator[Any]:
+def _flatten(items: Iterator[Any], step: Step, cell: list[int]) -> Iterator[Any]:
     for x in items:
         try:
             inner = iter(x)
         except TypeError as e:
             raise operator_error(step.node_id, step.label, e) from e
-        yield from inner
+        for y in inner:
+            cell[0] += 1
+            yield y
 
 
-def _combine(items: Iterator[Any], step: Step) -> Iterator[Any]:
+def _combine(items: Iterator[Any], step: Step, cell: list[int]) -> Iterator[Any]:
     fn = step.params["fn"]
     for x in items:
         try:
             out = fn(x)
         except Exception as e:
             raise operator_error(step.node_id, step.label, e) from e
-        yield from out
+        for y in out:
+            cell[0] += 1
+            yield y
 
 
 class ShuffleBuffer:
@@ -142,17 +148,25 @@ class ShuffleBuffer:
         return rest
 
 
-def shuffle_buffer(items: Iterator[Any], buffer_size: int, rng: random.Random) -> Iterator[Any]:
-    """Emit ``items`` shuffled through a buffer of ``buffer_size`` (a permutation)."""
+def shuffle_buffer(items: Iterator[Any], buffer_size: int, rng: random.Random,
+                   cell: list[int] | None = None) -> Iterator[Any]:
+    """Emit ``items`` shuffled through a buffer of ``buffer_size`` (a permutation).
+
+    ``cell[0]``, if given, counts the items emitted."""
+    cell = [0] if cell is None else cell
     buf = ShuffleBuffer(buffer_size, rng)
     for x in items:
         out = buf.push(x)
         if out is not _DROP:
+            cell[0] += 1
             yield out
-    yield from buf.drain()
+    for out in buf.drain():
+        cell[0] += 1
+        yield out
 
 
-def _guard_source(items: Iterator[Any], node_id: str, label: str) -> Iterator[Any]:
+def _guard_source(items: Iterator[Any], node_id: str, label: str,
+                  cell: list[int]) -> Iterator[Any]:
     # A WorkerError (e.g. a member lost inside an aggregator) already names the
     # worker and the fix; it stays a WorkerError rather than the source's OperatorError.
     while True:
@@ -164,6 +178,7 @@ def _guard_source(items: Iterator[Any], node_id: str, label: str) -> Iterator[An
             raise
         except Exception as e:
             raise operator_error(node_id, label, e) from e
+        cell[0] += 1
         yield x
 
 
@@ -190,10 +205,12 @@ class FusedStage:
         return f"FusedStage({self.source_id!r} -> {[s.node_id for s in self.steps]})"
 
     def __call__(self, items: Iterator[Any]) -> Iterator[Any]:
+        # Each generator counts what it emits into its node's cell (no separate
+        # counting layer); a fused map run's node counts follow from its drops.
         counts = self.counts = {self.source_id: [0]}
         self._map_runs = []
-        it: Iterator[Any] = _counted(_guard_source(iter(items), self.source_id,
-                                                   self.source_label), counts[self.source_id])
+        it: Iterator[Any] = _guard_source(iter(items), self.source_id, self.source_label,
+                                          counts[self.source_id])
         run: list[Step] = []
         for step in self.steps + [None]:
             if step is not None and step.op in ("for_each", "filter"):
@@ -206,21 +223,20 @@ class FusedStage:
                 run = []
             if step is None:
                 break
+            cell = counts[step.node_id] = [0]
             if step.op == "batch":
-                it = _batch(it, step.params["n"])
+                it = _batch(it, step.params["n"], cell)
             elif step.op == "flatten":
-                it = _flatten(it, step)
+                it = _flatten(it, step, cell)
             elif step.op == "combine":
-                it = _combine(it, step)
+                it = _combine(it, step, cell)
             elif step.op == "local_shuffle":
                 seed = step.params["seed"]
                 rng = random.Random(None if seed is None else seed + self.shard_index)
-                it = shuffle_buffer(it, step.params["buffer_size"], rng)
+                it = shuffle_buffer(it, step.params["buffer_size"], rng, cell)
             else:
                 raise OperatorError(f"operator {step.node_id!r}: {step.op} cannot run "
                                     "shard-local", node_id=step.node_id, label=step.label)
-            counts[step.node_id] = [0]
-            it = _counted(it, counts[step.node_id])
         return it
 
     def item_counts(self) -> dict[str, int]:
@@ -237,8 +253,3 @@ class FusedStage:
             prev = step.node_id
         return out
 
-
-def _counted(items: Iterator[Any], cell: list[int]) -> Iterator[Any]:
-    for x in items:
-        cell[0] += 1
-        yield x

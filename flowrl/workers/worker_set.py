@@ -44,6 +44,7 @@ resources at creation); the lost worker's reservation is released.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import threading
 import time
@@ -289,25 +290,70 @@ class WorkerSet:
         results = [fn(self._local)]
         if self.backend == "ray":
             import ray
-            from ray.exceptions import GetTimeoutError
-            starting = self._still_starting() if skip_starting else set()
-            calls = [(idx, w, w.apply.remote(fn)) for idx, w in zip(self._indices, self._remotes)]
-            calls = [c for c in calls if c[0] not in starting]
+            calls = self._apply_remote(fn, skip_starting)
             refs = [ref for _, _, ref in calls]
             if refs:
                 ray.wait(refs, num_returns=len(refs), timeout=self._bound())
-            for idx, w, ref in calls:
-                try:
-                    results.append(ray.get(ref, timeout=0))
-                    self._fresh.pop(idx, None)
-                except GetTimeoutError:
-                    self._lost(idx, w, f"not answered within {self.timeout_s:g} s "
-                                       "(sample_timeout_s)", "foreach_worker")
-                except Exception as e:  # noqa: BLE001 - classified below
-                    self._remote_failed(idx, w, e, "foreach_worker")
+            self._collect_applied(calls, results)
         else:
             results += [fn(w) for w in self._remotes]
         return results
+
+    async def foreach_worker_async(self, fn: Callable[[RolloutWorker], Any], *,
+                                   skip_starting: bool = False) -> list:
+        """:meth:`foreach_worker`, awaiting the remote replies instead of blocking.
+
+        Same results, bounds and failure handling. On Ray the blocking wait runs on
+        the calling loop's default executor and is awaited, so whatever else runs on
+        that loop (a run's async gather, which must resubmit as its requests
+        complete) keeps moving while the workers answer; a remote call queues behind
+        the samples already pending on its worker.
+
+        >>> import asyncio
+        >>> from flowrl.policies import PGPolicy
+        >>> ws = WorkerSet("CartPole-v1", PGPolicy, num_workers=0, backend="local")
+        >>> asyncio.run(ws.foreach_worker_async(lambda w: w.worker_index))
+        [0]
+        >>> ws.stop()
+        """
+        if self.backend != "ray" or not self._remotes:
+            return self.foreach_worker(fn, skip_starting=skip_starting)
+        import asyncio
+
+        import ray
+        results = [fn(self._local)]
+        calls = self._apply_remote(fn, skip_starting)
+        refs = [ref for _, _, ref in calls]
+        if not refs:
+            return results
+        # The blocking wait runs on the loop's default executor (not a run's I/O
+        # thread, which its gathers' waits own); failures are handled back here.
+        await asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(ray.wait, refs, num_returns=len(refs),
+                                    timeout=self._bound()))
+        self._collect_applied(calls, results)
+        return results
+
+    def _apply_remote(self, fn: Callable[[RolloutWorker], Any], skip_starting: bool) -> list:
+        """``(index, handle, ref)`` of ``fn`` applied on each remote worker; with
+        ``skip_starting``, calls to replacements still starting are queued but left out."""
+        starting = self._still_starting() if skip_starting else set()
+        calls = [(idx, w, w.apply.remote(fn)) for idx, w in zip(self._indices, self._remotes)]
+        return [c for c in calls if c[0] not in starting]
+
+    def _collect_applied(self, calls: list, results: list) -> None:
+        """Append each answered call's result; a silent or dead worker is lost."""
+        import ray
+        from ray.exceptions import GetTimeoutError
+        for idx, w, ref in calls:
+            try:
+                results.append(ray.get(ref, timeout=0))
+                self._fresh.pop(idx, None)
+            except GetTimeoutError:
+                self._lost(idx, w, f"not answered within {self.timeout_s:g} s "
+                                   "(sample_timeout_s)", "foreach_worker")
+            except Exception as e:  # noqa: BLE001 - classified below
+                self._remote_failed(idx, w, e, "foreach_worker")
 
     def _still_starting(self) -> set[int]:
         """Indices of replacements whose actor is not built yet (Ray)."""
