@@ -128,3 +128,55 @@ def test_foreach_worker_async_lets_the_loop_run_while_workers_answer(ray_session
         assert ray_session.get(pending).count == 20
     finally:
         ws.stop()
+
+
+@pytest.mark.ray
+def test_collect_metrics_wait_s_defers_a_busy_workers_episodes_without_losing_any(ray_session):
+    """CollectMetrics(wait_s=0): a report does not wait behind a worker's queued samples;
+    that worker's episodes come with a later report, each exactly once."""
+    from flowrl.metrics import MetricsContext, using_metrics
+    from flowrl.ops import CollectMetrics
+    from flowrl.policies import PGPolicy
+
+    def ended(batch):
+        return int((batch["terminateds"] | batch["truncateds"]).sum())
+
+    config = WorkerConfig(rollout_fragment_length=60, seed=0, env_config={"sleep_s": 0.01},
+                          policy_config={"hidden_sizes": (8,)})
+    ws = WorkerSet(slow_cartpole, PGPolicy, config, num_workers=1, backend="ray")
+    metrics = MetricsContext()
+    collect = CollectMetrics(ws, wait_s=0.0)
+
+    async def report():
+        with using_metrics(metrics):
+            return await collect.call_async(None)
+
+    try:
+        worker = ws.remote_workers()[0]
+        episodes = ended(ray_session.get(worker.sample.remote()))  # waiting to be reported
+        assert episodes > 0
+
+        async def main():
+            busy = worker.sample.remote()  # ~0.6 s of samples ahead of the stats request
+            reports = [await report()]
+            for _ in range(200):
+                if reports[-1]["episodes_this_iter"]:
+                    break
+                await asyncio.sleep(0.05)  # a real wait: the reply is not ready at once
+                reports.append(await report())
+            return reports, busy
+
+        reports, busy = asyncio.run(main())
+        assert reports[0]["episodes_this_iter"] == 0  # not waited for
+        # the request ran after the busy sample: its reply has both samples' episodes
+        episodes += ended(ray_session.get(busy))
+        assert len(reports) > 1 and reports[-1]["episodes_this_iter"] == episodes
+        assert not collect._carry  # the reply was taken once
+        reports.append(asyncio.run(report()))  # a new request: nothing ended since
+        assert reports[-1]["episodes_this_iter"] == 0
+        assert sum(r["episodes_this_iter"] for r in reports) == episodes  # none twice
+        assert reports[-1]["episodes_total"] == episodes
+        with pytest.raises(flowrl.errors.ConfigError, match="wait_s"):
+            CollectMetrics(ws, wait_s=-1)
+    finally:
+        ws.stop()

@@ -79,7 +79,8 @@ class A3C(Algorithm):
                                   name="a3c/apply_gradients")
         return StandardMetricsReporting(
             train_op, workers, min_time_s_per_reporting=config.min_time_s_per_reporting,
-            timesteps_per_iteration=config.timesteps_per_iteration)
+            timesteps_per_iteration=config.timesteps_per_iteration,
+            metrics_wait_s=0.0)
 
 
 __all__ = ["A3C", "A3CConfig"]

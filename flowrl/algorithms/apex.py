@@ -313,7 +313,8 @@ class ApeX(DQN):
                               name="apex/concurrently")
         return StandardMetricsReporting(
             merged, workers, min_time_s_per_reporting=config.min_time_s_per_reporting,
-            timesteps_per_iteration=config.timesteps_per_iteration)
+            timesteps_per_iteration=config.timesteps_per_iteration,
+            metrics_wait_s=0.0)
 
     # -- checkpoints and stopping ----------------------------------------------------
     def extra_state(self) -> dict:

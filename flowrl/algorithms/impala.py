@@ -319,7 +319,8 @@ def async_learner_plan(workers, config: IMPALAConfig, learner: LearnerThread,
     merged = Concurrently([enqueue_op, dequeue_op], mode="async", output_indexes=[1])
     return StandardMetricsReporting(
         merged, workers, min_time_s_per_reporting=config.min_time_s_per_reporting,
-        timesteps_per_iteration=config.timesteps_per_iteration)
+        timesteps_per_iteration=config.timesteps_per_iteration,
+        metrics_wait_s=0.0)
 
 
 class IMPALA(Algorithm):

@@ -189,11 +189,16 @@ class CollectMetrics:
     >>> run.stop(); ws.stop()
     """
 
-    def __init__(self, workers, *, smoothing_window: int = 100):
+    def __init__(self, workers, *, smoothing_window: int = 100, wait_s: float | None = None):
         if smoothing_window < 1:
             raise ConfigError(f"CollectMetrics(smoothing_window={smoothing_window!r}): must "
                               "be >= 1")
+        if wait_s is not None and not wait_s >= 0:
+            raise ConfigError(f"CollectMetrics(wait_s={wait_s!r}): must be None (wait for "
+                              "every worker) or a number of seconds >= 0")
         self.workers = workers
+        self.wait_s = wait_s
+        self._carry: dict = {}  # remote worker index -> its pending episode_stats call
         self.episodes: collections.deque[dict] = collections.deque(maxlen=smoothing_window)
         self._last_time = time.perf_counter()
 
@@ -208,9 +213,19 @@ class CollectMetrics:
         :func:`StandardMetricsReporting` uses it: a remote worker answers only after
         the sample requests already queued on it, and meanwhile the run's other
         inputs (an async gather resubmitting to the workers as their fragments
-        complete) keep moving instead of stalling on a blocking wait."""
-        return self._report(await self.workers.foreach_worker_async(_episode_stats,
-                                                                    skip_starting=True))
+        complete) keep moving instead of stalling on a blocking wait.
+
+        With ``wait_s`` (async plans) a report waits at most that long: a remote
+        worker still busy with its queued samples keeps its request pending, and
+        its episodes are reported by a later report (never lost, never asked for
+        twice); see :meth:`~flowrl.workers.WorkerSet.foreach_worker_async`."""
+        if self.wait_s is None:
+            per_worker = await self.workers.foreach_worker_async(_episode_stats,
+                                                                 skip_starting=True)
+        else:
+            per_worker = await self.workers.foreach_worker_async(
+                _episode_stats, skip_starting=True, wait_s=self.wait_s, carry=self._carry)
+        return self._report(per_worker)
 
     def _report(self, per_worker: list[list[dict]]) -> dict[str, Any]:
         metrics = get_metrics()
@@ -252,7 +267,8 @@ def _mean(xs: list[float]) -> float:
 def StandardMetricsReporting(train_op: LocalStream, workers, *,
                              min_time_s_per_reporting: float = 0.0,
                              timesteps_per_iteration: int = 0,
-                             smoothing_window: int = 100) -> LocalStream:
+                             smoothing_window: int = 100,
+                             metrics_wait_s: float | None = None) -> LocalStream:
     """The stream of result dicts for ``train_op``: one per reporting step.
 
     An item of ``train_op`` ends a reporting step once at least
@@ -260,7 +276,9 @@ def StandardMetricsReporting(train_op: LocalStream, workers, *,
     (:class:`OncePerTimestepsElapsed`) and at least ``min_time_s_per_reporting``
     seconds passed (:class:`OncePerTimeInterval`); :class:`CollectMetrics` then
     builds the result. Items in between are consumed (their training happened)
-    and dropped.
+    and dropped. ``metrics_wait_s`` is CollectMetrics' ``wait_s``: the async
+    algorithms pass 0, so a report takes the episode statistics the workers have
+    already sent and never waits behind their in-flight fragments.
 
     >>> import flowrl
     >>> from flowrl.ops import ParallelRollouts
@@ -278,7 +296,8 @@ def StandardMetricsReporting(train_op: LocalStream, workers, *,
             .filter(OncePerTimestepsElapsed(timesteps_per_iteration),
                     name="report.once_per_timesteps")
             .filter(OncePerTimeInterval(min_time_s_per_reporting), name="report.once_per_interval")
-            .for_each(CollectMetrics(workers, smoothing_window=smoothing_window).call_async,
+            .for_each(CollectMetrics(workers, smoothing_window=smoothing_window,
+                                     wait_s=metrics_wait_s).call_async,
                       name="report.collect_metrics"))
 
 

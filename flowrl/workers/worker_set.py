@@ -300,7 +300,8 @@ class WorkerSet:
         return results
 
     async def foreach_worker_async(self, fn: Callable[[RolloutWorker], Any], *,
-                                   skip_starting: bool = False) -> list:
+                                   skip_starting: bool = False, wait_s: float | None = None,
+                                   carry: dict | None = None) -> list:
         """:meth:`foreach_worker`, awaiting the remote replies instead of blocking.
 
         Same results, bounds and failure handling. On Ray the blocking wait runs on
@@ -308,6 +309,14 @@ class WorkerSet:
         that loop (a run's async gather, which must resubmit as its requests
         complete) keeps moving while the workers answer; a remote call queues behind
         the samples already pending on its worker.
+
+        With ``wait_s`` and ``carry`` (a dict the caller keeps between calls) the
+        replies are awaited for at most ``wait_s`` seconds: a worker busy with its
+        queued samples keeps its call pending in ``carry`` (worker index -> call)
+        and is not asked again; its reply is returned by a later call with the same
+        ``carry``. A call still unanswered after :attr:`timeout_s` is a lost worker,
+        as above. Metrics collection of async plans uses this so that a report
+        never waits for the workers' in-flight fragments.
 
         >>> import asyncio
         >>> from flowrl.policies import PGPolicy
@@ -322,6 +331,9 @@ class WorkerSet:
 
         import ray
         results = [fn(self._local)]
+        if carry is not None and wait_s is not None:
+            await self._collect_carried(fn, skip_starting, wait_s, carry, results)
+            return results
         calls = self._apply_remote(fn, skip_starting)
         refs = [ref for _, _, ref in calls]
         if not refs:
@@ -333,6 +345,40 @@ class WorkerSet:
                                     timeout=self._bound()))
         self._collect_applied(calls, results)
         return results
+
+    async def _collect_carried(self, fn: Callable[[RolloutWorker], Any], skip_starting: bool,
+                               wait_s: float, carry: dict, results: list) -> None:
+        """The ``wait_s``/``carry`` form of :meth:`foreach_worker_async` (Ray)."""
+        import asyncio
+
+        import ray
+        now = time.monotonic()
+        starting = self._still_starting() if skip_starting else set()
+        current = dict(zip(self._indices, self._remotes))
+        for idx in [i for i, (w, _, _) in carry.items() if current.get(i) is not w]:
+            del carry[idx]  # the worker was replaced or dropped: its call is moot
+        for idx, w in current.items():
+            if idx not in carry and idx not in starting:
+                carry[idx] = (w, w.apply.remote(fn), now)
+        if not carry:
+            return
+        refs = [ref for _, ref, _ in carry.values()]
+        if wait_s > 0:
+            ready = (await asyncio.get_running_loop().run_in_executor(
+                None, functools.partial(ray.wait, refs, num_returns=len(refs),
+                                        timeout=wait_s)))[0]
+        else:
+            ready = ray.wait(refs, num_returns=len(refs), timeout=0)[0]
+        ready = set(ready)
+        now = time.monotonic()
+        for idx, (w, ref, sent) in list(carry.items()):
+            if ref in ready:
+                del carry[idx]
+                self._collect_applied([(idx, w, ref)], results)
+            elif now - sent > self._bound(idx):
+                del carry[idx]
+                self._lost(idx, w, f"not answered within {self.timeout_s:g} s "
+                                   "(sample_timeout_s)", "foreach_worker")
 
     def _apply_remote(self, fn: Callable[[RolloutWorker], Any], skip_starting: bool) -> list:
         """``(index, handle, ref)`` of ``fn`` applied on each remote worker; with
