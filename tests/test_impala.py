@@ -95,15 +95,19 @@ def _alive_actors(class_name: str) -> set[str]:
 def test_multi_tier_aggregation_with_one_aggregator(backend, request):
     backend = _backend(backend, request)
     before = _alive_actors("AggregatorHost") if backend == "ray" else set()
+    # learner_queue_size=1 bounds how far sampling runs ahead of training (a full
+    # queue blocks the plan), so the replayed steps show: trained ~ 1.5 x (sampled - lag).
     with _impala(backend, num_aggregation_workers=1, train_batch_size=100,
-                 replay_proportion=0.5, replay_buffer_num_slots=4) as algo:
-        info = _wait_for(algo, 1000, 1000)
+                 replay_proportion=0.5, replay_buffer_num_slots=4,
+                 learner_queue_size=1) as algo:
+        info = _wait_for(algo, 0, 3000)
         dot = algo.plan.to_dot()
         assert "impala/aggregate" in dot and "subgraph cluster_aggregators" in dot
         if backend == "ray":
             assert len(_alive_actors("AggregatorHost") - before) == 1
-    # Replayed batches are trained, not counted as sampled; stop released the aggregator.
-    assert info["num_steps_trained"] > info["num_steps_sampled"] - 500
+    # Replayed batches are trained, not counted as sampled (were they counted, trained
+    # would trail sampled); stop released the aggregator.
+    assert info["num_steps_trained"] > info["num_steps_sampled"]
     if backend == "ray":
         import time
         deadline = time.monotonic() + 60
