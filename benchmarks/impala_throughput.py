@@ -91,17 +91,18 @@ def find_metric(result: dict, key: str, default: float = 0.0) -> float:
 
 def spy_episodes(algo, on_returns: Callable[[list[float]], None]) -> list[bool]:
     """Hand every completed episode's return that flowrl's reporting drains from its
-    workers to ``on_returns`` as well (wraps ``algo.workers.foreach_worker``).
+    workers to ``on_returns`` as well (wraps ``algo.workers.foreach_worker`` and
+    ``foreach_worker_async``, whichever the reporting calls).
 
     Returns a one-element list that turns True once an episode was seen, so a
     caller can check that the spy still matches how flowrl collects episodes.
     """
     seen = [False]
+    inside_async = [False]  # the async form may call the sync one: count once
     workers = algo.workers
-    original = workers.foreach_worker
+    original, original_async = workers.foreach_worker, workers.foreach_worker_async
 
-    def spy(fn, *args, **kwargs):
-        out = original(fn, *args, **kwargs)
+    def record(out):
         for per_worker in out:
             if (isinstance(per_worker, list) and per_worker and isinstance(per_worker[0], dict)
                     and "episode_reward" in per_worker[0]):
@@ -109,7 +110,20 @@ def spy_episodes(algo, on_returns: Callable[[list[float]], None]) -> list[bool]:
                 on_returns([float(e["episode_reward"]) for e in per_worker])
         return out
 
+    def spy(fn, *args, **kwargs):
+        out = original(fn, *args, **kwargs)
+        return out if inside_async[0] else record(out)
+
+    async def spy_async(fn, *args, **kwargs):
+        inside_async[0] = True
+        try:
+            out = await original_async(fn, *args, **kwargs)
+        finally:
+            inside_async[0] = False
+        return record(out)
+
     workers.foreach_worker = spy
+    workers.foreach_worker_async = spy_async
     return seen
 
 

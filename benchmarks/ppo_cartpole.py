@@ -172,20 +172,9 @@ def child_flowrl(args, seed: int, backend: str) -> dict:
     policy = algo.get_policy()
     sgd = count_steps([policy.optimizer])
     tracker = Tracker(args.target, args.max_steps, args.max_seconds)
-    seen_episode_stats = [False]
-    workers = algo.workers
-    original = workers.foreach_worker
-
-    def spy(fn):  # the benchmark's own copy of every completed episode's return
-        out = original(fn)
-        for per_worker in out:
-            if isinstance(per_worker, list) and per_worker and isinstance(per_worker[0], dict) \
-                    and "episode_reward" in per_worker[0]:
-                seen_episode_stats[0] = True
-                tracker.add_returns(e["episode_reward"] for e in per_worker)
-        return out
-
-    workers.foreach_worker = spy
+    from impala_throughput import spy_episodes  # the benchmarks' shared episode spy
+    # the benchmark's own copy of every completed episode's return
+    seen_episode_stats = spy_episodes(algo, tracker.add_returns)
     tracker.start()
     try:
         while True:
