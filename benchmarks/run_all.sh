@@ -51,16 +51,17 @@ known() { names | grep -qx -- "$1" || names | grep -q -- "^$1-"; }
 
 selected=()
 pass=()
+values=0
 while (($#)); do
   case $1 in
     --list) names; exit 0 ;;
     --only) IFS=, read -ra more <<<"${2:-}"; selected+=("${more[@]}"); shift 2 || shift ;;
     --only=*) IFS=, read -ra more <<<"${1#--only=}"; selected+=("${more[@]}"); shift ;;
-    -*) pass+=("$1"); shift ;;
+    -*) pass+=("$1"); values=1; shift ;;
     *) if known "$1"; then
-         selected+=("$1")
-       elif ((${#pass[@]})) && [[ ${pass[-1]} == -* ]]; then
-         pass+=("$1")  # an option's value (e.g. --seeds 5)
+         selected+=("$1"); values=0
+       elif ((values)); then
+         pass+=("$1")  # an option's value(s) (e.g. --seeds 5, --engines flowrl flowrl-agg)
        else
          echo "run_all.sh: unknown benchmark '$1'; choose from: $(names | tr '\n' ' ')" >&2
          exit 2
