@@ -30,7 +30,8 @@ from torch import nn
 
 from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
-from flowrl.policies.numpy_forward import NUMPY_MAX_MACS, NumpyMLP, ParameterGuard, one_hot
+from flowrl.policies.numpy_forward import (NUMPY_MAX_MACS, NumpyMLP, ParameterGuard,
+                                           SnapshotCache, one_hot)
 from flowrl.policies.torch_policy import _adam, _to_numpy_tree, _to_torch_tree
 
 SB = SampleBatch
@@ -234,8 +235,7 @@ class DQNPolicy:
         self.timesteps = 0
         self.fixed_epsilon: float | None = None
         self.numpy_inference = bool(numpy_inference)
-        self._numpy_model: _NumpyQNetwork | None = None
-        self._numpy_unsupported: nn.Module | None = None
+        self._numpy_cache = SnapshotCache(_NumpyQNetwork.build)
 
     # -- exploration ---------------------------------------------------------------
     @property
@@ -280,17 +280,7 @@ class DQNPolicy:
         return torch.as_tensor(obs, dtype=torch.float32)
 
     def _numpy_snapshot(self, rows: int) -> "_NumpyQNetwork | None":
-        if not self.numpy_inference:
-            return None
-        model, snap = self.model, self._numpy_model
-        if snap is None or snap.guard.module is not model or not snap.guard.intact():
-            if model is self._numpy_unsupported:
-                return None
-            snap = self._numpy_model = _NumpyQNetwork.build(model)
-            if snap is None:
-                self._numpy_unsupported = model
-                return None
-        return snap if rows <= snap.max_rows else None
+        return self._numpy_cache.get(self.model, rows) if self.numpy_inference else None
 
     def q_values(self, obs_batch) -> np.ndarray:
         """``Q(s, ·)`` of the online network, shape ``(B, num_actions)`` (through numpy

@@ -157,6 +157,36 @@ class NumpyMLP:
         return np.array(h, np.float32) if h is x else h
 
 
+class SnapshotCache:
+    """A policy's numpy snapshot of its model, rebuilt only when stale.
+
+    ``build(model)`` makes a snapshot (an object with ``guard`` (a
+    :class:`ParameterGuard` of ``model``) and ``max_rows``) or returns None for a
+    model numpy cannot run; such a model is remembered so it is not inspected
+    again. :meth:`get` gives the snapshot for a batch of ``rows``, or None for
+    the torch path.
+    """
+
+    __slots__ = ("build", "snap", "unsupported")
+
+    def __init__(self, build):
+        self.build = build
+        self.snap = None
+        self.unsupported: nn.Module | None = None
+
+    def get(self, model: nn.Module, rows: int):
+        """The snapshot of ``model`` when it serves ``rows`` rows, else None."""
+        snap = self.snap
+        if snap is None or snap.guard.module is not model or not snap.guard.intact():
+            if model is self.unsupported:
+                return None
+            snap = self.snap = self.build(model)
+            if snap is None:
+                self.unsupported = model
+                return None
+        return snap if rows <= snap.max_rows else None
+
+
 def _relu(h: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return np.maximum(h, 0, out=out)
 

@@ -37,7 +37,7 @@ from flowrl.policies.adam import FusedAdam, make_adam
 from flowrl.policies.distributions import Categorical, DiagGaussian
 from flowrl.policies.maths import discounted_returns, explained_variance, gae
 from flowrl.policies.numpy_forward import (NUMPY_MAX_MACS, NumpyMLP, ParameterGuard,
-                                           categorical_mode,
+                                           SnapshotCache, categorical_mode,
                                            categorical_sample, gaussian_logp, one_hot)
 from flowrl.policies.sgd import minibatch_sgd
 
@@ -241,8 +241,7 @@ class TorchPolicy:
         #: False to force the torch path.
         self.numpy_inference = bool(numpy_inference)
         self._action_rng = np.random.default_rng(None if seed is None else [seed, 1])
-        self._numpy_model: _NumpyActorCritic | None = None
-        self._numpy_unsupported: nn.Module | None = None
+        self._numpy_cache = SnapshotCache(_NumpyActorCritic.build)
 
         if isinstance(observation_space, gym.spaces.Box):
             obs_dim = int(np.prod(observation_space.shape))
@@ -307,17 +306,12 @@ class TorchPolicy:
         """The numpy view of :attr:`model` for a batch of ``rows``, or None for the
         torch path (switched off, a large batch, or a model that is not the built-in
         one). Rebuilt whenever a parameter was replaced (see :mod:`numpy_forward`)."""
-        if not self.numpy_inference:
-            return None
-        model, snap = self.model, self._numpy_model
-        if snap is None or snap.guard.module is not model or not snap.guard.intact():
-            if model is self._numpy_unsupported:
-                return None
-            snap = self._numpy_model = _NumpyActorCritic.build(model)
-            if snap is None:
-                self._numpy_unsupported = model
-                return None
-        return snap if rows <= snap.max_rows else None
+        return self._numpy_cache.get(self.model, rows) if self.numpy_inference else None
+
+    @property
+    def _numpy_model(self) -> "_NumpyActorCritic | None":
+        """The current numpy snapshot (None before the first numpy forward)."""
+        return self._numpy_cache.snap
 
     def _obs_array(self, obs) -> np.ndarray:
         obs = np.asarray(obs)
