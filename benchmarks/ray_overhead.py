@@ -24,8 +24,18 @@ Systems:
 - ``ray.util.iter``: ``from_actors(actors).gather_async(num_async=2)`` /
   ``.gather_sync()`` (what RLlib 1.x used).
 
-Each mode runs on two actor layouts: ``0cpu`` (4 actors with ``num_cpus=0``, more
-actors than cores) and ``1cpu`` (2 actors with ``num_cpus=1``, one per core).
+Each mode runs on three actor layouts: ``0cpu`` (4 actors with ``num_cpus=0``, more
+actors than cores), ``1cpu`` (2 actors with ``num_cpus=1``, one per core) and
+``skew`` (like ``1cpu``, but the second actor sleeps 2 ms per item: actors that
+differ in speed, as rollout workers on different envs or machines do).
+
+The hand-written loops do not all keep ``gather_async``'s contract (DESIGN.md:
+keep ``num_async`` requests in flight per shard, yield items as they complete):
+``hand-rr`` blocks on one actor while the others' results wait, and
+``hand-nret`` leaves finished requests unreplaced until as many results as
+actors are ready. Both save driver wake-ups when actors run in lockstep; the
+``skew`` layout shows what that costs when they do not. ``hand-wait`` keeps the
+contract, as flowrl does.
 Within a process every measurement pulls ``--items`` items after a warm-up and
 is repeated ``--reps`` times (interleaved across modes); between measurements
 every in-flight call is drained (each actor answers a ping, which it runs after
@@ -33,7 +43,17 @@ every call submitted before it). Reported: items/s, median over the harness's
 runs of each run's median; flowrl's ratio to the best hand-written loop of each
 mode and layout, and to ray.util.iter.
 
+``--paired`` adds a second, more precise reading of the same question. Each
+harness run is then one fresh process (system ``paired``) that measures *every*
+system on the same actors, interleaved: per round, each mode and system once,
+the system order rotated each round. flowrl's ratio to each other system is
+taken within a round (measurements seconds apart, same actors, same process), so
+the process-to-process spread (Ray worker placement, machine state: often 15-20%
+between fresh processes) cancels out; the table gives the median of those
+paired ratios per run, and its median and range over runs.
+
     python benchmarks/ray_overhead.py                      # 5 runs per system
+    python benchmarks/ray_overhead.py --paired             # 5 runs, every system in each
     python benchmarks/ray_overhead.py --quick --no-idle-wait
 """
 
@@ -51,11 +71,19 @@ import harness  # noqa: E402
 SYSTEMS = ["flowrl", "hand-wait", "hand-rr", "hand-nret", "ray.util.iter"]
 HAND = [s for s in SYSTEMS if s.startswith("hand-")]
 MODES = ["async", "sync"]
-LAYOUTS = {"0cpu": (4, 0), "1cpu": (2, 1)}  # name -> (actors, num_cpus per actor)
+SKEW_DELAY_S = 0.002  # the slow actor of the "skew" layout
+#: name -> (actors, num_cpus per actor, seconds each actor sleeps per item)
+LAYOUTS = {"0cpu": (4, 0, (0.0,) * 4), "1cpu": (2, 1, (0.0,) * 2),
+           "skew": (2, 1, (0.0, SKEW_DELAY_S))}
 WARMUP = 50
+LAYOUT_NOTE = ("0cpu: 4 actors num_cpus=0, 1cpu: 2 actors num_cpus=1, skew: 1cpu with one "
+               f"actor sleeping {SKEW_DELAY_S * 1e3:g} ms per item; ray.init(num_cpus=2)")
+PAIRED = "paired"  # one process measures every system (--paired)
 
 
 def _actor_class():
+    import time
+
     import numpy as np
     from ray.util.iter import ParallelIteratorWorker
 
@@ -64,10 +92,13 @@ def _actor_class():
     class BenchActor(flowrl.ShardHost, ParallelIteratorWorker):
         """One item = one fresh (200, 4) float32 batch; readable by every driver."""
 
-        def __init__(self):
+        def __init__(self, delay_s: float = 0.0):
             ParallelIteratorWorker.__init__(self, self._forever, repeat=False)
+            self.delay_s = delay_s
 
         def sample(self):
+            if self.delay_s:
+                time.sleep(self.delay_s)
             return np.ones((200, 4), dtype=np.float32)
 
         def ping(self):
@@ -202,26 +233,65 @@ def child(args) -> None:
     import ray
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     cls = _actor_class()
+    systems = SYSTEMS if args.child == PAIRED else [args.child]
     result = {}
-    for layout, (n_actors, cpus) in LAYOUTS.items():
-        actors = [ray.remote(num_cpus=cpus)(cls).remote() for _ in range(n_actors)]
+    for layout, (n_actors, cpus, delays) in LAYOUTS.items():
+        actors = [ray.remote(num_cpus=cpus)(cls).remote(d) for d in delays]
         ray.get([a.ping.remote() for a in actors])
-        rates = {m: [] for m in MODES}
-        for _ in range(args.reps):
+        rates = {(s, m): [] for s in systems for m in MODES}
+        for rep in range(args.reps):
+            order = systems[rep % len(systems):] + systems[:rep % len(systems)]
             for mode in MODES:
-                rates[mode].append(measure(args.child, mode, actors, args.items,
-                                           args.num_async))
+                for system in order:
+                    rates[system, mode].append(measure(system, mode, actors, args.items,
+                                                       args.num_async))
         for mode in MODES:
-            result[f"{mode}_{layout}"] = statistics.median(rates[mode])
+            cell = f"{mode}_{layout}"
+            if args.child != PAIRED:
+                result[cell] = statistics.median(rates[args.child, mode])
+                continue
+            fl = rates["flowrl", mode]
+            for system in systems:
+                result[f"{system}:{cell}"] = statistics.median(rates[system, mode])
+                if system != "flowrl":
+                    result[f"flowrl/{system}:{cell}"] = statistics.median(
+                        a / b for a, b in zip(fl, rates[system, mode]))
         for a in actors:
             ray.kill(a)
     ray.shutdown()
     harness.write_result(result)
 
 
+def report_paired(runs: list[dict]) -> None:
+    """The paired table: per cell, flowrl's within-round ratio to every other system."""
+    keys = [f"{m}_{lay}" for lay in LAYOUTS for m in MODES]
+    others = [s for s in SYSTEMS if s != "flowrl"]
+    figs = [f"{s}:{k}" for k in keys for s in SYSTEMS]
+    figs += [f"flowrl/{s}:{k}" for k in keys for s in others]
+    (group,) = harness.summarize(runs, figs) or [None]
+    if group is None:
+        print("no valid paired run")
+        return
+    rows = []
+    for key in keys:
+        ratios = {s: group.figures.get(f"flowrl/{s}:{key}") for s in others}
+        hands = {h: ratios[h] for h in HAND if ratios[h]}
+        worst = min(hands, key=lambda h: hands[h][0], default=None)
+        rows.append([key, harness.fmt_figure(group.figures.get(f"flowrl:{key}"), "{:,.0f}"),
+                     *(harness.fmt_figure(ratios[s], "{:.2f}x") for s in others),
+                     f"{worst} {hands[worst][0]:.2f}x" if worst else "-"])
+    harness.print_table(
+        ["mode_layout", "flowrl items/s", *(f"flowrl/{s}" for s in others),
+         "vs best hand"], rows,
+        title=f"paired: flowrl's ratio to each system measured in the same process and "
+              f"round, median [min-max] over {group.n} runs; {LAYOUT_NOTE}")
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--systems", nargs="*", default=SYSTEMS, choices=SYSTEMS)
+    p.add_argument("--paired", action="store_true",
+                   help="each run measures every system in one process (see the docstring)")
     p.add_argument("--items", type=int, default=4000)
     p.add_argument("--reps", type=int, default=3, help="measurements per process")
     p.add_argument("--num-async", type=int, default=2)
@@ -233,6 +303,15 @@ def main(argv=None) -> None:
         child(args)
         return
     s = harness.settings_from(args)
+    if args.paired:
+        runs, _ = harness.run_all("ray_overhead-paired", os.path.abspath(__file__), [PAIRED], s,
+                                  ["--items", str(args.items), "--reps", str(args.reps),
+                                   "--num-async", str(args.num_async)],
+                                  meta={"items": args.items, "reps": args.reps,
+                                        "num_async": args.num_async, "layouts": LAYOUTS,
+                                        "systems": SYSTEMS})
+        report_paired(runs)
+        return
     runs, _ = harness.run_all("ray_overhead", os.path.abspath(__file__), args.systems, s,
                               ["--items", str(args.items), "--reps", str(args.reps),
                                "--num-async", str(args.num_async)],
@@ -255,8 +334,7 @@ def main(argv=None) -> None:
     harness.print_table(
         ["mode_layout", "flowrl", *HAND, "ray.util.iter", "best hand", "flowrl/best hand",
          "flowrl/iter"], rows,
-        title=f"items/s, median [min-max] over runs {n}; 0cpu: 4 actors num_cpus=0, "
-              "1cpu: 2 actors num_cpus=1; ray.init(num_cpus=2)")
+        title=f"items/s, median [min-max] over runs {n}; {LAYOUT_NOTE}")
 
 
 if __name__ == "__main__":
