@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 import chaos  # noqa: E402
 import ddppo_cartpole  # noqa: E402
 import dqn_cartpole  # noqa: E402
+import ray_overhead  # noqa: E402
 import replay  # noqa: E402
 
 
@@ -107,3 +108,24 @@ def test_run_all_refuses_an_unknown_benchmark(argv):
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "unknown benchmark 'nosuch'; choose from: startup" in proc.stderr
+
+
+def test_ray_overhead_paired_compares_flowrl_with_the_hand_loop_it_trails_most(capsys):
+    def paired(wait, rr, nret):
+        result = {}
+        for lay in ray_overhead.LAYOUTS:
+            for mode in ray_overhead.MODES:
+                cell = f"{mode}_{lay}"
+                result.update({f"flowrl:{cell}": 1000.0, f"hand-wait:{cell}": 1000.0 / wait,
+                               f"flowrl/hand-wait:{cell}": wait, f"flowrl/hand-rr:{cell}": rr,
+                               f"flowrl/hand-nret:{cell}": nret,
+                               f"flowrl/ray.util.iter:{cell}": 1.2})
+        return _run(ray_overhead.PAIRED, **result)
+    runs = [paired(1.02, 0.90, 1.10), paired(1.00, 0.96, 1.30), paired(0.98, 0.99, 1.20),
+            {"system": ray_overhead.PAIRED, "valid": False, "ok": True, "result": None}]
+    ray_overhead.report_paired(runs)
+    out = capsys.readouterr().out
+    assert "over 3 runs" in out
+    row = next(ln for ln in out.splitlines() if ln.startswith("async_skew"))
+    assert "1.00x [0.98x-1.02x]" in row and "1.20x [1.10x-1.30x]" in row
+    assert row.rstrip().endswith("hand-rr 0.96x")
