@@ -117,20 +117,21 @@ class _Rows:
     The forward inputs and outputs are appended once per step as arrays (one row
     per acting agent of that policy): ``obs``, ``actions`` and the ``extra``
     dicts of ``compute_actions``. As the envs step, each row appends its
-    ``rewards``, trajectory index (``traj``) and ``t`` in the same order; a row
-    that ends its agent's trajectory is listed in ``dones`` as ``(row,
-    terminated, truncated)``. Next observations are not stored per row: within a
-    trajectory they are the next row's ``obs`` (an agent acts on every step until
-    it is done), and a trajectory's last one is kept with the trajectory.
+    ``rewards`` and trajectory index (``traj``) in the same order; a row that ends
+    its agent's trajectory is listed in ``dones`` as ``(row, terminated,
+    truncated)``. An agent acts on every env step from its trajectory's first row
+    until it is done, so ``t`` and the next observation are not stored per row:
+    ``t`` counts on from the trajectory's first step, and within a trajectory
+    ``s_{t+1}`` is the next row's ``obs`` (the last one is kept with the
+    trajectory).
     """
 
-    __slots__ = ("obs", "actions", "extras", "rewards", "traj", "t", "dones")
+    __slots__ = ("obs", "actions", "extras", "rewards", "traj", "dones")
 
     def __init__(self):
         self.obs, self.actions, self.extras = [], [], []
         self.rewards: list[float] = []
         self.traj: list[int] = []
-        self.t: list[int] = []
         self.dones: list[tuple[int, bool, bool]] = []
 
 
@@ -200,7 +201,7 @@ class MultiAgentSampler:
     def sample(self) -> MultiAgentBatch:
         """``fragment_length`` steps of every env, postprocessed per policy."""
         rows: dict[str, _Rows] = {}
-        # [pid, eps_id, agent_index, done, env, agent(, final obs once done)]
+        # [pid, eps_id, agent_index, first t, done, env, agent(, final obs once done)]
         trajs: list[list] = []
         traj_of: list[dict] = [{} for _ in self.envs]  # per env: agent -> trajectory index
         policies, explore, clips = self.policies, self.explore, self._clips
@@ -231,7 +232,7 @@ class MultiAgentSampler:
                                if pid in deferred else policies[pid].compute_actions(obs, explore))
                 self.num_forwards += 1
                 clip = clips.get(pid)
-                env_acts = (acts.tolist() if pid in discrete
+                env_acts = (np.asarray(acts).tolist() if pid in discrete
                             else np.clip(acts, *clip) if clip is not None else acts)
                 for (k, a), act in zip(members, env_acts):
                     actions[k][a] = act
@@ -261,12 +262,11 @@ class MultiAgentSampler:
             ti = traj_of.get(agent)
             if ti is None:
                 ti = traj_of[agent] = len(trajs)
-                trajs.append([pid, episode.episode_id, self._agent_index[k][agent], False, k,
-                              agent])
+                trajs.append([pid, episode.episode_id, self._agent_index[k][agent], t, False,
+                              k, agent])
             rw = rows[pid]
             rw.rewards.append(r)
             rw.traj.append(ti)
-            rw.t.append(t)
         episode.length = t + 1
         if len(obs) != len(actions) or obs.keys() != actions.keys():
             missing = [a for a in actions if a not in obs]
@@ -286,7 +286,7 @@ class MultiAgentSampler:
             trunc = not term and (all_trunc or bool(truncs.get(agent)))
             if term or trunc:
                 ti = traj_of[agent]
-                trajs[ti][3] = True
+                trajs[ti][4] = True
                 trajs[ti].append(o)  # the final observation
                 rw = rows[mapped[agent]]
                 row = len(rw.traj) - 1  # the agent's row is among this step's last ones
@@ -311,7 +311,7 @@ class MultiAgentSampler:
     def _postprocess(self, rows: dict[str, _Rows], trajs: list,
                      deferred: set[str]) -> MultiAgentBatch:
         out = {}
-        info = np.asarray([t[1:3] for t in trajs], np.int64).reshape(-1, 2)
+        info = np.asarray([t[1:4] for t in trajs], np.int64).reshape(-1, 3)
         for pid, r in rows.items():
             policy = self.policies[pid]
             n = len(r.traj)
@@ -322,17 +322,17 @@ class MultiAgentSampler:
             order = np.argsort(traj, kind="stable")  # trajectory-major, time order kept
             traj = traj[order]
             obs = np.concatenate(r.obs)[order]
-            starts = np.flatnonzero(np.r_[True, traj[1:] != traj[:-1]])
-            ends = np.r_[starts[1:], n]
+            ends = np.append(np.flatnonzero(traj[1:] != traj[:-1]) + 1, n)
+            starts = np.append(0, ends[:-1])
             # s_{t+1} is the next row's obs inside a trajectory; at its end, the final
             # obs (done) or the agent's current one (cut by the fragment).
             next_obs = np.empty_like(obs)
             next_obs[:-1] = obs[1:]
             cut = []
             for e in ends.tolist():
-                entry = trajs[traj[e - 1]]
-                cut.append(not entry[3])
-                next_obs[e - 1] = entry[6] if entry[3] else self._obs[entry[4]][entry[5]]
+                _, _, _, _, done, k, agent, *final = trajs[traj[e - 1]]
+                cut.append(not done)
+                next_obs[e - 1] = final[0] if done else self._obs[k][agent]
             cut = np.asarray(cut, bool)
             cols = {SB.OBS: obs,
                     SB.ACTIONS: np.concatenate(r.actions)[order],
@@ -340,7 +340,8 @@ class MultiAgentSampler:
                     SB.TERMINATEDS: terms[order],
                     SB.TRUNCATEDS: truncs[order],
                     SB.NEXT_OBS: next_obs,
-                    SB.T: np.asarray(r.t, np.int64)[order]}
+                    # first step of the trajectory + rows since its first row
+                    SB.T: info[traj, 2] + np.arange(n) - np.repeat(starts, ends - starts)}
             for key in r.extras[0]:
                 cols[key] = np.concatenate([e[key] for e in r.extras])[order]
             cols[SB.EPS_ID] = info[traj, 0]
