@@ -211,7 +211,7 @@ class MultiAgentSampler:
         env_range = range(n_envs)
         for _ in range(self.fragment_length):
             # Group the acting agents of all envs by policy: ONE forward per policy.
-            groups: dict[str, tuple[list, list]] = {}
+            groups: dict[str, tuple[list, list, list]] = {}  # pid -> (obs, env, agent)
             for k in env_range:
                 episode = episodes[k]
                 cached = episode._policies
@@ -221,12 +221,12 @@ class MultiAgentSampler:
                         pid = episode.policy_for(agent)
                     g = groups.get(pid)
                     if g is None:
-                        groups[pid] = ([o], [(k, agent)])
-                    else:
-                        g[0].append(o)
-                        g[1].append((k, agent))
+                        g = groups[pid] = ([], [], [])
+                    g[0].append(o)
+                    g[1].append(k)
+                    g[2].append(agent)
             actions: list[dict] = [{} for _ in env_range]
-            for pid, (obs_list, members) in groups.items():
+            for pid, (obs_list, ks, agents) in groups.items():
                 obs = np.array(obs_list)  # np.stack costs several times more on short lists
                 acts, extra = (policies[pid].compute_actions(obs, explore, vf_preds=False)
                                if pid in deferred else policies[pid].compute_actions(obs, explore))
@@ -234,8 +234,11 @@ class MultiAgentSampler:
                 clip = clips.get(pid)
                 env_acts = (np.asarray(acts).tolist() if pid in discrete
                             else np.clip(acts, *clip) if clip is not None else acts)
-                for (k, a), act in zip(members, env_acts):
-                    actions[k][a] = act
+                if n_envs == 1:
+                    actions[0].update(zip(agents, env_acts))
+                else:
+                    for k, agent, act in zip(ks, agents, env_acts):
+                        actions[k][agent] = act
                 r = rows.get(pid)
                 if r is None:
                     r = rows[pid] = _Rows()
