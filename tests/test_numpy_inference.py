@@ -179,6 +179,33 @@ def test_never_stale_when_parameters_or_modules_are_replaced():
     assert (pg.value(x) != 0).all()
 
 
+def test_acting_without_values_checks_only_the_policy_network_yet_is_never_stale():
+    p = PPOPolicy(BOX, gym.spaces.Box(-2, 2, (2,)), seed=0)
+    x = obs(5)
+
+    def fresh_acting():
+        logits, _ = torch_outputs(p, x)
+        _, extra = p.compute_actions(x, explore=False, vf_preds=False)
+        assert SB.VF_PREDS not in extra
+        np.testing.assert_allclose(extra[SB.ACTION_DIST_INPUTS], logits, atol=1e-5)
+
+    fresh_acting()
+    snap = p._numpy_model
+    p.model.vf[0].weight.data = torch.randn(64, 4)     # not read by acting: same snapshot
+    fresh_acting()
+    assert p._numpy_model is snap
+    np.testing.assert_allclose(p.value(x), torch_outputs(p, x)[1], atol=1e-5)  # value rebuilds
+    assert p._numpy_model is not snap
+    p.model.pi[2].weight.data = torch.randn(64, 64)    # read by acting: rebuilt
+    fresh_acting()
+    p.model.pi[4] = nn.Linear(64, 2)
+    fresh_acting()
+    p.model.log_std = nn.Parameter(torch.full((2,), -1.0))
+    fresh_acting()
+    p.model.pi = nn.Sequential(nn.Linear(4, 2))
+    fresh_acting()
+
+
 def test_custom_models_and_large_batches_use_torch():
     class Custom(ActorCriticModel):
         def dist_inputs(self, obs):

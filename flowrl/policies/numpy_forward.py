@@ -46,7 +46,9 @@ class ParameterGuard:
     Records every submodule and parameter object under ``module`` and each
     parameter's data pointer; :meth:`intact` is False once any of them was
     replaced or a parameter's memory moved. In-place updates keep it True (the
-    views see them).
+    views see them). Submodules in ``skip`` are recorded only as their parent's
+    entry (replacing one is noticed), not their contents: a guard for a use
+    that does not read them, cheaper to check.
 
     >>> g = ParameterGuard(nn.Linear(2, 2))
     >>> g.intact()
@@ -58,10 +60,10 @@ class ParameterGuard:
 
     __slots__ = ("module", "_tables", "_keys", "_values", "_sizes", "_params", "_pointers")
 
-    def __init__(self, module: nn.Module):
+    def __init__(self, module: nn.Module, *, skip: tuple = ()):
         self.module = module
         entries, tables, params = [], [], []
-        for m in module.modules():
+        for m in _walk(module, {id(m) for m in skip}):
             for table in (m._modules, m._parameters):
                 if table:  # an entry added to an empty table (of a leaf) cannot matter
                     tables.append(table)
@@ -82,6 +84,18 @@ class ParameterGuard:
 
 
 _data_ptr = torch.Tensor.data_ptr
+
+
+def _walk(module: nn.Module, skip: set[int]):
+    """``module`` and its submodules, each once, except the subtrees of ids in ``skip``."""
+    seen, stack = set(skip), [module]
+    while stack:
+        m = stack.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        yield m
+        stack.extend(c for c in reversed(m._modules.values()) if c is not None)
 
 
 class NumpyMLP:
@@ -164,7 +178,8 @@ class SnapshotCache:
     :class:`ParameterGuard` of ``model``) and ``max_rows``) or returns None for a
     model numpy cannot run; such a model is remembered so it is not inspected
     again. :meth:`get` gives the snapshot for a batch of ``rows``, or None for
-    the torch path.
+    the torch path. A snapshot may carry further guards for uses that read only
+    part of the model (see ``part``).
     """
 
     __slots__ = ("build", "snap", "unsupported")
@@ -174,10 +189,14 @@ class SnapshotCache:
         self.snap = None
         self.unsupported: nn.Module | None = None
 
-    def get(self, model: nn.Module, rows: int):
-        """The snapshot of ``model`` when it serves ``rows`` rows, else None."""
+    def get(self, model: nn.Module, rows: int, part: str = "guard"):
+        """The snapshot of ``model`` when it serves ``rows`` rows, else None.
+
+        ``part`` names the snapshot's guard to check: ``"guard"`` (the whole model)
+        or a narrower one the snapshot defines; a stale one rebuilds the snapshot.
+        """
         snap = self.snap
-        if snap is None or snap.guard.module is not model or not snap.guard.intact():
+        if snap is None or snap.guard.module is not model or not getattr(snap, part).intact():
             if model is self.unsupported:
                 return None
             snap = self.snap = self.build(model)
