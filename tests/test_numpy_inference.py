@@ -14,7 +14,7 @@ from torch import nn
 
 from flowrl.batch import SampleBatch
 from flowrl.policies import DQNPolicy, PGPolicy, PPOPolicy
-from flowrl.policies.numpy_forward import NumpyMLP
+from flowrl.policies.numpy_forward import NumpyMLP, categorical_sample
 from flowrl.policies.numpy_forward import NUMPY_MAX_MACS
 from flowrl.policies.torch_policy import ActorCriticModel, TorchPolicy
 from flowrl.workers import RolloutWorker
@@ -86,6 +86,20 @@ def test_numpy_path_samples_the_categorical_distribution():
     big = np.zeros((1000, 4), np.float32)
     counts_t = sum(np.bincount(p.compute_actions(big)[0], minlength=3) for _ in range(10))
     assert float(((counts_t - expected) ** 2 / expected).sum()) < 13.8
+
+
+def test_two_category_sampling_draws_exactly_what_the_general_rule_draws():
+    # a third category with no mass leaves the general rule's arithmetic unchanged
+    rng = np.random.default_rng(0)
+    for n in (1, 3, 64):
+        logits = (rng.normal(size=(n, 2)) * rng.choice([0.1, 5.0, 50.0])).astype(np.float32)
+        u = rng.random(n)
+        a2, logp2 = categorical_sample(logits, u)
+        padded = np.concatenate([logits, np.full((n, 1), -np.inf, np.float32)], axis=1)
+        a3, logp3 = categorical_sample(padded, u)
+        assert a2.dtype == a3.dtype == np.int64 and logp2.dtype == logp3.dtype == np.float32
+        np.testing.assert_array_equal(a2, a3)
+        np.testing.assert_array_equal(logp2, logp3)
 
 
 def test_numpy_path_samples_the_gaussian_distribution():

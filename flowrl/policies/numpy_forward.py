@@ -219,17 +219,35 @@ def categorical_sample(logits: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, n
     row's total means rounding never picks a category past the last one with
     mass): the rule of :meth:`flowrl.policies.distributions.Categorical.sample`.
 
+    Two categories take a column-wise path with the same arithmetic (the same
+    draws, bit for bit) and no broadcasting: a small batch's cost is the number of
+    numpy calls, and acting calls this once per forward.
+
     >>> logits = np.log(np.array([[0.5, 0.5], [1e-9, 1.0]], np.float32))
     >>> a, logp = categorical_sample(logits, np.array([0.9, 0.9]))
     >>> a.tolist(), np.exp(logp).round(3).tolist()
     ([0, 1], [0.5, 1.0])
     """
+    if logits.shape[-1] == 2:
+        return _binary_sample(logits, u)
     z = logits - np.maximum.reduce(logits, axis=-1, keepdims=True)  # ufuncs: no wrappers
     cdf = np.add.accumulate(np.exp(z), axis=-1)
     total = cdf[:, -1]
     actions = np.add.reduce(cdf < ((1.0 - u) * total)[:, None], axis=-1, dtype=np.int64)
     logp = z[np.arange(len(z)), actions] - np.log(total)
     return actions, logp
+
+
+def _binary_sample(logits: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    # categorical_sample for D == 2: cdf = (e0, e0 + e1), so the action is 1 exactly
+    # when e0 < (1 - u) * total (cdf[1] == total never is).
+    l0, l1 = logits[:, 0], logits[:, 1]
+    m = np.maximum(l0, l1)
+    z0, z1 = l0 - m, l1 - m
+    e0 = np.exp(z0)
+    total = e0 + np.exp(z1)
+    one = e0 < (1.0 - u) * total
+    return one.astype(np.int64), np.where(one, z1, z0) - np.log(total)
 
 
 def categorical_mode(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
