@@ -136,7 +136,7 @@ class VectorSampler:
                 buf = self._buf = self._allocate(actions, extra)
                 self._buf_deferred = defer
             next_obs, rewards, terms, truncs, infos = venv.step(
-                actions.tolist() if discrete
+                np.asarray(actions).tolist() if discrete
                 else np.clip(actions, *clip) if clip is not None else actions)
             buf[SB.OBS][step] = obs
             buf[SB.ACTIONS][step] = actions
