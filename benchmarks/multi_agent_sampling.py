@@ -1,7 +1,8 @@
 """Multi-agent sampling throughput against single-agent vector sampling, per agent step.
 
 Every system is a ``RolloutWorker`` stepping CartPole-v1 with PPO's 64x64
-actor-critic (one torch thread); the figure is agent steps (rows) per second:
+actor-critic (one torch thread), acting in numpy, and handing the envs
+Python-int actions (both samplers); the figure is agent steps (rows) per second:
 
 - ``vector``: the single-agent vector sampler, ``--agents`` (10) envs, one
   policy: ONE forward of 10 rows per step.

@@ -137,6 +137,58 @@ def test_every_row_keeps_its_own_agents_obs_reward_and_next_obs_when_policies_in
     assert mb.env_steps() == 21
 
 
+class _ActionSpy(MultiAgentEnv):
+    """Agent 0 has a Discrete(2) action, agent 1 a Box(-0.1, 0.1) one; records what
+    each receives. ``drop`` names an agent whose obs ``step`` leaves out."""
+
+    def __init__(self, drop=None):
+        self.possible_agents = [0, 1]
+        box = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+        self.observation_spaces = {0: box, 1: box}
+        self.action_spaces = {0: gym.spaces.Discrete(2),
+                              1: gym.spaces.Box(-0.1, 0.1, (1,), np.float32)}
+        self.drop, self.seen = drop, []
+
+    def reset(self, *, seed=None, options=None):
+        return {a: np.zeros(2, np.float32) for a in self.possible_agents}, {}
+
+    def step(self, actions):
+        self.seen.append(dict(actions))
+        obs = {a: np.ones(2, np.float32) for a in actions if a != self.drop}
+        return (obs, {a: 1.0 for a in actions}, {"__all__": False}, {"__all__": False}, {})
+
+
+def test_env_gets_python_ints_for_discrete_and_clipped_rows_for_box_actions():
+    w = RolloutWorker(lambda cfg: _ActionSpy(), policies={"d": PGPolicy, "c": PGPolicy},
+                      policy_mapping_fn=lambda agent, episode: "dc"[agent],
+                      rollout_fragment_length=20, seed=0)
+    mb = w.sample()
+    seen = w.env.seen
+    assert len(seen) == 20 and all(type(s[0]) is int and s[0] in (0, 1) for s in seen)
+    box = np.array([s[1] for s in seen])
+    assert box.dtype == np.float32 and box.shape == (20, 1) and np.abs(box).max() <= 0.1
+    np.testing.assert_array_equal(box, np.clip(mb.policy_batches["c"][SB.ACTIONS], -0.1, 0.1))
+    assert np.abs(mb.policy_batches["c"][SB.ACTIONS]).max() > 0.1   # the batch is unclipped
+
+    class IntSpy(gym.Wrapper):
+        def step(self, action):
+            assert type(action) is int, type(action)
+            return super().step(action)
+
+    single = RolloutWorker(lambda cfg: IntSpy(gym.make("CartPole-v1")), policy=PGPolicy,
+                           num_envs=2, rollout_fragment_length=10, seed=0)
+    assert single.sample().count == 20
+
+
+def test_env_that_drops_an_acting_agents_obs_is_an_operator_error_naming_it():
+    w = RolloutWorker(lambda cfg: _ActionSpy(drop=1), policies={"d": PGPolicy, "c": PGPolicy},
+                      policy_mapping_fn=lambda agent, episode: "dc"[agent],
+                      rollout_fragment_length=5, seed=0)
+    with pytest.raises(OperatorError, match=r"_ActionSpy.step returned no observation for "
+                                            r"agent 1, which acted"):
+        w.sample()
+
+
 def test_unknown_policy_id_at_run_time_is_an_operator_error_naming_agent_and_id():
     def mapping(agent_id, episode):
         return "ghost" if episode.episode_id >= 0 and agent_id == 1 else "p"

@@ -14,7 +14,7 @@ from torch import nn
 
 from flowrl.batch import SampleBatch
 from flowrl.policies import DQNPolicy, PGPolicy, PPOPolicy
-from flowrl.policies.numpy_forward import NumpyMLP
+from flowrl.policies.numpy_forward import NumpyMLP, categorical_sample
 from flowrl.policies.numpy_forward import NUMPY_MAX_MACS
 from flowrl.policies.torch_policy import ActorCriticModel, TorchPolicy
 from flowrl.workers import RolloutWorker
@@ -86,6 +86,20 @@ def test_numpy_path_samples_the_categorical_distribution():
     big = np.zeros((1000, 4), np.float32)
     counts_t = sum(np.bincount(p.compute_actions(big)[0], minlength=3) for _ in range(10))
     assert float(((counts_t - expected) ** 2 / expected).sum()) < 13.8
+
+
+def test_two_category_sampling_draws_exactly_what_the_general_rule_draws():
+    # a third category with no mass leaves the general rule's arithmetic unchanged
+    rng = np.random.default_rng(0)
+    for n in (1, 3, 64):
+        logits = (rng.normal(size=(n, 2)) * rng.choice([0.1, 5.0, 50.0])).astype(np.float32)
+        u = rng.random(n)
+        a2, logp2 = categorical_sample(logits, u)
+        padded = np.concatenate([logits, np.full((n, 1), -np.inf, np.float32)], axis=1)
+        a3, logp3 = categorical_sample(padded, u)
+        assert a2.dtype == a3.dtype == np.int64 and logp2.dtype == logp3.dtype == np.float32
+        np.testing.assert_array_equal(a2, a3)
+        np.testing.assert_array_equal(logp2, logp3)
 
 
 def test_numpy_path_samples_the_gaussian_distribution():
@@ -177,6 +191,33 @@ def test_never_stale_when_parameters_or_modules_are_replaced():
     pg.model.vf = nn.Sequential(nn.Linear(4, 1))          # ... until a critic is added
     assert_fresh(pg, x)
     assert (pg.value(x) != 0).all()
+
+
+def test_acting_without_values_checks_only_the_policy_network_yet_is_never_stale():
+    p = PPOPolicy(BOX, gym.spaces.Box(-2, 2, (2,)), seed=0)
+    x = obs(5)
+
+    def fresh_acting():
+        logits, _ = torch_outputs(p, x)
+        _, extra = p.compute_actions(x, explore=False, vf_preds=False)
+        assert SB.VF_PREDS not in extra
+        np.testing.assert_allclose(extra[SB.ACTION_DIST_INPUTS], logits, atol=1e-5)
+
+    fresh_acting()
+    snap = p._numpy_model
+    p.model.vf[0].weight.data = torch.randn(64, 4)     # not read by acting: same snapshot
+    fresh_acting()
+    assert p._numpy_model is snap
+    np.testing.assert_allclose(p.value(x), torch_outputs(p, x)[1], atol=1e-5)  # value rebuilds
+    assert p._numpy_model is not snap
+    p.model.pi[2].weight.data = torch.randn(64, 64)    # read by acting: rebuilt
+    fresh_acting()
+    p.model.pi[4] = nn.Linear(64, 2)
+    fresh_acting()
+    p.model.log_std = nn.Parameter(torch.full((2,), -1.0))
+    fresh_acting()
+    p.model.pi = nn.Sequential(nn.Linear(4, 2))
+    fresh_acting()
 
 
 def test_custom_models_and_large_batches_use_torch():

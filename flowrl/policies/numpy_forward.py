@@ -46,7 +46,9 @@ class ParameterGuard:
     Records every submodule and parameter object under ``module`` and each
     parameter's data pointer; :meth:`intact` is False once any of them was
     replaced or a parameter's memory moved. In-place updates keep it True (the
-    views see them).
+    views see them). Submodules in ``skip`` are recorded only as their parent's
+    entry (replacing one is noticed), not their contents: a guard for a use
+    that does not read them, cheaper to check.
 
     >>> g = ParameterGuard(nn.Linear(2, 2))
     >>> g.intact()
@@ -58,10 +60,10 @@ class ParameterGuard:
 
     __slots__ = ("module", "_tables", "_keys", "_values", "_sizes", "_params", "_pointers")
 
-    def __init__(self, module: nn.Module):
+    def __init__(self, module: nn.Module, *, skip: tuple = ()):
         self.module = module
         entries, tables, params = [], [], []
-        for m in module.modules():
+        for m in _walk(module, {id(m) for m in skip}):
             for table in (m._modules, m._parameters):
                 if table:  # an entry added to an empty table (of a leaf) cannot matter
                     tables.append(table)
@@ -82,6 +84,18 @@ class ParameterGuard:
 
 
 _data_ptr = torch.Tensor.data_ptr
+
+
+def _walk(module: nn.Module, skip: set[int]):
+    """``module`` and its submodules, each once, except the subtrees of ids in ``skip``."""
+    seen, stack = set(skip), [module]
+    while stack:
+        m = stack.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        yield m
+        stack.extend(c for c in reversed(m._modules.values()) if c is not None)
 
 
 class NumpyMLP:
@@ -164,7 +178,8 @@ class SnapshotCache:
     :class:`ParameterGuard` of ``model``) and ``max_rows``) or returns None for a
     model numpy cannot run; such a model is remembered so it is not inspected
     again. :meth:`get` gives the snapshot for a batch of ``rows``, or None for
-    the torch path.
+    the torch path. A snapshot may carry further guards for uses that read only
+    part of the model (see ``part``).
     """
 
     __slots__ = ("build", "snap", "unsupported")
@@ -174,10 +189,14 @@ class SnapshotCache:
         self.snap = None
         self.unsupported: nn.Module | None = None
 
-    def get(self, model: nn.Module, rows: int):
-        """The snapshot of ``model`` when it serves ``rows`` rows, else None."""
+    def get(self, model: nn.Module, rows: int, part: str = "guard"):
+        """The snapshot of ``model`` when it serves ``rows`` rows, else None.
+
+        ``part`` names the snapshot's guard to check: ``"guard"`` (the whole model)
+        or a narrower one the snapshot defines; a stale one rebuilds the snapshot.
+        """
         snap = self.snap
-        if snap is None or snap.guard.module is not model or not snap.guard.intact():
+        if snap is None or snap.guard.module is not model or not getattr(snap, part).intact():
             if model is self.unsupported:
                 return None
             snap = self.snap = self.build(model)
@@ -200,17 +219,35 @@ def categorical_sample(logits: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, n
     row's total means rounding never picks a category past the last one with
     mass): the rule of :meth:`flowrl.policies.distributions.Categorical.sample`.
 
+    Two categories take a column-wise path with the same arithmetic (the same
+    draws, bit for bit) and no broadcasting: a small batch's cost is the number of
+    numpy calls, and acting calls this once per forward.
+
     >>> logits = np.log(np.array([[0.5, 0.5], [1e-9, 1.0]], np.float32))
     >>> a, logp = categorical_sample(logits, np.array([0.9, 0.9]))
     >>> a.tolist(), np.exp(logp).round(3).tolist()
     ([0, 1], [0.5, 1.0])
     """
+    if logits.shape[-1] == 2:
+        return _binary_sample(logits, u)
     z = logits - np.maximum.reduce(logits, axis=-1, keepdims=True)  # ufuncs: no wrappers
     cdf = np.add.accumulate(np.exp(z), axis=-1)
     total = cdf[:, -1]
     actions = np.add.reduce(cdf < ((1.0 - u) * total)[:, None], axis=-1, dtype=np.int64)
     logp = z[np.arange(len(z)), actions] - np.log(total)
     return actions, logp
+
+
+def _binary_sample(logits: np.ndarray, u: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    # categorical_sample for D == 2: cdf = (e0, e0 + e1), so the action is 1 exactly
+    # when e0 < (1 - u) * total (cdf[1] == total never is).
+    l0, l1 = logits[:, 0], logits[:, 1]
+    m = np.maximum(l0, l1)
+    z0, z1 = l0 - m, l1 - m
+    e0 = np.exp(z0)
+    total = e0 + np.exp(z1)
+    one = e0 < (1.0 - u) * total
+    return one.astype(np.int64), np.where(one, z1, z0) - np.log(total)
 
 
 def categorical_mode(logits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -78,9 +78,13 @@ class ActorCriticModel(nn.Module):
 
 
 class _NumpyActorCritic:
-    """Numpy views of an :class:`ActorCriticModel`: ``pi``, ``vf`` (or None), ``log_std``."""
+    """Numpy views of an :class:`ActorCriticModel`: ``pi``, ``vf`` (or None), ``log_std``.
 
-    __slots__ = ("guard", "pi", "vf", "log_std", "max_rows")
+    ``guard`` watches the whole model; ``acting_guard`` all but the value network's
+    contents (what acting without ``vf_preds`` reads).
+    """
+
+    __slots__ = ("guard", "acting_guard", "pi", "vf", "log_std", "max_rows")
 
     @classmethod
     def build(cls, model: nn.Module) -> "_NumpyActorCritic | None":
@@ -94,6 +98,8 @@ class _NumpyActorCritic:
             return None
         self = cls()
         self.guard, self.pi, self.vf = ParameterGuard(model), pi, vf
+        self.acting_guard = (self.guard if model.vf is None
+                             else ParameterGuard(model, skip=(model.vf,)))
         self.log_std = None if ls is None else ls.detach().numpy()
         macs = max(pi.macs_per_row, 0 if vf is None else vf.macs_per_row, 1)
         self.max_rows = (NUMPY_MAX_MACS - 1) // macs  # larger batches: torch
@@ -302,11 +308,13 @@ class TorchPolicy:
             obs = obs.copy()
         return torch.as_tensor(obs.reshape(len(obs), self._obs_dim), dtype=torch.float32)
 
-    def _numpy_snapshot(self, rows: int) -> "_NumpyActorCritic | None":
+    def _numpy_snapshot(self, rows: int, part: str = "guard") -> "_NumpyActorCritic | None":
         """The numpy view of :attr:`model` for a batch of ``rows``, or None for the
         torch path (switched off, a large batch, or a model that is not the built-in
-        one). Rebuilt whenever a parameter was replaced (see :mod:`numpy_forward`)."""
-        return self._numpy_cache.get(self.model, rows) if self.numpy_inference else None
+        one). Rebuilt whenever a parameter was replaced (see :mod:`numpy_forward`);
+        ``part="acting_guard"`` checks only what acting without values reads."""
+        return (self._numpy_cache.get(self.model, rows, part) if self.numpy_inference
+                else None)
 
     @property
     def _numpy_model(self) -> "_NumpyActorCritic | None":
@@ -337,7 +345,7 @@ class TorchPolicy:
         otherwise one torch forward samples with :attr:`generator`. Both paths draw
         from the same distributions.
         """
-        snap = self._numpy_snapshot(len(obs_batch))
+        snap = self._numpy_snapshot(len(obs_batch), "guard" if vf_preds else "acting_guard")
         if snap is not None:
             return self._compute_actions_numpy(snap, obs_batch, explore, vf_preds)
         with torch.inference_mode():

@@ -116,16 +116,23 @@ class _Rows:
 
     The forward inputs and outputs are appended once per step as arrays (one row
     per acting agent of that policy): ``obs``, ``actions`` and the ``extra``
-    dicts of ``compute_actions``; ``out`` gets one ``(reward, terminated,
-    truncated, next_obs, trajectory, t)`` tuple per row, in the same order, as
-    the envs step.
+    dicts of ``compute_actions``. As the envs step, each row appends its
+    ``rewards`` and trajectory index (``traj``) in the same order; a row that ends
+    its agent's trajectory is listed in ``dones`` as ``(row, terminated,
+    truncated)``. An agent acts on every env step from its trajectory's first row
+    until it is done, so ``t`` and the next observation are not stored per row:
+    ``t`` counts on from the trajectory's first step, and within a trajectory
+    ``s_{t+1}`` is the next row's ``obs`` (the last one is kept with the
+    trajectory).
     """
 
-    __slots__ = ("obs", "actions", "extras", "out")
+    __slots__ = ("obs", "actions", "extras", "rewards", "traj", "dones")
 
     def __init__(self):
         self.obs, self.actions, self.extras = [], [], []
-        self.out: list[tuple] = []
+        self.rewards: list[float] = []
+        self.traj: list[int] = []
+        self.dones: list[tuple[int, bool, bool]] = []
 
 
 class MultiAgentSampler:
@@ -134,6 +141,11 @@ class MultiAgentSampler:
     ``policy_mapping_fn(agent_id, episode) -> policy id`` (see :class:`Episode`);
     a policy id not in ``policies`` is an OperatorError naming the agent and id.
     ``num_forwards`` counts the policies' ``compute_actions`` calls.
+
+    Actions reach the env as Python ints for ``Discrete`` policies (the type
+    ``Discrete.contains`` checks first) and as numpy rows otherwise (``Box``
+    actions clipped to the policy's bounds); the batch keeps the policy's numpy
+    actions, unclipped.
     """
 
     def __init__(self, envs: list, policies: dict[str, Any],
@@ -148,6 +160,8 @@ class MultiAgentSampler:
         self._clips = {pid: (p.action_space.low, p.action_space.high)
                        for pid, p in policies.items()
                        if isinstance(p.action_space, gym.spaces.Box)}
+        self._discrete = {pid for pid, p in policies.items()
+                          if isinstance(p.action_space, gym.spaces.Discrete)}
         self._agent_index = [{a: i for i, a in enumerate(env.possible_agents)} for env in envs]
         self._obs: list[dict] = []
         self._episode: list[Episode] = []
@@ -187,15 +201,17 @@ class MultiAgentSampler:
     def sample(self) -> MultiAgentBatch:
         """``fragment_length`` steps of every env, postprocessed per policy."""
         rows: dict[str, _Rows] = {}
-        trajs: list[list] = []  # [pid, eps_id, agent_index, done]
+        # [pid, eps_id, agent_index, first t, done, env, agent(, final obs once done)]
+        trajs: list[list] = []
         traj_of: list[dict] = [{} for _ in self.envs]  # per env: agent -> trajectory index
         policies, explore, clips = self.policies, self.explore, self._clips
+        discrete = self._discrete
         deferred = {pid for pid, p in policies.items() if defers_vf_preds(p)}
         n_envs, env_obs, episodes = len(self.envs), self._obs, self._episode
         env_range = range(n_envs)
         for _ in range(self.fragment_length):
             # Group the acting agents of all envs by policy: ONE forward per policy.
-            groups: dict[str, tuple[list, list]] = {}
+            groups: dict[str, tuple[list, list, list]] = {}  # pid -> (obs, env, agent)
             for k in env_range:
                 episode = episodes[k]
                 cached = episode._policies
@@ -205,20 +221,24 @@ class MultiAgentSampler:
                         pid = episode.policy_for(agent)
                     g = groups.get(pid)
                     if g is None:
-                        groups[pid] = ([o], [(k, agent)])
-                    else:
-                        g[0].append(o)
-                        g[1].append((k, agent))
+                        g = groups[pid] = ([], [], [])
+                    g[0].append(o)
+                    g[1].append(k)
+                    g[2].append(agent)
             actions: list[dict] = [{} for _ in env_range]
-            for pid, (obs_list, members) in groups.items():
+            for pid, (obs_list, ks, agents) in groups.items():
                 obs = np.array(obs_list)  # np.stack costs several times more on short lists
                 acts, extra = (policies[pid].compute_actions(obs, explore, vf_preds=False)
                                if pid in deferred else policies[pid].compute_actions(obs, explore))
                 self.num_forwards += 1
                 clip = clips.get(pid)
-                env_acts = np.clip(acts, *clip) if clip is not None else acts
-                for (k, a), act in zip(members, env_acts):
-                    actions[k][a] = act
+                env_acts = (np.asarray(acts).tolist() if pid in discrete
+                            else np.clip(acts, *clip) if clip is not None else acts)
+                if n_envs == 1:
+                    actions[0].update(zip(agents, env_acts))
+                else:
+                    for k, agent, act in zip(ks, agents, env_acts):
+                        actions[k][agent] = act
                 r = rows.get(pid)
                 if r is None:
                     r = rows[pid] = _Rows()
@@ -235,29 +255,49 @@ class MultiAgentSampler:
                   traj_of: dict) -> None:
         episode = self._episode[k]
         obs, rewards, terms, truncs, _ = self.envs[k].step(actions)
-        all_term, all_trunc = bool(terms.get("__all__")), bool(truncs.get("__all__"))
-        next_obs = {}
         t = episode.length
         returns = episode.agent_rewards
         mapped = episode._policies
-        agent_index = self._agent_index[k]
         for agent in actions:
-            term = all_term or bool(terms.get(agent))
-            trunc = not term and (all_trunc or bool(truncs.get(agent)))
             r = float(rewards.get(agent, 0.0))
             returns[agent] = returns.get(agent, 0.0) + r
             pid = mapped[agent]
             ti = traj_of.get(agent)
             if ti is None:
                 ti = traj_of[agent] = len(trajs)
-                trajs.append([pid, episode.episode_id, agent_index[agent], False])
-            o = obs[agent]
+                trajs.append([pid, episode.episode_id, self._agent_index[k][agent], t, False,
+                              k, agent])
+            rw = rows[pid]
+            rw.rewards.append(r)
+            rw.traj.append(ti)
+        episode.length = t + 1
+        if len(obs) != len(actions) or obs.keys() != actions.keys():
+            missing = [a for a in actions if a not in obs]
+            if missing:
+                raise OperatorError(
+                    f"{type(self.envs[k]).__name__}.step returned no observation for agent "
+                    f"{missing[0]!r}, which acted; a MultiAgentEnv returns an obs for every "
+                    "agent in the actions (its final one when the agent is done)")
+            obs = {a: obs[a] for a in actions}
+        if not (any(terms.values()) or any(truncs.values())):
+            self._obs[k] = obs
+            return
+        all_term, all_trunc = bool(terms.get("__all__")), bool(truncs.get("__all__"))
+        next_obs = {}
+        for agent, o in obs.items():
+            term = all_term or bool(terms.get(agent))
+            trunc = not term and (all_trunc or bool(truncs.get(agent)))
             if term or trunc:
-                trajs[ti][3] = True
+                ti = traj_of[agent]
+                trajs[ti][4] = True
+                trajs[ti].append(o)  # the final observation
+                rw = rows[mapped[agent]]
+                row = len(rw.traj) - 1  # the agent's row is among this step's last ones
+                while rw.traj[row] != ti:
+                    row -= 1
+                rw.dones.append((row, term, trunc))
             else:
                 next_obs[agent] = o
-            rows[pid].out.append((r, term, trunc, o, ti, t))
-        episode.length = t + 1
         if all_term or all_trunc:
             per_policy: dict[str, list[float]] = {}
             for agent, ret in returns.items():
@@ -274,39 +314,52 @@ class MultiAgentSampler:
     def _postprocess(self, rows: dict[str, _Rows], trajs: list,
                      deferred: set[str]) -> MultiAgentBatch:
         out = {}
-        info = np.asarray([t[1:] for t in trajs], np.int64).reshape(-1, 3)
+        info = np.asarray([t[1:4] for t in trajs], np.int64).reshape(-1, 3)
         for pid, r in rows.items():
             policy = self.policies[pid]
-            rewards, terms, truncs, next_obs, traj, t = zip(*r.out)
-            traj = np.asarray(traj, np.int64)
+            n = len(r.traj)
+            terms, truncs = np.zeros(n, bool), np.zeros(n, bool)
+            for i, term, trunc in r.dones:
+                terms[i], truncs[i] = term, trunc
+            traj = np.asarray(r.traj, np.int64)
             order = np.argsort(traj, kind="stable")  # trajectory-major, time order kept
             traj = traj[order]
-            cols = {SB.OBS: np.concatenate(r.obs)[order],
+            obs = np.concatenate(r.obs)[order]
+            ends = np.append(np.flatnonzero(traj[1:] != traj[:-1]) + 1, n)
+            starts = np.append(0, ends[:-1])
+            # s_{t+1} is the next row's obs inside a trajectory; at its end, the final
+            # obs (done) or the agent's current one (cut by the fragment).
+            next_obs = np.empty_like(obs)
+            next_obs[:-1] = obs[1:]
+            cut = []
+            for e in ends.tolist():
+                _, _, _, _, done, k, agent, *final = trajs[traj[e - 1]]
+                cut.append(not done)
+                next_obs[e - 1] = final[0] if done else self._obs[k][agent]
+            cut = np.asarray(cut, bool)
+            cols = {SB.OBS: obs,
                     SB.ACTIONS: np.concatenate(r.actions)[order],
-                    SB.REWARDS: np.asarray(rewards, np.float32)[order],
-                    SB.TERMINATEDS: np.asarray(terms, bool)[order],
-                    SB.TRUNCATEDS: np.asarray(truncs, bool)[order],
-                    SB.NEXT_OBS: np.array(next_obs)[order],
-                    SB.T: np.asarray(t, np.int64)[order]}
+                    SB.REWARDS: np.asarray(r.rewards, np.float32)[order],
+                    SB.TERMINATEDS: terms[order],
+                    SB.TRUNCATEDS: truncs[order],
+                    SB.NEXT_OBS: next_obs,
+                    # first step of the trajectory + rows since its first row
+                    SB.T: info[traj, 2] + np.arange(n) - np.repeat(starts, ends - starts)}
             for key in r.extras[0]:
                 cols[key] = np.concatenate([e[key] for e in r.extras])[order]
             cols[SB.EPS_ID] = info[traj, 0]
             cols[SB.AGENT_INDEX] = info[traj, 1]
-            n = len(traj)
-            starts = np.flatnonzero(np.r_[True, traj[1:] != traj[:-1]])
-            ends = np.r_[starts[1:], n]
             # One value call per policy: truncated rows and the last row of each cut trajectory.
-            cut = np.asarray([not trajs[traj[e - 1]][3] for e in ends], bool)
             need = cols[SB.TRUNCATEDS] & ~cols[SB.TERMINATEDS]
             need[ends[cut] - 1] = True
             idx = np.flatnonzero(need)
             values = np.zeros(n, np.float32)
             if pid in deferred:  # vf_preds V(s_t) of every row, in the same value call
-                v = policy.value(np.concatenate([cols[SB.OBS], cols[SB.NEXT_OBS][idx]]))
+                v = policy.value(np.concatenate([obs, next_obs[idx]]))
                 cols[SB.VF_PREDS] = v[:n]
                 values[idx] = v[n:]
             elif len(idx):
-                values[idx] = policy.value(cols[SB.NEXT_OBS][idx])
+                values[idx] = policy.value(next_obs[idx])
             cols[SB.BOOTSTRAP_VALUE] = np.where(cols[SB.TRUNCATEDS], values, 0.0).astype(np.float32)
             last_values = np.where(cut, values[ends - 1], 0.0).tolist()
             out[pid] = postprocess_trajectories(policy, SampleBatch(cols), ends, last_values)

@@ -80,7 +80,9 @@ class VectorSampler:
 
     ``venv`` must be a gymnasium vector env in ``SAME_STEP`` autoreset mode;
     ``eps_id_base`` makes episode ids unique across workers. ``num_forwards``
-    counts the policy's ``compute_actions`` calls.
+    counts the policy's ``compute_actions`` calls. ``Discrete`` actions reach the
+    envs as Python ints (as in the multi-agent sampler), ``Box`` actions as numpy
+    rows clipped to the bounds; the batch keeps the policy's numpy actions.
     """
 
     def __init__(self, venv: gym.vector.VectorEnv, policy, *, fragment_length: int,
@@ -90,6 +92,7 @@ class VectorSampler:
         self.num_envs, self.fragment_length = venv.num_envs, fragment_length
         space = venv.single_action_space
         self._clip = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
+        self._discrete = isinstance(space, gym.spaces.Discrete)
         self._obs, _ = venv.reset(seed=seed)
         n = self.num_envs
         self._next_eps = eps_id_base
@@ -122,7 +125,7 @@ class VectorSampler:
     def sample(self) -> SampleBatch:
         """``num_envs * fragment_length`` postprocessed rows, env-major."""
         policy, venv, T, N = self.policy, self.venv, self.fragment_length, self.num_envs
-        obs, clip, explore = self._obs, self._clip, self.explore
+        obs, clip, explore, discrete = self._obs, self._clip, self.explore, self._discrete
         eps_id, ep_t, ep_ret = self._eps_id, self._ep_t, self._ep_ret
         defer = defers_vf_preds(policy)
         buf = self._buf if self._buf_deferred == defer else None
@@ -133,7 +136,8 @@ class VectorSampler:
                 buf = self._buf = self._allocate(actions, extra)
                 self._buf_deferred = defer
             next_obs, rewards, terms, truncs, infos = venv.step(
-                np.clip(actions, *clip) if clip is not None else actions)
+                np.asarray(actions).tolist() if discrete
+                else np.clip(actions, *clip) if clip is not None else actions)
             buf[SB.OBS][step] = obs
             buf[SB.ACTIONS][step] = actions
             buf[SB.REWARDS][step] = rewards
