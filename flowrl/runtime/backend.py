@@ -116,7 +116,11 @@ class Backend:
         raise TypeError(f"{type(self).__name__} must implement wait_all")
 
     async def wait_any(self, requests: list[Request]) -> None:
-        """Return once at least one request is done."""
+        """Return once at least one request is done.
+
+        ``requests`` lists every pending request of the gather, each shard's in
+        submission order (the order they complete in).
+        """
         raise TypeError(f"{type(self).__name__} must implement wait_any")
 
     def forget(self, shard: Shard) -> None:

@@ -82,11 +82,9 @@ async def call_blocking(fn: Callable[..., Any], *args: Any) -> Any:
 
 
 def _loop_running() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
+    # asyncio's own non-raising check (get_running_loop raises when there is none,
+    # and this runs once per blocking Ray call).
+    return asyncio._get_running_loop() is not None
 
 
 def try_now(ctx: RunContext, aw: Any) -> tuple[bool, Any]:

@@ -491,39 +491,23 @@ class Driver:
         install is awaited beside the round's other requests, then it is asked
         for the round's item."""
         live = list(self.shards[node])
-        backend = self.backend
+        submit, wait_all = self.backend.submit, self.backend.wait_all
         while live:
-            requests: list[Request | None] = [backend.submit(s, 1) for s in live]
-            st.depth(len(requests))
+            requests = [submit(s, 1) for s in live]
+            n = len(requests)
+            st.queue_depth = n
+            if n > st.max_queue_depth:
+                st.max_queue_depth = n
             t = perf()
-            installs: dict[int, Request] = {}  # position -> install of its replacement
-            pending = list(requests)
-            while pending:
-                await backend.wait_all(pending)
-                pending = []
-                for k, req in enumerate(requests):
-                    if k in installs:
-                        nxt = self.installed(installs.pop(k))
-                        if nxt is True:
-                            requests[k] = backend.submit(req.shard, 1)
-                            pending.append(requests[k])
-                        elif nxt is False:
-                            requests[k] = None
-                        else:
-                            installs[k] = nxt
-                            pending.append(nxt)
-                    elif req is not None and req.done and req._error is not None:
-                        nxt = self.recover(req.shard, req._error, 1)
-                        if nxt is None:
-                            requests[k] = None
-                        else:
-                            installs[k] = nxt
-                            pending.append(nxt)
-            done = [r for r in requests if r is not None]
+            await wait_all(requests)
+            for req in requests:
+                if req._error is not None:  # a lost host (or a raising one): the slow path
+                    requests = await self._settle_round(requests)
+                    break
             st.wait_s += perf() - t
-            st.depth(0)
+            st.queue_depth = 0
             live, produced = [], 0
-            for req in done:
+            for req in requests:
                 items, ended = req.result()
                 produced += len(items)
                 if not ended:
@@ -531,15 +515,46 @@ class Driver:
             if produced:
                 st.items_in += produced
                 st.items_out += produced
-                yield done
+                yield requests
 
-    async def _op_gather_async(self, node: Node, st: NodeStats):
-        async for x in self._completions(node, st, node.params["num_async"]):
-            yield x
+    async def _settle_round(self, requests: list[Request]) -> list[Request]:
+        """A waited round with failed requests, finished: each lost host's replacement
+        is installed (awaited beside the others) and asked for the round's item; a
+        shard that cannot be replaced drops out. Other errors are raised by
+        :meth:`recover` (or later by ``result()``)."""
+        backend = self.backend
+        slots: list[Request | None] = list(requests)
+        installs: dict[int, Request] = {}  # position -> install of its replacement
+        pending = [None]
+        while pending:
+            pending = []
+            for k, req in enumerate(slots):
+                if k in installs:
+                    nxt = self.installed(installs.pop(k))
+                    if nxt is True:
+                        slots[k] = backend.submit(req.shard, 1)
+                        pending.append(slots[k])
+                    elif nxt is False:
+                        slots[k] = None
+                    else:
+                        installs[k] = nxt
+                        pending.append(nxt)
+                elif req is not None and req.done and req._error is not None:
+                    nxt = self.recover(req.shard, req._error, 1)
+                    if nxt is None:
+                        slots[k] = None
+                    else:
+                        installs[k] = nxt
+                        pending.append(nxt)
+            if pending:
+                await backend.wait_all(pending)
+        return [r for r in slots if r is not None]
 
-    async def _op_aggregator_input(self, node: Node, st: NodeStats):
-        async for x in self._completions(node, st, 1):
-            yield x
+    def _op_gather_async(self, node: Node, st: NodeStats):
+        return self._completions(node, st, node.params["num_async"])
+
+    def _op_aggregator_input(self, node: Node, st: NodeStats):
+        return self._completions(node, st, 1)
 
     async def _completions(self, node: Node, st: NodeStats, num_async: int):
         """Items in completion order, ``num_async`` requests in flight per shard.
@@ -552,25 +567,29 @@ class Driver:
         starting: dict[int, Request] = {}   # shard id -> install of its replacement
         for s in self.shards[node]:
             inflight[id(s)] = deque(backend.submit(s, 1) for _ in range(num_async))
+        submit, wait_any = backend.submit, backend.wait_any
         while inflight or starting:
             pending = [r for q in inflight.values() for r in q]
-            pending += starting.values()
-            st.depth(len(pending))
-            if not any(r.done for r in pending):
-                t = perf()
-                await backend.wait_any(pending)
-                st.wait_s += perf() - t
-            for sid, req in list(starting.items()):
-                if req.done:
-                    del starting[sid]
-                    nxt = self.installed(req)
-                    if nxt is True:
-                        inflight[sid] = deque(backend.submit(req.shard, 1)
-                                              for _ in range(num_async))
-                    elif nxt is not False:
-                        starting[sid] = nxt
-            for sid in list(inflight):
-                queue = inflight.get(sid)
+            if starting:
+                pending += starting.values()
+            n = len(pending)
+            st.queue_depth = n
+            if n > st.max_queue_depth:
+                st.max_queue_depth = n
+            t = perf()
+            await wait_any(pending)  # returns at once when one is done already
+            st.wait_s += perf() - t
+            if starting:
+                for sid, req in list(starting.items()):
+                    if req.done:
+                        del starting[sid]
+                        nxt = self.installed(req)
+                        if nxt is True:
+                            inflight[sid] = deque(submit(req.shard, 1)
+                                                  for _ in range(num_async))
+                        elif nxt is not False:
+                            starting[sid] = nxt
+            for sid, queue in list(inflight.items()):
                 while queue and queue[0].done:
                     req = queue.popleft()
                     try:
@@ -584,11 +603,12 @@ class Driver:
                     if ended:
                         del inflight[sid]
                     else:
-                        queue.append(backend.submit(req.shard, 1))
+                        queue.append(submit(req.shard, 1))
+                    actor = req.shard.actor
                     for x in items:
                         st.items_in += 1
                         st.items_out += 1
-                        metrics.current_actor = req.shard.actor
+                        metrics.current_actor = actor
                         yield x
                     if ended:
                         break

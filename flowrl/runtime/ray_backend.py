@@ -53,14 +53,14 @@ Policy:
   created is killed and its death awaited, all bounded by :data:`STOP_WAIT_S`.
 
 State: ``_methods`` / ``_slot_methods`` (per shard, its cached pull methods),
-``_seq`` (submission counter: the order of requests to a shard), ``_replied``
-(per shard, when its last reply was collected) and
+``_replied`` (per shard, when its last reply was collected) and
 ``_aggregators`` (ids of the aggregator handles this backend made, which need a
 ``flowrl_close`` before they are killed).
 """
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -86,6 +86,7 @@ STOP_WAIT_S = 3.0
 INIT_DEFAULTS = {"include_dashboard": False}
 
 _remote_classes: dict[type, Any] = {}
+_monotonic = time.monotonic
 
 
 def ensure_ray() -> None:
@@ -105,13 +106,13 @@ def remote_class(cls: type) -> Any:
 class RayRequest(Request):
     """A request whose result is the object ``ref`` of a ``flowrl_pull`` call."""
 
-    __slots__ = ("ref", "seq", "sent")
+    __slots__ = ("ref", "sent")
 
-    def __init__(self, shard: Shard, n: int, ref: ray.ObjectRef, seq: int):
-        super().__init__(shard, n)
+    def __init__(self, shard: Shard, n: int, ref: ray.ObjectRef):
+        # Request.__init__ inlined: one is made per item on the gathers' hot path.
+        self.shard, self.n, self.done, self._value, self._error = shard, n, False, None, None
         self.ref = ref
-        self.seq = seq
-        self.sent = time.monotonic()
+        self.sent = _monotonic()
 
 
 def translate_error(shard: Shard, e: BaseException) -> BaseException:
@@ -169,32 +170,28 @@ def stuck_error(labels: list[str], timeout: float) -> WorkerError:
 
 
 def _heads(requests: list[RayRequest]) -> list[RayRequest]:
-    """The oldest request of each shard among ``requests``."""
+    """The oldest request of each shard among ``requests`` (each shard's in submission
+    order, as :meth:`Backend.wait_any` gets them)."""
     heads: dict[Shard, RayRequest] = {}
     for r in requests:
-        h = heads.get(r.shard)
-        if h is None or r.seq < h.seq:
+        if r.shard not in heads:
             heads[r.shard] = r
     return list(heads.values())
 
 
 def _in_order(requests: list[RayRequest], ready) -> list[RayRequest]:
-    """The ready requests not preceded by a pending one of the same shard."""
+    """The ready requests not preceded by a pending one of the same shard
+    (``requests``: each shard's in submission order)."""
     ready = ready if isinstance(ready, set) else set(ready)
     blocked: set[Shard] = set()
     out = []
-    for r in sorted(requests, key=_seq):
-        if r.shard in blocked:
-            continue
+    for r in requests:
         if r.ref in ready:
-            out.append(r)
+            if r.shard not in blocked:
+                out.append(r)
         else:
             blocked.add(r.shard)
     return out
-
-
-def _seq(r: RayRequest) -> int:
-    return r.seq
 
 
 class RayBackend(Backend):
@@ -211,7 +208,6 @@ class RayBackend(Backend):
         self._nodes: list[str] | None = None  # alive node ids, read at the first item host
         self._item_hosts = 0
         self._aggregators: set[int] = set()
-        self._seq = 0
 
     # ------------------------------------------------------------------ hosts
     def make_item_host(self, source: Any, repeat: bool) -> Any:
@@ -270,8 +266,7 @@ class RayBackend(Backend):
                 f"from_actors: shard {shard.label} is a Ray actor whose class does not "
                 "inherit flowrl.ShardHost; subclass it and implement shard_items()"
             ) from None
-        self._seq += 1
-        req = RayRequest(shard, 0, method.remote(shard.key, shard.stage), self._seq)
+        req = RayRequest(shard, 0, method.remote(shard.key, shard.stage))
         if self.remote_timeout_s is not None:
             req.sent += max(0.0, START_WAIT_S - self.remote_timeout_s)
         return req
@@ -284,14 +279,13 @@ class RayBackend(Backend):
 
     # ------------------------------------------------------------------ requests
     def submit(self, shard: Shard, n: int) -> Request:
-        self._seq += 1
         slot_method = self._slot_methods.get(shard) if n == 1 else None
         if slot_method is not None:  # argument-free: the cheapest actor call
-            return RayRequest(shard, n, slot_method.remote(), self._seq)
+            return RayRequest(shard, n, slot_method.remote())
         method = self._methods.get(shard)
         if method is None:
             method = self._methods[shard] = shard.host.flowrl_pull
-        return RayRequest(shard, n, method.remote(shard.key, n), self._seq)
+        return RayRequest(shard, n, method.remote(shard.key, n))
 
     async def wait_all(self, requests: list[Request]) -> None:
         pending = [r for r in requests if not r.done]
@@ -313,11 +307,11 @@ class RayBackend(Backend):
             await self._block(_wait_all, refs, self._time_left(pending))
             self._collect(pending)
             return
-        now = time.monotonic()
+        now = _monotonic()
+        replied = self._replied
         for r, v in zip(pending, values):
-            r.set_result(v)
-            r.ref = None
-            self._replied[r.shard] = now
+            r.done, r._value, r.ref = True, v, None
+            replied[r.shard] = now
 
     async def wait_any(self, requests: list[Request]) -> None:
         """Return once some shard's oldest pending request is done.
@@ -326,42 +320,57 @@ class RayBackend(Backend):
         once every earlier request to its shard is (requests to a shard complete
         in submission order); waiting blocks on the oldest request of each shard.
         """
-        if any(r.done for r in requests):
-            return
-        refs = [r.ref for r in requests]
+        refs = []
+        for r in requests:
+            if r.done:
+                return
+            refs.append(r.ref)
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        done = _in_order(requests, ready) if ready else []
+        done = _in_order(requests, ready) if ready else None
         while not done:
             heads = _heads(requests)
-            if self._fail_stuck(requests, self._stuck(heads)):
+            left = self._time_left(heads)
+            if left == 0.0:  # a head has waited remote_timeout_s: its shard is stuck
+                self._fail_stuck(requests, self._stuck(heads))
                 return
-            first, _ = await self._block(_wait_one, [r.ref for r in heads],
-                                         self._time_left(heads))
+            first, _ = await self._block(_wait_one, [r.ref for r in heads], left)
             # Only what the wait returned: whatever else is ready by now is found by
             # the next call's non-blocking wait, one Ray call per step fewer.
             done = _in_order(requests, first)
-        if self.remote_timeout_s is not None:  # a stuck shard among answering ones
-            self._fail_stuck(requests, self._stuck(_heads([r for r in requests if r not in done])))
+        stuck = self._stuck(requests)  # a stuck shard among answering ones
+        if stuck:
+            answered = {r.shard for r in done}
+            self._fail_stuck(requests, [r for r in stuck if r.shard not in answered])
         self._collect(done)
 
-    def _since(self, r: RayRequest) -> float:
-        """When request ``r`` started waiting: sent, or its shard's last reply if later."""
-        return max(r.sent, self._replied.get(r.shard, 0.0))
-
     def _time_left(self, heads: list[RayRequest]) -> float | None:
-        """Seconds until the first of ``heads`` (oldest per shard) exceeds the bound."""
-        if self.remote_timeout_s is None:
-            return None
-        oldest = min(self._since(r) for r in heads)
-        return max(0.0, oldest + self.remote_timeout_s - time.monotonic())
-
-    def _stuck(self, heads: list[RayRequest]) -> list[RayRequest]:
-        """The requests among ``heads`` that have waited ``remote_timeout_s`` or more."""
+        """Seconds until the first of ``heads`` (oldest per shard) exceeds the bound
+        (0.0 once one has: :meth:`_stuck` names it)."""
         limit = self.remote_timeout_s
-        if limit is None or not heads:
+        if limit is None:
+            return None
+        replied, oldest = self._replied, math.inf
+        for r in heads:  # min over heads of max(sent, last reply), no call per head
+            since, last = r.sent, replied.get(r.shard, 0.0)
+            if last > since:
+                since = last
+            if since < oldest:
+                oldest = since
+        left = oldest + limit - _monotonic()
+        return left if left > 0.0 else 0.0
+
+    def _stuck(self, requests: list[RayRequest]) -> list[RayRequest]:
+        """The requests among ``requests`` that have waited ``remote_timeout_s`` or more
+        (their shard's oldest among them, and later ones sent as long ago)."""
+        limit = self.remote_timeout_s
+        if limit is None:
             return []
-        now = time.monotonic()
-        return [r for r in heads if now - self._since(r) >= limit]
+        # Waiting since = max(sent, the shard's last reply): both must be that old.
+        # Requests are recent on a run that moves, so the first test settles it.
+        threshold = _monotonic() - limit
+        replied = self._replied
+        return [r for r in requests
+                if r.sent <= threshold and replied.get(r.shard, 0.0) <= threshold]
 
     def _fail_stuck(self, requests: list[RayRequest], stuck: list[RayRequest]) -> bool:
         """Fail every pending request of the shards of ``stuck`` with a lost-host error."""
@@ -378,9 +387,10 @@ class RayBackend(Backend):
 
     def _collect(self, requests: list[RayRequest]) -> None:
         """Fetch the (ready) results of ``requests`` with one ``ray.get``."""
-        now = time.monotonic()
+        now = _monotonic()
+        replied = self._replied
         for r in requests:
-            self._replied[r.shard] = now
+            replied[r.shard] = now
         limit = self.remote_timeout_s
         try:
             values = ray.get([r.ref for r in requests], timeout=limit)
@@ -394,8 +404,7 @@ class RayBackend(Backend):
                 r.ref = None
             return
         for r, v in zip(requests, values):
-            r.set_result(v)
-            r.ref = None
+            r.done, r._value, r.ref = True, v, None
 
     def _fetch(self, calls: list[tuple[Shard, Any]], timeout: float | None) -> list[Any]:
         """``ray.get`` every ref of ``calls`` (bounded); raise the first failure, translated."""
