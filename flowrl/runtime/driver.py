@@ -494,10 +494,7 @@ class Driver:
         submit, wait_all = self.backend.submit, self.backend.wait_all
         while live:
             requests = [submit(s, 1) for s in live]
-            n = len(requests)
-            st.queue_depth = n
-            if n > st.max_queue_depth:
-                st.max_queue_depth = n
+            st.depth(len(requests))
             t = perf()
             await wait_all(requests)
             for req in requests:
@@ -505,7 +502,7 @@ class Driver:
                     requests = await self._settle_round(requests)
                     break
             st.wait_s += perf() - t
-            st.queue_depth = 0
+            st.depth(0)
             live, produced = [], 0
             for req in requests:
                 items, ended = req.result()
@@ -525,8 +522,7 @@ class Driver:
         backend = self.backend
         slots: list[Request | None] = list(requests)
         installs: dict[int, Request] = {}  # position -> install of its replacement
-        pending = [None]
-        while pending:
+        while True:
             pending = []
             for k, req in enumerate(slots):
                 if k in installs:
@@ -546,9 +542,9 @@ class Driver:
                     else:
                         installs[k] = nxt
                         pending.append(nxt)
-            if pending:
-                await backend.wait_all(pending)
-        return [r for r in slots if r is not None]
+            if not pending:
+                return [r for r in slots if r is not None]
+            await backend.wait_all(pending)
 
     def _op_gather_async(self, node: Node, st: NodeStats):
         return self._completions(node, st, node.params["num_async"])
@@ -572,10 +568,7 @@ class Driver:
             pending = [r for q in inflight.values() for r in q]
             if starting:
                 pending += starting.values()
-            n = len(pending)
-            st.queue_depth = n
-            if n > st.max_queue_depth:
-                st.max_queue_depth = n
+            st.depth(len(pending))
             t = perf()
             await wait_any(pending)  # returns at once when one is done already
             st.wait_s += perf() - t
