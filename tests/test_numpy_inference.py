@@ -204,12 +204,12 @@ def test_acting_without_values_checks_only_the_policy_network_yet_is_never_stale
         np.testing.assert_allclose(extra[SB.ACTION_DIST_INPUTS], logits, atol=1e-5)
 
     fresh_acting()
-    snap = p._numpy_model
+    snap = p._numpy_cache.snap
     p.model.vf[0].weight.data = torch.randn(64, 4)     # not read by acting: same snapshot
     fresh_acting()
-    assert p._numpy_model is snap
+    assert p._numpy_cache.snap is snap
     np.testing.assert_allclose(p.value(x), torch_outputs(p, x)[1], atol=1e-5)  # value rebuilds
-    assert p._numpy_model is not snap
+    assert p._numpy_cache.snap is not snap
     p.model.pi[2].weight.data = torch.randn(64, 64)    # read by acting: rebuilt
     fresh_acting()
     p.model.pi[4] = nn.Linear(64, 2)
@@ -246,7 +246,7 @@ def test_policy_config_switches_a_worker_to_torch():
     p = w.get_policy()
     assert p.numpy_inference is False
     b = w.sample()
-    assert b.count == 10 and p._numpy_model is None
+    assert b.count == 10 and p._numpy_cache.snap is None
     w.stop()
 
 

@@ -30,8 +30,8 @@ from torch import nn
 
 from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
-from flowrl.policies.numpy_forward import (NUMPY_MAX_MACS, NumpyMLP, ParameterGuard,
-                                           SnapshotCache, one_hot)
+from flowrl.policies.numpy_forward import (NumpyMLP, ParameterGuard, SnapshotCache,
+                                           max_rows, obs_rows)
 from flowrl.policies.torch_policy import _adam, _to_numpy_tree, _to_torch_tree
 
 SB = SampleBatch
@@ -146,8 +146,7 @@ class _NumpyQNetwork:
                 return None
         self = cls()
         self.guard, self.parts = ParameterGuard(model), parts
-        macs = max([1] + [p.macs_per_row for p in parts.values() if p is not None])
-        self.max_rows = (NUMPY_MAX_MACS - 1) // macs  # larger batches: torch
+        self.max_rows = max_rows(*parts.values())
         return self
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
@@ -287,10 +286,8 @@ class DQNPolicy:
         for small batches of the built-in network, see ``numpy_inference``)."""
         snap = self._numpy_snapshot(len(obs_batch))
         if snap is not None:
-            obs = np.asarray(obs_batch)
-            if isinstance(self.observation_space, gym.spaces.Discrete):
-                return snap(one_hot(obs, self._obs_dim))
-            return snap(np.asarray(obs.reshape(len(obs), self._obs_dim), dtype=np.float32))
+            return snap(obs_rows(obs_batch, self._obs_dim,
+                                 isinstance(self.observation_space, gym.spaces.Discrete)))
         with torch.inference_mode():
             return self.model(self._obs_tensor(obs_batch)).numpy()
 

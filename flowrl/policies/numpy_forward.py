@@ -12,9 +12,10 @@ memory, not copies: every in-place update (optimizer steps, ``load_state_dict`` 
 ``set_weights``/``set_state``, ``copy_``) is visible at once. What a view cannot
 follow is a parameter replaced by another tensor or moved to other memory
 (``param.data = ...``, ``module.double()``, a new ``nn.Parameter``, a device
-move); :meth:`NumpyMLP.fresh` detects each of these by identity and data pointer,
-and the policies rebuild the snapshot, or fall back to torch when the model no
-longer qualifies. Custom models never take this path.
+move); a :class:`ParameterGuard` over the whole model detects each of these by
+identity and data pointer, and :class:`SnapshotCache` rebuilds the snapshot, or
+falls back to torch when the model no longer qualifies. Custom models never take
+this path.
 
 Sampling functions are pure and take their random draws as arguments, so that a
 seeded ``numpy.random.Generator`` makes them reproducible.
@@ -113,18 +114,17 @@ class NumpyMLP:
     True
     >>> with torch.no_grad():
     ...     _ = seq[0].bias.add_(1.0)       # in place: the views see it
-    >>> bool(np.allclose(f(x), seq(torch.ones(2, 3)).detach().numpy(), atol=1e-6)), f.fresh()
-    (True, True)
-    >>> seq[0].weight.data = seq[0].weight.data.clone()   # new memory: rebuild
-    >>> f.fresh()
-    False
+    >>> bool(np.allclose(f(x), seq(torch.ones(2, 3)).detach().numpy(), atol=1e-6))
+    True
+
+    Its views cannot follow a parameter that is replaced; the policies watch their
+    whole model with a :class:`ParameterGuard` and rebuild (:class:`SnapshotCache`).
     """
 
-    __slots__ = ("seq", "guard", "_layers", "macs_per_row")
+    __slots__ = ("_layers", "macs_per_row")
 
-    def __init__(self, seq: nn.Sequential, layers: list[tuple]):
-        self.seq, self._layers = seq, layers
-        self.guard = ParameterGuard(seq)
+    def __init__(self, layers: list[tuple]):
+        self._layers = layers
         #: Multiply-adds per row of the largest layer (see ``NUMPY_MAX_MACS``).
         self.macs_per_row = max((w.size for w, _, _ in layers if w is not None), default=0)
 
@@ -151,11 +151,7 @@ class NumpyMLP:
                     layers.append([None, None, act])
             else:
                 return None
-        return cls(seq, [tuple(layer) for layer in layers])
-
-    def fresh(self) -> bool:
-        """Whether the views still are the parameters' memory (see :class:`ParameterGuard`)."""
-        return self.guard.intact()
+        return cls([tuple(layer) for layer in layers])
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         h = x
@@ -169,6 +165,30 @@ class NumpyMLP:
             if act is not None:
                 act(h, out=h)
         return np.array(h, np.float32) if h is x else h
+
+
+def max_rows(*mlps: "NumpyMLP | None") -> int:
+    """The most rows a snapshot made of ``mlps`` serves (``NUMPY_MAX_MACS``); larger
+    batches go through torch.
+
+    >>> max_rows(NumpyMLP.build(nn.Sequential(nn.Linear(64, 64))), None)
+    63
+    """
+    macs = max([1] + [m.macs_per_row for m in mlps if m is not None])
+    return (NUMPY_MAX_MACS - 1) // macs
+
+
+def obs_rows(obs, obs_dim: int, discrete: bool) -> np.ndarray:
+    """A batch of observations as ``(B, obs_dim)`` float32 rows: one-hot for a
+    ``Discrete`` observation space (``discrete``), flattened otherwise.
+
+    >>> obs_rows([[1, 2], [3, 4]], 2, False).dtype, obs_rows([1], 3, True).tolist()
+    (dtype('float32'), [[0.0, 1.0, 0.0]])
+    """
+    obs = np.asarray(obs)
+    if discrete:
+        return one_hot(obs, obs_dim)
+    return np.asarray(obs.reshape(len(obs), obs_dim), dtype=np.float32)
 
 
 class SnapshotCache:
@@ -285,5 +305,5 @@ def one_hot(indices: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-__all__ = ["NUMPY_MAX_MACS", "NumpyMLP", "ParameterGuard", "categorical_sample", "categorical_mode",
-           "gaussian_logp", "one_hot"]
+__all__ = ["NUMPY_MAX_MACS", "NumpyMLP", "ParameterGuard", "SnapshotCache", "categorical_mode",
+           "categorical_sample", "gaussian_logp", "max_rows", "obs_rows", "one_hot"]

@@ -36,9 +36,9 @@ from flowrl.errors import ConfigError
 from flowrl.policies.adam import FusedAdam, make_adam
 from flowrl.policies.distributions import Categorical, DiagGaussian
 from flowrl.policies.maths import discounted_returns, explained_variance, gae
-from flowrl.policies.numpy_forward import (NUMPY_MAX_MACS, NumpyMLP, ParameterGuard,
-                                           SnapshotCache, categorical_mode,
-                                           categorical_sample, gaussian_logp, one_hot)
+from flowrl.policies.numpy_forward import (NumpyMLP, ParameterGuard, SnapshotCache,
+                                           categorical_mode, categorical_sample,
+                                           gaussian_logp, max_rows, obs_rows)
 from flowrl.policies.sgd import minibatch_sgd
 
 SB = SampleBatch
@@ -101,8 +101,7 @@ class _NumpyActorCritic:
         self.acting_guard = (self.guard if model.vf is None
                              else ParameterGuard(model, skip=(model.vf,)))
         self.log_std = None if ls is None else ls.detach().numpy()
-        macs = max(pi.macs_per_row, 0 if vf is None else vf.macs_per_row, 1)
-        self.max_rows = (NUMPY_MAX_MACS - 1) // macs  # larger batches: torch
+        self.max_rows = max_rows(pi, vf)
         return self
 
 
@@ -316,16 +315,8 @@ class TorchPolicy:
         return (self._numpy_cache.get(self.model, rows, part) if self.numpy_inference
                 else None)
 
-    @property
-    def _numpy_model(self) -> "_NumpyActorCritic | None":
-        """The current numpy snapshot (None before the first numpy forward)."""
-        return self._numpy_cache.snap
-
     def _obs_array(self, obs) -> np.ndarray:
-        obs = np.asarray(obs)
-        if self._discrete_obs:
-            return one_hot(obs, self._obs_dim)
-        return np.asarray(obs.reshape(len(obs), self._obs_dim), dtype=np.float32)
+        return obs_rows(obs, self._obs_dim, self._discrete_obs)
 
     def compute_actions(self, obs_batch, explore: bool = True, *,
                         vf_preds: bool = True) -> tuple[np.ndarray, dict]:
@@ -411,19 +402,25 @@ class TorchPolicy:
         fragment cut an episode (0 when the last row ends its episode). With a
         critic this is GAE(γ, λ); without one, advantages are discounted returns.
         """
-        rewards = batch[SB.REWARDS]
         term = batch[SB.TERMINATEDS]
         trunc = batch.get(SB.TRUNCATEDS)
         boot = batch.get(SB.BOOTSTRAP_VALUE)
         if trunc is not None and boot is None:
-            boot = np.zeros(len(rewards), np.float32)
+            boot = np.zeros(batch.count, np.float32)
+        return self._with_advantages(batch, term, last_value, trunc, boot)
+
+    def _with_advantages(self, batch: SampleBatch, term, last_value: float, trunc,
+                         boot) -> SampleBatch:
+        """``batch`` plus ``advantages`` and ``value_targets``: GAE(γ, λ) with a critic,
+        discounted returns without one."""
         if self.use_critic:
-            adv, targets = gae(rewards, batch[SB.VF_PREDS], term, last_value,
+            adv, targets = gae(batch[SB.REWARDS], batch[SB.VF_PREDS], term, last_value,
                                gamma=self.gamma, lam=self.lambda_, truncateds=trunc,
                                bootstrap_values=boot)
         else:
-            adv = targets = discounted_returns(rewards, term, last_value, gamma=self.gamma,
-                                               truncateds=trunc, bootstrap_values=boot)
+            adv = targets = discounted_returns(batch[SB.REWARDS], term, last_value,
+                                               gamma=self.gamma, truncateds=trunc,
+                                               bootstrap_values=boot)
         return batch.with_columns(**{SB.ADVANTAGES: adv, SB.VALUE_TARGETS: targets})
 
     def postprocess_trajectories(self, batch: SampleBatch, ends: Sequence[int],
@@ -461,15 +458,7 @@ class TorchPolicy:
         boot = boot.copy()
         boot[ends - 1] = np.where(cut[ends - 1], np.asarray(last_values, np.float32),
                                   boot[ends - 1])
-        trunc = trunc | cut
-        if self.use_critic:
-            adv, targets = gae(batch[SB.REWARDS], batch[SB.VF_PREDS], term, 0.0,
-                               gamma=self.gamma, lam=self.lambda_, truncateds=trunc,
-                               bootstrap_values=boot)
-        else:
-            adv = targets = discounted_returns(batch[SB.REWARDS], term, 0.0, gamma=self.gamma,
-                                               truncateds=trunc, bootstrap_values=boot)
-        return batch.with_columns(**{SB.ADVANTAGES: adv, SB.VALUE_TARGETS: targets})
+        return self._with_advantages(batch, term, 0.0, trunc | cut, boot)
 
     # -- learning --------------------------------------------------------------
     def loss(self, train: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
