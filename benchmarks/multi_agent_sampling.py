@@ -83,29 +83,29 @@ def make_worker(system: str, args):
 
 def interleaved(args, systems: list[str]) -> None:
     """All ``systems`` in THIS process, repetitions interleaved, rates in CPU time
-    (``time.process_time``): for A/B comparisons on a machine with foreign load."""
+    (:func:`harness.interleaved_cpu_rates`): for A/B comparisons on a loaded machine."""
     import torch
     torch.set_num_threads(1)
     workers = {k: make_worker(k, args) for k in systems}
+
+    def repetition(worker):
+        def rep() -> int:
+            steps = 0
+            while steps < args.steps:
+                steps += worker.sample().agent_steps()
+            return steps
+        return rep
     try:
         for w in workers.values():
             w.sample()
-        rates: dict[str, list[float]] = {k: [] for k in workers}
-        for _ in range(args.reps):
-            for k, w in workers.items():
-                steps, start = 0, time.process_time()
-                while steps < args.steps:
-                    steps += w.sample().agent_steps()
-                rates[k].append(steps / (time.process_time() - start))
+        rates = harness.interleaved_cpu_rates({k: repetition(w) for k, w in workers.items()},
+                                              args.reps)
     finally:
         for w in workers.values():
             w.stop()
-    med = {k: statistics.median(v) for k, v in rates.items()}
     print(f"in one process, CPU time, {args.reps} interleaved repetitions of "
           f"{args.steps:,}+ agent steps")
-    for k, v in med.items():
-        print(f"{k:>20}: {v:>9,.0f} agent steps/s (CPU), runs "
-              f"{', '.join(f'{r:,.0f}' for r in rates[k])}")
+    med = harness.print_interleaved(rates, "agent steps")
     for a, b in [("multi-agent-1copy", "vector"), ("multi-agent-1copy", "vector-matched"),
                  (f"multi-agent-{args.copies}copies", "vector")]:
         if a in med and b in med:

@@ -120,8 +120,7 @@ def make_sampler(system: str, num_envs: int, fragment: int, seed: int):
 
 def interleaved(args) -> None:
     """All ``--systems`` in THIS process, repetitions interleaved, rates in CPU time
-    (``time.process_time``): for A/B comparisons on a machine with foreign load,
-    which wall-clock rates would charge to whichever system it overlapped."""
+    (:func:`harness.interleaved_cpu_rates`): for A/B comparisons on a loaded machine."""
     import torch
     torch.set_num_threads(1)
     segments = max(1, -(-args.steps // (args.num_envs * args.fragment)))
@@ -129,20 +128,21 @@ def interleaved(args) -> None:
     gens = {k: make_sampler(k, args.num_envs, args.fragment, args.seed) for k in args.systems}
     for gen in gens.values():
         next(gen)
-    rates: dict[str, list[float]] = {k: [] for k in gens}
-    for _ in range(args.reps):
-        for k, gen in gens.items():
-            start = time.process_time()
+
+    def repetition(gen):
+        def rep() -> int:
             for _ in range(segments):
                 next(gen)
-            rates[k].append(steps / (time.process_time() - start))
-    for gen in gens.values():
-        gen.close()
-    med = {k: statistics.median(v) for k, v in rates.items()}
+            return steps
+        return rep
+    try:
+        rates = harness.interleaved_cpu_rates({k: repetition(g) for k, g in gens.items()},
+                                              args.reps)
+    finally:
+        for gen in gens.values():
+            gen.close()
     print(f"in one process, CPU time, {args.reps} interleaved repetitions of {steps:,} steps")
-    for k, v in med.items():
-        runs = ", ".join(f"{r:,.0f}" for r in rates[k])
-        print(f"{k:>13}: {v:>9,.0f} env steps/s (CPU), runs {runs}")
+    med = harness.print_interleaved(rates, "env steps")
     for k in med:
         if k != "raw" and "raw" in med:
             print(f"{k} / raw: {med[k] / med['raw']:.2f}x")

@@ -327,9 +327,6 @@ class WorkerSet:
         """
         if self.backend != "ray" or not self._remotes:
             return self.foreach_worker(fn, skip_starting=skip_starting)
-        import asyncio
-
-        import ray
         results = [fn(self._local)]
         if carry is not None and wait_s is not None:
             await self._collect_carried(fn, skip_starting, wait_s, carry, results)
@@ -338,19 +335,13 @@ class WorkerSet:
         refs = [ref for _, _, ref in calls]
         if not refs:
             return results
-        # The blocking wait runs on the loop's default executor (not a run's I/O
-        # thread, which its gathers' waits own); failures are handled back here.
-        await asyncio.get_running_loop().run_in_executor(
-            None, functools.partial(ray.wait, refs, num_returns=len(refs),
-                                    timeout=self._bound()))
+        await _wait_off_loop(refs, self._bound())
         self._collect_applied(calls, results)
         return results
 
     async def _collect_carried(self, fn: Callable[[RolloutWorker], Any], skip_starting: bool,
                                wait_s: float, carry: dict, results: list) -> None:
         """The ``wait_s``/``carry`` form of :meth:`foreach_worker_async` (Ray)."""
-        import asyncio
-
         import ray
         now = time.monotonic()
         starting = self._still_starting() if skip_starting else set()
@@ -363,13 +354,8 @@ class WorkerSet:
         if not carry:
             return
         refs = [ref for _, ref, _ in carry.values()]
-        if wait_s > 0:
-            ready = (await asyncio.get_running_loop().run_in_executor(
-                None, functools.partial(ray.wait, refs, num_returns=len(refs),
-                                        timeout=wait_s)))[0]
-        else:
-            ready = ray.wait(refs, num_returns=len(refs), timeout=0)[0]
-        ready = set(ready)
+        ready = set(await _wait_off_loop(refs, wait_s) if wait_s > 0
+                    else ray.wait(refs, num_returns=len(refs), timeout=0)[0])
         now = time.monotonic()
         for idx, (w, ref, sent) in list(carry.items()):
             if ref in ready:
@@ -612,6 +598,18 @@ class WorkerSet:
             for w in self._remotes:
                 w.stop()
         self._remotes = []
+
+
+async def _wait_off_loop(refs: list, timeout: float | None) -> list:
+    """``ray.wait`` for all of ``refs`` (at most ``timeout`` s), awaited: it runs on the
+    loop's default executor, not on a run's I/O thread (its gathers' waits own that).
+    Returns the ready refs; failures are for the caller to collect."""
+    import asyncio
+
+    import ray
+    ready, _ = await asyncio.get_running_loop().run_in_executor(
+        None, functools.partial(ray.wait, refs, num_returns=len(refs), timeout=timeout))
+    return ready
 
 
 class _Restarter:
