@@ -109,8 +109,7 @@ class RayRequest(Request):
     __slots__ = ("ref", "sent")
 
     def __init__(self, shard: Shard, n: int, ref: ray.ObjectRef):
-        # Request.__init__ inlined: one is made per item on the gathers' hot path.
-        self.shard, self.n, self.done, self._value, self._error = shard, n, False, None, None
+        super().__init__(shard, n)
         self.ref = ref
         self.sent = _monotonic()
 
@@ -310,7 +309,8 @@ class RayBackend(Backend):
         now = _monotonic()
         replied = self._replied
         for r, v in zip(pending, values):
-            r.done, r._value, r.ref = True, v, None
+            r.set_result(v)
+            r.ref = None
             replied[r.shard] = now
 
     async def wait_any(self, requests: list[Request]) -> None:
@@ -404,7 +404,8 @@ class RayBackend(Backend):
                 r.ref = None
             return
         for r, v in zip(requests, values):
-            r.done, r._value, r.ref = True, v, None
+            r.set_result(v)
+            r.ref = None
 
     def _fetch(self, calls: list[tuple[Shard, Any]], timeout: float | None) -> list[Any]:
         """``ray.get`` every ref of ``calls`` (bounded); raise the first failure, translated."""
