@@ -16,6 +16,9 @@ Systems:
 - ``hand-wait``: async: one batched ``ray.wait`` over every pending ref per step
   (non-blocking first, then blocking for one), every ready ref fetched with one
   ``ray.get``; sync: ``ray.get([a.sample.remote() for a in actors])``;
+- ``hand-one``: the textbook loop: a blocking ``ray.wait(pending, num_returns=1)``
+  per item, then ``ray.get`` of that one (sync: the round's refs waited for one
+  at a time the same way);
 - ``hand-rr``: round-robin ``ray.get`` of each actor's oldest call in turn
   (async: resubmit to that actor at once; sync: submit the round, then get one
   by one);
@@ -34,8 +37,8 @@ keep ``num_async`` requests in flight per shard, yield items as they complete):
 ``hand-rr`` blocks on one actor while the others' results wait, and
 ``hand-nret`` leaves finished requests unreplaced until as many results as
 actors are ready. Both save driver wake-ups when actors run in lockstep; the
-``skew`` layout shows what that costs when they do not. ``hand-wait`` keeps the
-contract, as flowrl does.
+``skew`` layout shows what that costs when they do not. ``hand-wait`` and
+``hand-one`` keep the contract, as flowrl does.
 Within a process every measurement pulls ``--items`` items after a warm-up and
 is repeated ``--reps`` times (interleaved across modes); between measurements
 every in-flight call is drained (each actor answers a ping, which it runs after
@@ -68,7 +71,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
-SYSTEMS = ["flowrl", "hand-wait", "hand-rr", "hand-nret", "ray.util.iter"]
+SYSTEMS = ["flowrl", "hand-wait", "hand-one", "hand-rr", "hand-nret", "ray.util.iter"]
 HAND = [s for s in SYSTEMS if s.startswith("hand-")]
 MODES = ["async", "sync"]
 SKEW_DELAY_S = 0.002  # the slow actor of the "skew" layout
@@ -141,6 +144,19 @@ def hand_wait_async(actors, k, pending):
             yield value
 
 
+def hand_one_async(actors, k, pending):
+    import ray
+    for _ in range(k):
+        for a in actors:
+            pending[a.sample.remote()] = a
+    while True:
+        (ref,), _ = ray.wait(list(pending), num_returns=1)
+        value = ray.get(ref)
+        a = pending.pop(ref)
+        pending[a.sample.remote()] = a
+        yield value
+
+
 def hand_rr_async(actors, k, pending):
     import collections
 
@@ -186,6 +202,12 @@ def hand_sync(kind):
                 values = ray.get(refs)
             elif kind == "rr":
                 values = [ray.get(r) for r in refs]
+            elif kind == "one":
+                got, rest = {}, refs
+                while rest:
+                    (ref,), rest = ray.wait(rest, num_returns=1)
+                    got[ref] = ray.get(ref)
+                values = [got[r] for r in refs]
             else:
                 ready, _ = ray.wait(refs, num_returns=len(refs))
                 values = ray.get(refs)
@@ -195,8 +217,9 @@ def hand_sync(kind):
     return loop
 
 
-LOOPS = {("hand-wait", "async"): hand_wait_async, ("hand-rr", "async"): hand_rr_async,
-         ("hand-nret", "async"): hand_nret_async, ("hand-wait", "sync"): hand_sync("wait"),
+LOOPS = {("hand-wait", "async"): hand_wait_async, ("hand-one", "async"): hand_one_async,
+         ("hand-rr", "async"): hand_rr_async, ("hand-nret", "async"): hand_nret_async,
+         ("hand-wait", "sync"): hand_sync("wait"), ("hand-one", "sync"): hand_sync("one"),
          ("hand-rr", "sync"): hand_sync("rr"), ("hand-nret", "sync"): hand_sync("nret")}
 
 

@@ -221,3 +221,52 @@ def test_a_stuck_remote_is_a_named_worker_error(ray_session):
 def test_remote_timeout_is_checked():
     with pytest.raises(ConfigError, match=r"compile\(remote_timeout_s=0\): must be a number"):
         Plan(flowrl.from_range(2).gather_sync()).compile(remote_timeout_s=0)
+
+
+class Jittery(flowrl.ShardHost):
+    """``base, base + 1, ...``, each after a random sleep of up to 3 ms (replies that
+    are sometimes ready when the driver asks and sometimes not)."""
+
+    def __init__(self, base, seed):
+        self.base, self.seed = base, seed
+
+    def shard_items(self):
+        import random
+        rng = random.Random(self.seed)
+        i = 0
+        while True:
+            time.sleep(rng.random() * 0.003)
+            yield self.base + i
+            i += 1
+
+
+def test_an_async_gather_pulled_by_hand_waits_once_per_item(ray_session, monkeypatch):
+    """Driven by hand, nothing else in the run can move, so each step is one blocking
+    ray.wait for one (no non-blocking sweep first), and items stay in shard order."""
+    from flowrl.runtime import ray_backend
+
+    remote = ray_session.remote(num_cpus=0)(Jittery)
+    hosts = [remote.remote(0, 1), remote.remote(1000, 2)]
+    ray_session.get([h.flowrl_ping.remote() for h in hosts])
+    waits = []
+    real_wait = ray_backend.ray.wait
+
+    def counting_wait(refs, num_returns=1, timeout=None, **kw):
+        waits.append((num_returns, timeout))
+        return real_wait(refs, num_returns=num_returns, timeout=timeout, **kw)
+
+    try:
+        with Plan(flowrl.from_actors(hosts).gather_async(num_async=2)).compile(
+                backend="ray", remote_timeout_s=60) as run:
+            run.take(5)  # started
+            monkeypatch.setattr(ray_backend.ray, "wait", counting_wait)
+            items = run.take(200)
+            monkeypatch.undo()
+    finally:
+        for h in hosts:
+            ray_session.kill(h)
+    for base in (0, 1000):
+        mine = [x for x in items if base <= x < base + 1000]
+        assert mine == sorted(mine) and len(mine) > 20
+    assert len(waits) == 200
+    assert all(n == 1 and timeout is not None and 0 < timeout <= 60 for n, timeout in waits)

@@ -75,10 +75,17 @@ async def call_blocking(fn: Callable[..., Any], *args: Any) -> Any:
     this returns, so ``fn`` is called right here, saving two thread hand-offs per
     call; otherwise it runs on the run's I/O thread and the loop stays free.
     """
-    ctx = current_run()
-    if not ctx.background and not ctx.polling and not _loop_running():
+    if blocks_here():
         return fn(*args)
+    ctx = current_run()
     return await ctx.loop.run_in_executor(ctx.executor, fn, *args)
+
+
+def blocks_here() -> bool:
+    """Whether :func:`call_blocking` would call its function right here (nothing else
+    in the run could move meanwhile) rather than hand it to the I/O thread."""
+    ctx = current_run()
+    return not ctx.background and not ctx.polling and not _loop_running()
 
 
 def _loop_running() -> bool:

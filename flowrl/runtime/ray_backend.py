@@ -23,13 +23,16 @@ Policy:
   argument costs about as much as the call itself), else
   ``host.flowrl_pull.remote(key, n)``. Nothing sleeps or polls; whatever blocks
   is awaited on the run's I/O thread whenever another input could progress
-  meanwhile, and called directly when nothing else in the run can move. ``wait_any`` (async gathers) does one batched
-  ``ray.wait`` over every pending ref per step: first non-blocking
-  (``timeout=0``; a busy gather usually finds something ready and never enters the
-  event loop), and only if nothing is ready a blocking ``ray.wait`` for the oldest
-  request of each shard, after which only what that wait returned is taken (the
-  next step's non-blocking wait finds the rest); every ready result is then
-  fetched with one ``ray.get``.
+  meanwhile, and called directly when nothing else in the run can move.
+  ``wait_any`` (async gathers) takes one step per call. Where its blocking wait
+  would be called directly, the step is one blocking ``ray.wait`` for the oldest
+  request of each shard, ``num_returns=1``: it returns at once when one is ready,
+  so each item costs one wait, where a non-blocking sweep first would often find
+  nothing and cost two. Where the wait would go to the I/O thread, the step first
+  sweeps every pending ref without blocking (``timeout=0``; a busy gather usually
+  finds something ready and never enters the event loop), and only if nothing is
+  ready blocks as above. Only what the wait returned is taken (the next step
+  finds the rest), and every ready result is fetched with one ``ray.get``.
   Replies may be processed out of order, so a request is marked done only once
   the earlier requests to its shard are (the driver relies on per-shard
   completion order). ``wait_all`` (a sync round, submitted just before) is one
@@ -73,7 +76,7 @@ from flowrl.errors import ConfigError, FlowError, OperatorError, WorkerError
 from flowrl.runtime.shard_host import ItemsHost
 from flowrl.runtime.aggregator import AggregatorHost
 from flowrl.runtime.backend import Backend, Request, Shard, host_lost
-from flowrl.runtime.context import call_blocking
+from flowrl.runtime.context import blocks_here, call_blocking
 
 #: Actor options of the hosts the runtime creates for item sources.
 ITEM_HOST_OPTIONS = {"num_cpus": 0}
@@ -320,24 +323,42 @@ class RayBackend(Backend):
         once every earlier request to its shard is (requests to a shard complete
         in submission order); waiting blocks on the oldest request of each shard.
         """
-        refs = []
         for r in requests:
             if r.done:
                 return
-            refs.append(r.ref)
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        done = _in_order(requests, ready) if ready else None
+        done = None
+        direct = blocks_here()
+        if not direct:
+            # The blocking wait would go to the I/O thread: a non-blocking sweep first
+            # usually finds something ready and saves the two thread hand-offs. Called
+            # here, a blocking wait for one returns at once when one is ready, and one
+            # Ray call per item is cheaper than a sweep that often finds nothing.
+            refs = [r.ref for r in requests]
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            done = _in_order(requests, ready) if ready else None
+        deadline = None  # unknown: check every request below
         while not done:
             heads = _heads(requests)
             left = self._time_left(heads)
             if left == 0.0:  # a head has waited remote_timeout_s: its shard is stuck
                 self._fail_stuck(requests, self._stuck(heads))
                 return
-            first, _ = await self._block(_wait_one, [r.ref for r in heads], left)
-            # Only what the wait returned: whatever else is ready by now is found by
-            # the next call's non-blocking wait, one Ray call per step fewer.
-            done = _in_order(requests, first)
-        stuck = self._stuck(requests)  # a stuck shard among answering ones
+            if left is not None:
+                deadline = _monotonic() + left
+            refs = [r.ref for r in heads]
+            if direct:
+                first, _ = _wait_one(refs, left)
+            else:
+                first, _ = await self._block(_wait_one, refs, left)
+            # Only what the wait returned (a head: in order by definition); whatever
+            # else is ready by now is found by the next call's wait.
+            done = [heads[refs.index(first[0])]] if first else None
+        # A stuck shard among answering ones. Before the heads' deadline none can
+        # be: a shard's later requests have waited no longer than its head.
+        if deadline is not None and _monotonic() < deadline:
+            stuck = None
+        else:
+            stuck = self._stuck(requests)
         if stuck:
             answered = {r.shard for r in done}
             self._fail_stuck(requests, [r for r in stuck if r.shard not in answered])
