@@ -55,8 +55,9 @@ SYSTEMS = ["ppo", "ppo-kills", "impala", "impala-kills"]
 ALGOS = {"ppo": "PPO", "impala": "IMPALA"}
 #: Settings beyond the config defaults: IMPALA's defaults do not reach 450 within the
 #: budget, so it uses ``async_cartpole.py``'s CartPole settings (4 envs per worker,
-#: 200-row train batches, lr 2e-3). PPO runs at its defaults.
-SETTINGS = {"impala": dict(num_envs_per_worker=4, train_batch_size=200, lr=2e-3)}
+#: 200-row train batches, lr 1e-3: at 2e-3 some seeds collapsed to a deterministic
+#: policy, with and without kills). PPO runs at its defaults.
+SETTINGS = {"impala": dict(num_envs_per_worker=4, train_batch_size=200, lr=1e-3)}
 #: Default training budget per run (s): IMPALA at these settings reached 450 in 12-15 s
 #: on an idle machine but some seeds take several times longer.
 BUDGET_S = {"ppo": 40.0, "impala": 90.0}
