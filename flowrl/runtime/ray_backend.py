@@ -327,8 +327,7 @@ class RayBackend(Backend):
             if r.done:
                 return
         done = None
-        direct = blocks_here()
-        if not direct:
+        if not blocks_here():
             # The blocking wait would go to the I/O thread: a non-blocking sweep first
             # usually finds something ready and saves the two thread hand-offs. Called
             # here, a blocking wait for one returns at once when one is ready, and one
@@ -346,22 +345,17 @@ class RayBackend(Backend):
             if left is not None:
                 deadline = _monotonic() + left
             refs = [r.ref for r in heads]
-            if direct:
-                first, _ = _wait_one(refs, left)
-            else:
-                first, _ = await self._block(_wait_one, refs, left)
+            first, _ = await self._block(_wait_one, refs, left)
             # Only what the wait returned (a head: in order by definition); whatever
             # else is ready by now is found by the next call's wait.
             done = [heads[refs.index(first[0])]] if first else None
         # A stuck shard among answering ones. Before the heads' deadline none can
         # be: a shard's later requests have waited no longer than its head.
-        if deadline is not None and _monotonic() < deadline:
-            stuck = None
-        else:
+        if deadline is None or _monotonic() >= deadline:
             stuck = self._stuck(requests)
-        if stuck:
-            answered = {r.shard for r in done}
-            self._fail_stuck(requests, [r for r in stuck if r.shard not in answered])
+            if stuck:
+                answered = {r.shard for r in done}
+                self._fail_stuck(requests, [r for r in stuck if r.shard not in answered])
         self._collect(done)
 
     def _time_left(self, heads: list[RayRequest]) -> float | None:
@@ -393,14 +387,13 @@ class RayBackend(Backend):
         return [r for r in requests
                 if r.sent <= threshold and replied.get(r.shard, 0.0) <= threshold]
 
-    def _fail_stuck(self, requests: list[RayRequest], stuck: list[RayRequest]) -> bool:
+    def _fail_stuck(self, requests: list[RayRequest], stuck: list[RayRequest]) -> None:
         """Fail every pending request of the shards of ``stuck`` with a lost-host error."""
         shards = {r.shard for r in stuck}
         for r in requests:
             if r.shard in shards and not r.done:
                 r.set_error(stuck_error([r.shard.label], self.remote_timeout_s))
                 r.ref = None
-        return bool(shards)
 
     async def _block(self, fn: Any, *args: Any) -> Any:
         """Blocking ``fn(*args)`` (a ray.wait/ray.get), never stalling other inputs."""
