@@ -8,6 +8,7 @@ order (a host serves one request at a time).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -115,11 +116,11 @@ class Backend:
         """Return once every request is done (errors are raised by ``result()``)."""
         raise TypeError(f"{type(self).__name__} must implement wait_all")
 
-    async def wait_any(self, requests: list[Request]) -> None:
-        """Return once at least one request is done.
+    async def wait_any(self, queues: list[Sequence[Request]]) -> None:
+        """Return once the first request of some queue is done.
 
-        ``requests`` lists every pending request of the gather, each shard's in
-        submission order (the order they complete in).
+        ``queues`` holds one queue per shard with a pending request: that shard's
+        pending requests in submission order (the order they complete in).
         """
         raise TypeError(f"{type(self).__name__} must implement wait_any")
 

@@ -565,12 +565,12 @@ class Driver:
             inflight[id(s)] = deque(backend.submit(s, 1) for _ in range(num_async))
         submit, wait_any = backend.submit, backend.wait_any
         while inflight or starting:
-            pending = [r for q in inflight.values() for r in q]
+            queues: list = list(inflight.values())
             if starting:
-                pending += starting.values()
-            st.depth(len(pending))
+                queues += [(r,) for r in starting.values()]
+            st.depth(sum(map(len, queues)))
             t = perf()
-            await wait_any(pending)  # returns at once when one is done already
+            await wait_any(queues)  # returns at once when one is done already
             st.wait_s += perf() - t
             if starting:
                 for sid, req in list(starting.items()):

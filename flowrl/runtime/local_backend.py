@@ -20,6 +20,7 @@ import io
 import pickle
 import random
 from collections import deque
+from collections.abc import Sequence
 from typing import Any
 
 import cloudpickle
@@ -69,14 +70,11 @@ class LocalBackend(Backend):
             if not req.done:
                 self._run_through(req)
 
-    async def wait_any(self, requests: list[Request]) -> None:
-        if any(r.done for r in requests):
-            return
-        heads: dict[int, Request] = {}
-        for r in requests:
-            heads.setdefault(id(r.shard), r)
-        keys = list(heads)
-        self._run_through(heads[keys[self.rng.randrange(len(keys))]])
+    async def wait_any(self, queues: list[Sequence[Request]]) -> None:
+        for q in queues:
+            if q[0].done:
+                return
+        self._run_through(queues[self.rng.randrange(len(queues))][0])
 
     def forget(self, shard: Shard) -> None:
         self._queued.pop(id(shard), None)

@@ -65,6 +65,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable, Sequence
+from itertools import chain
 from typing import Any
 
 import ray
@@ -169,16 +171,6 @@ def stuck_error(labels: list[str], timeout: float) -> WorkerError:
         f"(remote_timeout_s={timeout:g}): it is stuck (an env hanging in step, a deadlock) "
         "or far too slow; find out why, or raise plan.compile(remote_timeout_s=...)"),
         f"silent for {timeout:g} s")
-
-
-def _heads(requests: list[RayRequest]) -> list[RayRequest]:
-    """The oldest request of each shard among ``requests`` (each shard's in submission
-    order, as :meth:`Backend.wait_any` gets them)."""
-    heads: dict[Shard, RayRequest] = {}
-    for r in requests:
-        if r.shard not in heads:
-            heads[r.shard] = r
-    return list(heads.values())
 
 
 def _in_order(requests: list[RayRequest], ready) -> list[RayRequest]:
@@ -316,46 +308,53 @@ class RayBackend(Backend):
             r.ref = None
             replied[r.shard] = now
 
-    async def wait_any(self, requests: list[Request]) -> None:
+    async def wait_any(self, queues: list[Sequence[Request]]) -> None:
         """Return once some shard's oldest pending request is done.
 
         Replies can be processed out of order, so a request is only marked done
         once every earlier request to its shard is (requests to a shard complete
         in submission order); waiting blocks on the oldest request of each shard.
         """
-        for r in requests:
+        heads = [q[0] for q in queues]
+        for r in heads:
             if r.done:
                 return
         done = None
-        if not blocks_here():
+        # When nothing else in the run can move, the wait below is called right here,
+        # as call_blocking would (no await in between can change that).
+        here = blocks_here()
+        if not here:
             # The blocking wait would go to the I/O thread: a non-blocking sweep first
             # usually finds something ready and saves the two thread hand-offs. Called
             # here, a blocking wait for one returns at once when one is ready, and one
             # Ray call per item is cheaper than a sweep that often finds nothing.
+            requests = [r for q in queues for r in q]
             refs = [r.ref for r in requests]
             ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
             done = _in_order(requests, ready) if ready else None
-        deadline = None  # unknown: check every request below
+        deadline = None  # unknown: check every shard below
         while not done:
-            heads = _heads(requests)
             left = self._time_left(heads)
             if left == 0.0:  # a head has waited remote_timeout_s: its shard is stuck
-                self._fail_stuck(requests, self._stuck(heads))
+                self._fail_stuck(chain.from_iterable(queues), self._stuck(heads))
                 return
             if left is not None:
                 deadline = _monotonic() + left
             refs = [r.ref for r in heads]
-            first, _ = await self._block(_wait_one, refs, left)
+            first, _ = (_wait_one(refs, left) if here
+                        else await self._block(_wait_one, refs, left))
             # Only what the wait returned (a head: in order by definition); whatever
             # else is ready by now is found by the next call's wait.
             done = [heads[refs.index(first[0])]] if first else None
         # A stuck shard among answering ones. Before the heads' deadline none can
-        # be: a shard's later requests have waited no longer than its head.
+        # be: a shard's later requests have waited no longer than its head (so the
+        # heads are all there is to check).
         if deadline is None or _monotonic() >= deadline:
-            stuck = self._stuck(requests)
+            stuck = self._stuck(heads)
             if stuck:
                 answered = {r.shard for r in done}
-                self._fail_stuck(requests, [r for r in stuck if r.shard not in answered])
+                self._fail_stuck(chain.from_iterable(queues),
+                                 [r for r in stuck if r.shard not in answered])
         self._collect(done)
 
     def _time_left(self, heads: list[RayRequest]) -> float | None:
@@ -387,7 +386,7 @@ class RayBackend(Backend):
         return [r for r in requests
                 if r.sent <= threshold and replied.get(r.shard, 0.0) <= threshold]
 
-    def _fail_stuck(self, requests: list[RayRequest], stuck: list[RayRequest]) -> None:
+    def _fail_stuck(self, requests: Iterable[RayRequest], stuck: list[RayRequest]) -> None:
         """Fail every pending request of the shards of ``stuck`` with a lost-host error."""
         shards = {r.shard for r in stuck}
         for r in requests:
