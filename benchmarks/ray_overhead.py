@@ -38,7 +38,10 @@ keep ``num_async`` requests in flight per shard, yield items as they complete):
 ``hand-nret`` leaves finished requests unreplaced until as many results as
 actors are ready. Both save driver wake-ups when actors run in lockstep; the
 ``skew`` layout shows what that costs when they do not. ``hand-wait`` and
-``hand-one`` keep the contract, as flowrl does.
+``hand-one`` keep the contract, as flowrl does. Each item carries the time its
+actor made it, so every measurement also records the items' median *latency*:
+from the actor making an item to the loop handing it out (one machine, one
+clock). A loop that batches wake-ups buys its throughput with this latency.
 Within a process every measurement pulls ``--items`` items after a warm-up and
 is repeated ``--reps`` times (interleaved across modes); between measurements
 every in-flight call is drained (each actor answers a ping, which it runs after
@@ -53,7 +56,8 @@ the system order rotated each round. flowrl's ratio to each other system is
 taken within a round (measurements seconds apart, same actors, same process), so
 the process-to-process spread (Ray worker placement, machine state: often 15-20%
 between fresh processes) cancels out; the table gives the median of those
-paired ratios per run, and its median and range over runs.
+paired ratios per run, and its median and range over runs. A second table gives
+each system's item latency, the median over runs of each run's median.
 
     python benchmarks/ray_overhead.py                      # 5 runs per system
     python benchmarks/ray_overhead.py --paired             # 5 runs, every system in each
@@ -102,7 +106,9 @@ def _actor_class():
         def sample(self):
             if self.delay_s:
                 time.sleep(self.delay_s)
-            return np.ones((200, 4), dtype=np.float32)
+            item = np.ones((200, 4), dtype=np.float32)
+            item.view(np.float64)[0, 0] = time.time()  # when it was made (see latency)
+            return item
 
         def ping(self):
             return True
@@ -117,14 +123,21 @@ def _actor_class():
     return BenchActor
 
 
-def timed(it, n: int) -> float:
-    """Items/s of pulling ``n`` items from iterator ``it`` after a warm-up."""
+def timed(it, n: int) -> tuple[float, float]:
+    """Items/s of pulling ``n`` items from iterator ``it`` after a warm-up, and the
+    median latency of those items in ms (each item's stamp: when its actor made it)."""
+    import numpy as np
     for _ in range(WARMUP):
         next(it)
+    made = np.empty(n)
+    got = np.empty(n)
     t = time.perf_counter()
-    for _ in range(n):
-        next(it)
-    return n / (time.perf_counter() - t)
+    for i in range(n):
+        item = next(it)
+        got[i] = time.time()
+        made[i] = item.view(np.float64)[0, 0]
+    rate = n / (time.perf_counter() - t)
+    return rate, float(np.median(got - made)) * 1e3
 
 
 # -- hand-written loops (each keeps its pending refs in `pending` for draining) ---------
@@ -223,8 +236,9 @@ LOOPS = {("hand-wait", "async"): hand_wait_async, ("hand-one", "async"): hand_on
          ("hand-rr", "sync"): hand_sync("rr"), ("hand-nret", "sync"): hand_sync("nret")}
 
 
-def measure(system: str, mode: str, actors, n: int, k: int) -> float:
-    """One measurement, then drain every call still in flight on the actors."""
+def measure(system: str, mode: str, actors, n: int, k: int) -> tuple[float, float]:
+    """One measurement (items/s, median latency ms), then drain every call still in
+    flight on the actors."""
     import ray
     try:
         if system == "flowrl":
@@ -262,20 +276,24 @@ def child(args) -> None:
         actors = [ray.remote(num_cpus=cpus)(cls).remote(d) for d in delays]
         ray.get([a.ping.remote() for a in actors])
         rates = {(s, m): [] for s in systems for m in MODES}
+        latencies = {(s, m): [] for s in systems for m in MODES}
         for rep in range(args.reps):
             order = systems[rep % len(systems):] + systems[:rep % len(systems)]
             for mode in MODES:
                 for system in order:
-                    rates[system, mode].append(measure(system, mode, actors, args.items,
-                                                       args.num_async))
+                    rate, latency = measure(system, mode, actors, args.items, args.num_async)
+                    rates[system, mode].append(rate)
+                    latencies[system, mode].append(latency)
         for mode in MODES:
             cell = f"{mode}_{layout}"
             if args.child != PAIRED:
                 result[cell] = statistics.median(rates[args.child, mode])
+                result[f"latency_ms:{cell}"] = statistics.median(latencies[args.child, mode])
                 continue
             fl = rates["flowrl", mode]
             for system in systems:
                 result[f"{system}:{cell}"] = statistics.median(rates[system, mode])
+                result[f"latency_ms:{system}:{cell}"] = statistics.median(latencies[system, mode])
                 if system != "flowrl":
                     result[f"flowrl/{system}:{cell}"] = statistics.median(
                         a / b for a, b in zip(fl, rates[system, mode]))
@@ -291,6 +309,7 @@ def report_paired(runs: list[dict]) -> None:
     others = [s for s in SYSTEMS if s != "flowrl"]
     figs = [f"{s}:{k}" for k in keys for s in SYSTEMS]
     figs += [f"flowrl/{s}:{k}" for k in keys for s in others]
+    figs += [f"latency_ms:{s}:{k}" for k in keys for s in SYSTEMS]
     (group,) = harness.summarize(runs, figs) or [None]
     if group is None:
         print("no valid paired run")
@@ -308,6 +327,13 @@ def report_paired(runs: list[dict]) -> None:
          "vs best hand"], rows,
         title=f"paired: flowrl's ratio to each system measured in the same process and "
               f"round, median [min-max] over {group.n} runs; {LAYOUT_NOTE}")
+    lat = [[key, *(harness.fmt_figure(group.figures.get(f"latency_ms:{s}:{key}"), "{:.2f}")
+                   for s in SYSTEMS)] for key in keys]
+    if any(c != "-" for row in lat for c in row[1:]):
+        harness.print_table(
+            ["mode_layout", *SYSTEMS], lat,
+            title="median item latency, ms (from the actor making an item to the loop "
+                  f"handing it out), median [min-max] over {group.n} runs")
 
 
 def main(argv=None) -> None:

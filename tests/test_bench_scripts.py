@@ -119,7 +119,9 @@ def test_ray_overhead_paired_compares_flowrl_with_the_hand_loop_it_trails_most(c
                 result.update({f"flowrl:{cell}": 1000.0, f"hand-wait:{cell}": 1000.0 / wait,
                                f"flowrl/hand-wait:{cell}": wait, f"flowrl/hand-rr:{cell}": rr,
                                f"flowrl/hand-nret:{cell}": nret, f"flowrl/hand-one:{cell}": 0.97,
-                               f"flowrl/ray.util.iter:{cell}": 1.2})
+                               f"flowrl/ray.util.iter:{cell}": 1.2,
+                               f"latency_ms:flowrl:{cell}": 1.5,
+                               f"latency_ms:hand-nret:{cell}": 1.5 * nret})
         return _run(ray_overhead.PAIRED, **result)
     runs = [paired(1.02, 0.90, 1.10), paired(1.00, 0.96, 1.30), paired(0.98, 0.99, 1.20),
             {"system": ray_overhead.PAIRED, "valid": False, "ok": True, "result": None}]
@@ -130,3 +132,9 @@ def test_ray_overhead_paired_compares_flowrl_with_the_hand_loop_it_trails_most(c
     assert "1.00x [0.98x-1.02x]" in row and "1.20x [1.10x-1.30x]" in row
     assert "0.97x [0.97x-0.97x]" in row
     assert row.rstrip().endswith("hand-rr 0.96x")
+    # the latency table: one column per system, "-" where a system has no figure
+    lat = [ln for ln in out.splitlines() if ln.startswith("async_skew")][1]
+    cells = [c.strip() for c in lat.split("|")]
+    assert cells[1 + ray_overhead.SYSTEMS.index("flowrl")] == "1.50 [1.50-1.50]"
+    assert cells[1 + ray_overhead.SYSTEMS.index("hand-nret")] == "1.80 [1.65-1.95]"
+    assert cells[1 + ray_overhead.SYSTEMS.index("hand-one")] == "-"
