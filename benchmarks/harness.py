@@ -424,10 +424,21 @@ class Settings:
     report_from: Path | None = None
 
 
+def _at_least_one(text: str) -> int:
+    """An argparse ``type``: an int >= 1 (0 seeds or attempts would run nothing)."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{n} would run nothing; give 1 or more")
+    return n
+
+
 def add_arguments(parser: argparse.ArgumentParser, default_seeds: int = 5) -> None:
     """Add the harness's options (and the hidden ``--child``/``--seed`` child options)."""
     g = parser.add_argument_group("harness")
-    g.add_argument("--seeds", type=int, default=None,
+    g.add_argument("--seeds", type=_at_least_one, default=None,
                    help=f"seeds per system (default {default_seeds}; 2 with --quick)")
     g.add_argument("--first-seed", type=int, default=0)
     g.add_argument("--quick", action="store_true",
@@ -447,7 +458,7 @@ def add_arguments(parser: argparse.ArgumentParser, default_seeds: int = 5) -> No
                    help="discard a run whose foreign load over any --overlap-window "
                         "seconds exceeds this many cores")
     g.add_argument("--overlap-window", type=float, default=2.0)
-    g.add_argument("--max-attempts", type=int, default=5,
+    g.add_argument("--max-attempts", type=_at_least_one, default=5,
                    help="attempts per (system, seed) before it is reported as never clean")
     g.add_argument("--run-timeout", type=float, default=900.0,
                    help="kill a run after this many seconds")

@@ -154,6 +154,19 @@ def test_settings_default_to_strict_idle_waiting_and_five_seeds():
     assert q.results_dir == harness.RESULTS_DIR / "smoke"
 
 
+@pytest.mark.parametrize("argv", [["--seeds", "0"], ["--max-attempts", "0"],
+                                  ["--seeds", "-2"], ["--max-attempts", "two"]])
+def test_a_count_that_would_run_nothing_is_refused_by_name(argv, capsys):
+    import argparse
+    p = argparse.ArgumentParser(prog="bench")
+    harness.add_arguments(p)
+    with pytest.raises(SystemExit):
+        p.parse_args(argv)
+    err = capsys.readouterr().err
+    assert f"argument {argv[0]}" in err and ("run nothing" in err or "whole number" in err)
+    assert harness.settings_from(p.parse_args(["--seeds", "1"])).seeds == [0]
+
+
 def test_run_all_records_a_failed_child_and_a_good_one(tmp_path):
     script = tmp_path / "bench.py"
     script.write_text(
