@@ -289,7 +289,7 @@ class RayBackend(Backend):
         # Requests of a round were submitted just now: waiting and fetching is one
         # blocking ray.get (a non-blocking ray.wait first would almost never help).
         try:
-            values = await self._block(_get_within, refs, self._time_left(pending))
+            values = await call_blocking(_get_within, refs, self._time_left(pending))
         except GetTimeoutError:
             # The stuck shards' requests fail (the driver restarts or raises); the rest
             # are collected.
@@ -298,7 +298,7 @@ class RayBackend(Backend):
             self._collect([r for r in pending if not r.done])
             return
         except Exception:  # noqa: BLE001 - some failed: let all finish, resolve one by one
-            await self._block(_wait_all, refs, self._time_left(pending))
+            await call_blocking(_wait_all, refs, self._time_left(pending))
             self._collect(pending)
             return
         now = _monotonic()
@@ -320,10 +320,7 @@ class RayBackend(Backend):
             if r.done:
                 return
         done = None
-        # When nothing else in the run can move, the wait below is called right here,
-        # as call_blocking would (no await in between can change that).
-        here = blocks_here()
-        if not here:
+        if not blocks_here():
             # The blocking wait would go to the I/O thread: a non-blocking sweep first
             # usually finds something ready and saves the two thread hand-offs. Called
             # here, a blocking wait for one returns at once when one is ready, and one
@@ -341,8 +338,7 @@ class RayBackend(Backend):
             if left is not None:
                 deadline = _monotonic() + left
             refs = [r.ref for r in heads]
-            first, _ = (_wait_one(refs, left) if here
-                        else await self._block(_wait_one, refs, left))
+            first, _ = await call_blocking(_wait_one, refs, left)
             # Only what the wait returned (a head: in order by definition); whatever
             # else is ready by now is found by the next call's wait.
             done = [heads[refs.index(first[0])]] if first else None
@@ -393,10 +389,6 @@ class RayBackend(Backend):
             if r.shard in shards and not r.done:
                 r.set_error(stuck_error([r.shard.label], self.remote_timeout_s))
                 r.ref = None
-
-    async def _block(self, fn: Any, *args: Any) -> Any:
-        """Blocking ``fn(*args)`` (a ray.wait/ray.get), never stalling other inputs."""
-        return await call_blocking(fn, *args)
 
     def _collect(self, requests: list[RayRequest]) -> None:
         """Fetch the (ready) results of ``requests`` with one ``ray.get``."""
