@@ -20,6 +20,8 @@ class A2CPolicy(TorchPolicy):
     40.0
     """
 
+    numpy_replica = True  # remote workers act through a numpy replica (numpy_acting)
+
     def __init__(self, observation_space, action_space, *, lr: float = 1e-4,
                  vf_loss_coeff: float = 0.5, entropy_coeff: float = 0.01,
                  grad_clip: float | None = 40.0, **kwargs):

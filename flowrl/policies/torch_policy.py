@@ -17,7 +17,11 @@ PPO's KL coefficient), all as numpy/plain Python so it pickles and checkpoints.
 
 Acting (:meth:`TorchPolicy.compute_actions`, :meth:`TorchPolicy.value`) runs the
 built-in model in numpy for small batches (:mod:`flowrl.policies.numpy_forward`);
-learning always runs in torch.
+learning always runs in torch. Postprocessing (GAE) is numpy, from
+:class:`~flowrl.policies.numpy_acting.Postprocessing`. A subclass that sets
+``numpy_replica = True`` in its own body gets torch-free replicas on remote
+rollout workers (:mod:`flowrl.policies.numpy_acting`, which says what such a
+class must keep).
 """
 
 from __future__ import annotations
@@ -35,10 +39,10 @@ from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
 from flowrl.policies.adam import FusedAdam, make_adam
 from flowrl.policies.distributions import Categorical, DiagGaussian
-from flowrl.policies.maths import discounted_returns, explained_variance, gae
-from flowrl.policies.numpy_forward import (NumpyMLP, ParameterGuard, SnapshotCache,
-                                           categorical_mode, categorical_sample,
-                                           gaussian_logp, max_rows, obs_rows)
+from flowrl.policies.maths import explained_variance
+from flowrl.policies.numpy_acting import Postprocessing, act
+from flowrl.policies.numpy_forward import (NumpyMLP, ParameterGuard, SnapshotCache, max_rows,
+                                           obs_rows)
 from flowrl.policies.sgd import minibatch_sgd
 
 SB = SampleBatch
@@ -196,7 +200,7 @@ class LoadedBatch:
         return out
 
 
-class TorchPolicy:
+class TorchPolicy(Postprocessing):
     """Base torch policy; subclasses define :meth:`loss`.
 
     Args (keyword-only after the spaces): ``hidden_sizes`` of both MLPs, ``lr``
@@ -212,8 +216,6 @@ class TorchPolicy:
     >>> actions.shape, sorted(extra)
     ((4,), ['action_dist_inputs', 'action_logp', 'vf_preds'])
     """
-
-    use_critic = True
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, *,
                  hidden_sizes: Sequence[int] = (64, 64), lr: float = 1e-3,
@@ -359,26 +361,11 @@ class TorchPolicy:
         if not (type(x) is np.ndarray and x.dtype == np.float32 and x.ndim == 2
                 and x.shape[1] == self._obs_dim and not self._discrete_obs):
             x = self._obs_array(x)
-        out = snap.pi(x)
-        n = len(x)
-        if snap.log_std is not None:
-            log_std = np.broadcast_to(snap.log_std, out.shape)
-            inputs = np.concatenate([out, log_std], axis=1)
-            if explore:
-                noise = self._action_rng.standard_normal(out.shape, dtype=np.float32)
-                actions = out + np.exp(log_std) * noise
-            else:
-                actions = out.copy()
-            logp = gaussian_logp(actions, out, log_std)
-            actions = actions.reshape((n, *self.action_space.shape))
-        else:
-            inputs = out
-            actions, logp = (categorical_sample(out, self._action_rng.random(n)) if explore
-                             else categorical_mode(out))
-        extra = {SB.ACTION_LOGP: logp, SB.ACTION_DIST_INPUTS: inputs}
+        actions, extra = act(snap.pi(x), snap.log_std, explore, self._action_rng,
+                             tuple(self.action_space.shape or ()))
         if vf_preds:
             extra[SB.VF_PREDS] = (snap.vf(x)[:, 0] if snap.vf is not None
-                                  else np.zeros(n, np.float32))
+                                  else np.zeros(len(x), np.float32))
         return actions, extra
 
     def value(self, obs_batch) -> np.ndarray:
@@ -390,75 +377,6 @@ class TorchPolicy:
             return snap.vf(self._obs_array(obs_batch))[:, 0]
         with torch.inference_mode():
             return self.model.value(self._obs_tensor(obs_batch)).numpy()
-
-    # -- postprocessing --------------------------------------------------------
-    def postprocess_trajectory(self, batch: SampleBatch, last_value: float = 0.0) -> SampleBatch:
-        """A new batch with ``advantages`` and ``value_targets`` for one trajectory.
-
-        ``batch`` holds one env's (one agent's) consecutive steps in time order; it
-        may span several episodes, each ending at a ``terminateds``/``truncateds``
-        row. Truncated rows bootstrap from the ``bootstrap_value`` column
-        (``V(final obs)``); ``last_value`` is ``V(s_T)`` after the last row when the
-        fragment cut an episode (0 when the last row ends its episode). With a
-        critic this is GAE(γ, λ); without one, advantages are discounted returns.
-        """
-        term = batch[SB.TERMINATEDS]
-        trunc = batch.get(SB.TRUNCATEDS)
-        boot = batch.get(SB.BOOTSTRAP_VALUE)
-        if trunc is not None and boot is None:
-            boot = np.zeros(batch.count, np.float32)
-        return self._with_advantages(batch, term, last_value, trunc, boot)
-
-    def _with_advantages(self, batch: SampleBatch, term, last_value: float, trunc,
-                         boot) -> SampleBatch:
-        """``batch`` plus ``advantages`` and ``value_targets``: GAE(γ, λ) with a critic,
-        discounted returns without one."""
-        if self.use_critic:
-            adv, targets = gae(batch[SB.REWARDS], batch[SB.VF_PREDS], term, last_value,
-                               gamma=self.gamma, lam=self.lambda_, truncateds=trunc,
-                               bootstrap_values=boot)
-        else:
-            adv = targets = discounted_returns(batch[SB.REWARDS], term, last_value,
-                                               gamma=self.gamma, truncateds=trunc,
-                                               bootstrap_values=boot)
-        return batch.with_columns(**{SB.ADVANTAGES: adv, SB.VALUE_TARGETS: targets})
-
-    def postprocess_trajectories(self, batch: SampleBatch, ends: Sequence[int],
-                                 last_values: Sequence[float]) -> SampleBatch:
-        """:meth:`postprocess_trajectory` of several trajectories stored back to back.
-
-        Trajectory ``i`` is rows ``ends[i-1]:ends[i]`` of ``batch`` (``ends`` ascending,
-        the last equal to ``batch.count``), with ``last_values[i]`` its
-        ``last_value``. The result equals concatenating ``postprocess_trajectory``
-        of each slice; for this class it is ONE pass over all rows, a trajectory's
-        end acting as a time-limit cut that bootstraps from its ``last_value``. A
-        subclass that overrides :meth:`postprocess_trajectory` gets the loop.
-
-        >>> from flowrl.policies import PGPolicy
-        >>> p = PGPolicy(gym.spaces.Box(-1, 1, (1,)), gym.spaces.Discrete(2), gamma=0.5)
-        >>> b = SampleBatch(rewards=np.ones(4, np.float32), terminateds=np.zeros(4, bool))
-        >>> p.postprocess_trajectories(b, [2, 4], [2.0, 0.0])["advantages"].tolist()
-        [2.0, 2.0, 1.5, 1.0]
-        """
-        ends = np.asarray(ends, np.int64)
-        if type(self).postprocess_trajectory is not TorchPolicy.postprocess_trajectory:
-            starts = np.r_[0, ends[:-1]]
-            parts = [self.postprocess_trajectory(batch.slice(s, e), last_value=float(v))
-                     for s, e, v in zip(starts.tolist(), ends.tolist(), last_values)]
-            return parts[0] if len(parts) == 1 else SampleBatch.concat_samples(parts)
-        n = batch.count
-        term = np.asarray(batch[SB.TERMINATEDS], bool)
-        trunc = batch.get(SB.TRUNCATEDS)
-        trunc = np.zeros(n, bool) if trunc is None else np.asarray(trunc, bool)
-        boot = batch.get(SB.BOOTSTRAP_VALUE)
-        boot = np.zeros(n, np.float32) if boot is None else np.asarray(boot, np.float32)
-        cut = np.zeros(n, bool)
-        cut[ends - 1] = True
-        cut &= ~(term | trunc)
-        boot = boot.copy()
-        boot[ends - 1] = np.where(cut[ends - 1], np.asarray(last_values, np.float32),
-                                  boot[ends - 1])
-        return self._with_advantages(batch, term, 0.0, trunc | cut, boot)
 
     # -- learning --------------------------------------------------------------
     def loss(self, train: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

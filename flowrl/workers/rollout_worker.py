@@ -21,6 +21,8 @@ are dicts keyed by policy id for single- and multi-agent workers alike.
 
 from __future__ import annotations
 
+import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
@@ -95,6 +97,18 @@ def _env_creator(env, env_config: dict) -> Callable[[], Any]:
                       "or a callable env_creator(env_config) -> env")
 
 
+def _set_torch_threads(n: int) -> None:
+    """``torch.set_num_threads(n)`` now if torch is imported, else for when it is:
+    torch takes its intra-op thread count from ``OMP_NUM_THREADS`` at import, and a
+    worker whose policies act in numpy (:mod:`flowrl.policies.numpy_acting`) may
+    never import it."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(n)
+    else:
+        os.environ["OMP_NUM_THREADS"] = str(n)
+
+
 class RolloutWorker(ShardHost):
     """Samples from ``num_envs`` envs with its policies; see the module docstring.
 
@@ -130,8 +144,7 @@ class RolloutWorker(ShardHost):
             raise ConfigError("RolloutWorker: give exactly one of policy= (a single policy "
                               "class/factory) or policies= (policy id -> PolicySpec)")
         if torch_threads is not None:
-            import torch
-            torch.set_num_threads(torch_threads)
+            _set_torch_threads(torch_threads)
         self.worker_index = worker_index
         self.env_config = dict(env_config or {})
         self.num_envs, self.rollout_fragment_length = num_envs, rollout_fragment_length

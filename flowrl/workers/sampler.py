@@ -59,7 +59,8 @@ def defers_vf_preds(policy) -> bool:
     value forward per step.
 
     True for policies whose ``compute_actions`` and ``value`` are
-    :class:`~flowrl.policies.TorchPolicy`'s own; a policy that overrides either, or
+    :class:`~flowrl.policies.TorchPolicy`'s own, and for their numpy replicas
+    (:mod:`flowrl.policies.numpy_acting`); a policy that overrides either, or
     whose ``compute_actions`` was replaced on the instance, is called as before.
     The weights do not change within a ``sample()`` call, so the column holds the
     same values either way (up to float rounding).
@@ -69,6 +70,9 @@ def defers_vf_preds(policy) -> bool:
     >>> defers_vf_preds(PPOPolicy(box, two)), defers_vf_preds(DQNPolicy(box, two))
     (True, False)
     """
+    from flowrl.policies.numpy_acting import NumpyActingPolicy
+    if type(policy) is NumpyActingPolicy:  # a replica of a TorchPolicy (no torch import)
+        return not policy.materialized or defers_vf_preds(policy.materialize())
     from flowrl.policies.torch_policy import TorchPolicy
     cls = type(policy)
     return (isinstance(policy, TorchPolicy) and cls.compute_actions is TorchPolicy.compute_actions

@@ -13,6 +13,9 @@ worker is built while they start, and the constructor returns once all of them
 are ready (a worker that fails to start raises :class:`~flowrl.errors.WorkerError`).
 Remote workers start with the local worker's weights. ``stop()`` releases only the
 workers this set created (not those passed to :meth:`WorkerSet.from_existing`).
+Remote workers of the built-in actor-critic policies act through numpy replicas
+and import torch only when asked for more than acting
+(:mod:`flowrl.policies.numpy_acting`); the local worker holds the real policy.
 
 Failures (Ray; :class:`WorkerConfig` fields): a remote worker that dies or does not
 answer within ``sample_timeout_s`` is replaced (``recreate_failed_workers``: a new
@@ -23,8 +26,9 @@ old process is killed) or dropped (``ignore_worker_failures``); otherwise it is 
 through ``from_actors(restart=workers.restarter(...))``. Each replacement and drop
 is counted (``num_restarts``, ``num_dropped``) and logged once with the reason.
 
-Warm spare (Ray): most of a replacement's start is its new process importing torch
-and flowrl, not building the env and policy. So once a set has replaced a worker
+Warm spare (Ray): most of a replacement's start is its new process importing
+flowrl and its libraries (torch, for policies without a numpy replica), not
+building the env and policy. So once a set has replaced a worker
 it keeps one *spare* actor started (``num_cpus=0``: it sits idle), started once
 the replacement is up so that the two do not compete for the CPU; the next
 replacement rebuilds the spare in place as worker ``worker_index`` (a fresh
@@ -52,7 +56,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from flowrl.errors import ConfigError, WorkerError
-from flowrl.workers.rollout_worker import PolicySpec, RolloutWorker
+from flowrl.workers.rollout_worker import PolicySpec, RolloutWorker, as_policy_spec
 
 BACKENDS = ("auto", "local", "ray")
 #: Bound on a remote call of ``foreach_worker``/``sync_weights`` when
@@ -148,7 +152,7 @@ class WorkerSet:
         self.backend = backend
         self.config = config
         kwargs = config.worker_kwargs(policy)
-        self._env, self._kwargs = env, kwargs
+        self._env, self._remote_kwargs = env, _with_acting_replicas(kwargs)
         self.num_restarts = 0
         self.num_dropped = 0
         self._pending_syncs: list[tuple[int, Any, Any, float]] = []
@@ -161,12 +165,12 @@ class WorkerSet:
         self._lock = threading.RLock()
         self._remotes = []
         if backend == "ray":
-            self._remotes = _submit_ray_workers(env, kwargs, config, num_workers)
+            self._remotes = _submit_ray_workers(env, self._remote_kwargs, config, num_workers)
         try:
             # Ray actors start in parallel with each other and with this build.
             self._local = RolloutWorker(env, worker_index=0, **kwargs)
             if backend != "ray":
-                self._remotes = [RolloutWorker(env, worker_index=i, **kwargs)
+                self._remotes = [RolloutWorker(env, worker_index=i, **self._remote_kwargs)
                                  for i in range(1, num_workers + 1)]
             self._owned = True
             self._indices = list(range(1, len(self._remotes) + 1))
@@ -484,17 +488,17 @@ class WorkerSet:
         if self.backend == "ray":
             new, self._spare = self._spare, None
             if new is not None:  # rebuilt in place; calls run in order, so before any sample
-                new.apply.remote(_rebuild_worker, self._env, worker_index, self._kwargs,
+                new.apply.remote(_rebuild_worker, self._env, worker_index, self._remote_kwargs,
                                  config.remote_torch_threads)
             else:
-                new = _submit_ray_workers(self._env, self._kwargs, config, 1,
+                new = _submit_ray_workers(self._env, self._remote_kwargs, config, 1,
                                           first=worker_index)[0]
             new.set_weights.remote(weights)
             ready = self._starting[worker_index] = new.flowrl_ping.remote()
             if limit is None or self.num_restarts + 1 < limit:  # another restart may come
                 self._spare_after(ready, worker_index)
         else:
-            new = RolloutWorker(self._env, worker_index=worker_index, **self._kwargs)
+            new = RolloutWorker(self._env, worker_index=worker_index, **self._remote_kwargs)
             new.set_weights(weights)
         self._remotes = self._remotes[:pos] + [new] + self._remotes[pos + 1:]
         self._fresh[worker_index] = time.monotonic()
@@ -515,7 +519,7 @@ class WorkerSet:
             with self._lock:
                 if self._stopped or self._spare is not None:
                     return
-                self._spare = _submit_ray_workers(self._env, self._kwargs, self.config, 1,
+                self._spare = _submit_ray_workers(self._env, self._remote_kwargs, self.config, 1,
                                                   first=worker_index, num_cpus=0)[0]
 
         threading.Thread(target=start, name="flowrl-spare-worker", daemon=True).start()
@@ -650,6 +654,26 @@ class _Restarter:
             return current
         self.handed[idx] = new = ws.restart_worker(idx, reason="lost in the plan")
         return new
+
+
+def _with_acting_replicas(kwargs: dict) -> dict:
+    """``kwargs`` (from :meth:`WorkerConfig.worker_kwargs`) for remote workers: each
+    policy class that has a numpy replica replaced by the replica's factory, so
+    that a worker that only acts never imports torch
+    (:mod:`flowrl.policies.numpy_acting`)."""
+    from flowrl.policies.numpy_acting import acting_replica
+    out = dict(kwargs)
+    if out.get("policy") is not None:
+        out["policy"] = acting_replica(out["policy"]) or out["policy"]
+    if out.get("policies") is not None:
+        specs = {}
+        for pid, value in out["policies"].items():
+            spec = as_policy_spec(pid, value)
+            replica = acting_replica(spec.policy_class)
+            specs[pid] = spec if replica is None else dataclasses.replace(spec,
+                                                                          policy_class=replica)
+        out["policies"] = specs
+    return out
 
 
 def _submit_ray_workers(env, kwargs: dict, config: WorkerConfig, num_workers: int,

@@ -1,0 +1,227 @@
+"""Remote rollout workers act through numpy replicas of the built-in policies: the
+same actions, values and advantages as the real policy, no torch import in the
+worker until something other than acting is asked for, and then the real policy
+with the replica's weights and random streams."""
+
+from __future__ import annotations
+
+import sys
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from flowrl.batch import SampleBatch
+from flowrl.errors import ConfigError
+from flowrl.policies import A2CPolicy, APPOPolicy, DQNPolicy, IMPALAPolicy, PGPolicy, PPOPolicy
+from flowrl.policies.numpy_acting import NumpyActingPolicy, acting_replica
+from flowrl.workers import RolloutWorker, WorkerConfig, WorkerSet
+from flowrl.workers.worker_set import _with_acting_replicas
+
+SB = SampleBatch
+BOX4, TWO = gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)
+SPACES = {"box-discrete": (BOX4, gym.spaces.Discrete(3)),
+          "box-gaussian": (BOX4, gym.spaces.Box(-2, 2, (2,))),
+          "onehot-discrete": (gym.spaces.Discrete(5), TWO)}
+
+
+def pair(cls=PPOPolicy, spaces="box-discrete", seed=3, **kwargs):
+    """A real policy and a replica with the same arguments and weights."""
+    obs_space, act_space = SPACES[spaces]
+    real = cls(obs_space, act_space, seed=seed, **kwargs)
+    replica = acting_replica(cls)(obs_space, act_space, seed=seed, **kwargs)
+    replica.set_weights(real.get_weights())
+    return real, replica
+
+
+def observations(spaces, n, seed=0):
+    space = SPACES[spaces][0]
+    rng = np.random.default_rng(seed)
+    if isinstance(space, gym.spaces.Discrete):
+        return rng.integers(0, space.n, n)
+    return rng.normal(size=(n, *space.shape)).astype(np.float32)
+
+
+@pytest.mark.parametrize("spaces", sorted(SPACES))
+@pytest.mark.parametrize("explore", [True, False])
+def test_replica_acts_exactly_as_the_real_policys_numpy_path(spaces, explore):
+    real, replica = pair(spaces=spaces)
+    for step in range(5):  # the random streams stay in step call after call
+        x = observations(spaces, 8, seed=step)
+        a_real, e_real = real.compute_actions(x, explore)
+        a_rep, e_rep = replica.compute_actions(x, explore)
+        np.testing.assert_array_equal(a_rep, a_real)
+        assert sorted(e_rep) == sorted(e_real)
+        for k in e_real:
+            np.testing.assert_allclose(e_rep[k], e_real[k], rtol=1e-6, atol=1e-6)
+    assert not replica.materialized
+
+
+@pytest.mark.parametrize("cls", [PGPolicy, A2CPolicy, PPOPolicy, IMPALAPolicy, APPOPolicy])
+def test_every_built_in_actor_critic_policy_has_a_replica_with_its_settings(cls):
+    real, replica = pair(cls, gamma=0.9, lambda_=0.8)
+    assert (replica.gamma, replica.lambda_, replica.use_critic) == (0.9, 0.8, real.use_critic)
+    x = observations("box-discrete", 200)  # beyond one numpy chunk: the replica splits it
+    np.testing.assert_allclose(replica.value(x), real.value(x), rtol=1e-5, atol=1e-5)
+    batch = SampleBatch(rewards=np.arange(6, dtype=np.float32),
+                        terminateds=np.array([0, 0, 1, 0, 0, 0], bool),
+                        vf_preds=np.linspace(0, 1, 6).astype(np.float32))
+    for k in (SB.ADVANTAGES, SB.VALUE_TARGETS):
+        np.testing.assert_array_equal(
+            replica.postprocess_trajectories(batch, [3, 6], [0.0, 2.0])[k],
+            real.postprocess_trajectories(batch, [3, 6], [0.0, 2.0])[k])
+    assert not replica.materialized
+
+
+def test_only_classes_that_opt_in_in_their_own_body_get_a_replica():
+    class Sub(PPOPolicy):  # may act differently: does not inherit the opt-in
+        pass
+
+    class Acts(PPOPolicy):
+        numpy_replica = True
+
+        def compute_actions(self, obs_batch, explore=True, **kwargs):
+            return super().compute_actions(obs_batch, explore, **kwargs)
+
+    assert acting_replica(Sub) is None
+    assert acting_replica(Acts) is None  # overrides an acting method
+    assert acting_replica(DQNPolicy) is None
+    assert acting_replica(lambda obs, act, **kw: PPOPolicy(obs, act, **kw)) is None
+    assert acting_replica(PPOPolicy).policy_class() is PPOPolicy
+
+
+def test_anything_but_acting_materializes_the_real_policy_with_the_replicas_state():
+    real, replica = pair()
+    x = observations("box-discrete", 8)
+    for _ in range(3):
+        real.compute_actions(x)
+        replica.compute_actions(x)
+    assert replica.kl_coeff == real.kl_coeff  # an attribute only the real policy has
+    assert replica.materialized
+    inner = replica.materialize()
+    assert type(inner) is PPOPolicy and replica.materialize() is inner
+    for k, v in real.get_weights().items():
+        np.testing.assert_array_equal(inner.get_weights()[k], v)
+    # the action stream continues where the replica left it
+    np.testing.assert_array_equal(replica.compute_actions(x)[0], real.compute_actions(x)[0])
+    # and every call now reaches the real policy
+    replica.kl_coeff = 0.7
+    assert inner.kl_coeff == 0.7
+    replica.gamma = 0.5
+    assert inner.gamma == 0.5 and replica.gamma == 0.5
+
+
+def test_a_replica_learns_like_the_real_policy_once_asked_to():
+    worker = RolloutWorker("CartPole-v1", policy=PGPolicy, num_envs=2, rollout_fragment_length=16,
+                           seed=0)
+    batch = worker.sample()
+    real = PGPolicy(worker.env.observation_space, worker.env.action_space, seed=1)
+    replica = acting_replica(PGPolicy)(worker.env.observation_space, worker.env.action_space,
+                                       seed=1)
+    replica.set_weights(real.get_weights())
+    grads_real, _ = real.compute_gradients(batch)
+    grads_rep, _ = replica.compute_gradients(batch)
+    assert replica.materialized
+    for g_real, g_rep in zip(grads_real, grads_rep):
+        np.testing.assert_allclose(g_rep, g_real, rtol=1e-6)
+
+
+def test_settings_changed_on_the_replica_reach_the_real_policy():
+    real, replica = pair()
+    replica.gamma, replica.lambda_ = 0.5, 0.25
+    assert not replica.materialized
+    assert (replica.materialize().gamma, replica.materialize().lambda_) == (0.5, 0.25)
+
+
+def test_weights_of_another_model_are_refused_by_the_real_policy_by_name():
+    _, replica = pair()
+    bad = {k: v for k, v in replica.get_weights().items() if not k.startswith("vf.")}
+    with pytest.raises(ConfigError, match=r"PPOPolicy.set_weights: missing \['vf.0.bias'"):
+        replica.set_weights(bad)
+    wrong_shape = {k: (v[:, :2] if v.ndim == 2 else v) for k, v in replica.get_weights().items()}
+    with pytest.raises(ConfigError, match="has shape"):
+        replica.set_weights(wrong_shape)
+
+
+def test_a_replica_without_weights_or_with_torch_acting_is_the_real_policy():
+    obs_space, act_space = SPACES["box-discrete"]
+    fresh = acting_replica(PPOPolicy)(obs_space, act_space, seed=0)
+    x = observations("box-discrete", 4)
+    actions, _ = fresh.compute_actions(x)  # no weights yet: the real policy's own init
+    assert fresh.materialized and actions.shape == (4,)
+    forced = acting_replica(PPOPolicy)(obs_space, act_space, seed=0, numpy_inference=False)
+    assert forced.materialized and forced.materialize().numpy_inference is False
+
+
+def test_remote_workers_act_through_replicas_and_the_local_worker_learns():
+    ws = WorkerSet("CartPole-v1", A2CPolicy, WorkerConfig(rollout_fragment_length=8, seed=0,
+                                                         num_envs_per_worker=2),
+                   num_workers=2, backend="local")
+    try:
+        assert type(ws.local_worker().get_policy()) is A2CPolicy
+        replicas = [w.get_policy() for w in ws.remote_workers()]
+        assert all(type(p) is NumpyActingPolicy and not p.materialized for p in replicas)
+        batch = ws.remote_workers()[0].sample()
+        assert batch.count == 16 and not replicas[0].materialized
+        # A3C-style: a remote worker computes gradients; its replica materializes.
+        grads, _ = ws.remote_workers()[0].compute_gradients(batch)
+        local, _ = ws.local_worker().compute_gradients(batch)
+        assert replicas[0].materialized and not replicas[1].materialized
+        for g_remote, g_local in zip(grads["default_policy"], local["default_policy"]):
+            np.testing.assert_allclose(g_remote, g_local, rtol=1e-5, atol=1e-7)
+    finally:
+        ws.stop()
+
+
+def test_multi_agent_policy_specs_get_replicas_too():
+    kwargs = WorkerConfig(policies={"a": PPOPolicy, "b": DQNPolicy},
+                          policy_mapping_fn=lambda agent: "a").worker_kwargs(None)
+    specs = _with_acting_replicas(kwargs)["policies"]
+    assert specs["a"].policy_class == acting_replica(PPOPolicy)
+    assert specs["b"].policy_class is DQNPolicy
+
+
+@pytest.mark.ray
+def test_a_ray_worker_samples_without_torch_and_imports_it_when_it_must_learn(ray_session):
+    ray = ray_session
+    # Defined here, it pickles by value: a module-level function would make the
+    # worker import this test module, and with it torch.
+    _torch_loaded = lambda worker: (  # noqa: E731
+        "torch" in sys.modules,
+        sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None)
+    config = WorkerConfig(rollout_fragment_length=8, num_envs_per_worker=2, seed=0)
+    kwargs = _with_acting_replicas(config.worker_kwargs(PPOPolicy))
+    # Its own runtime env gives the actor a process of its own, fresh from Ray's pool.
+    actor = ray.remote(RolloutWorker).options(
+        runtime_env={"env_vars": {"FLOWRL_TEST_FRESH_WORKER": "1"}}).remote(
+        "CartPole-v1", worker_index=1, torch_threads=1, **kwargs)
+    local = RolloutWorker("CartPole-v1", policy=PPOPolicy, policy_config={}, seed=0,
+                          num_envs=2, rollout_fragment_length=8)
+    try:
+        ray.get(actor.set_weights.remote(local.get_weights()), timeout=60)
+        batch = ray.get(actor.sample.remote(), timeout=60)
+        assert batch.count == 16
+        assert ray.get(actor.apply.remote(_torch_loaded), timeout=60) == (False, None)
+        stats = ray.get(actor.learn_on_batch.remote(batch), timeout=60)
+        assert "default_policy" in stats
+        assert ray.get(actor.apply.remote(_torch_loaded), timeout=60) == (True, 1)
+    finally:
+        ray.kill(actor)
+        local.stop()
+
+
+@pytest.mark.ray
+def test_a_ray_worker_set_hands_its_remote_workers_replicas(ray_session):
+    ws = WorkerSet("CartPole-v1", PPOPolicy, WorkerConfig(rollout_fragment_length=8, seed=0),
+                   num_workers=2, backend="ray")
+    try:
+        kinds = ws.foreach_worker(lambda w: (type(w.get_policy()).__name__,
+                                             getattr(w.get_policy(), "materialized", None)))
+        assert kinds == [("PPOPolicy", None), ("NumpyActingPolicy", False),
+                         ("NumpyActingPolicy", False)]
+        weights = ws.foreach_worker(lambda w: w.get_weights()["default_policy"])
+        for remote in weights[1:]:  # the replicas have the local worker's weights
+            for k, v in weights[0].items():
+                np.testing.assert_array_equal(remote[k], v)
+    finally:
+        ws.stop()
