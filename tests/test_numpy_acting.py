@@ -14,7 +14,7 @@ import pytest
 from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
 from flowrl.policies import A2CPolicy, APPOPolicy, DQNPolicy, IMPALAPolicy, PGPolicy, PPOPolicy
-from flowrl.policies.numpy_acting import NumpyActingPolicy, acting_replica
+from flowrl.policies.replica import NumpyActingPolicy, acting_replica
 from flowrl.workers import RolloutWorker, WorkerConfig, WorkerSet
 from flowrl.workers.worker_set import _with_acting_replicas
 
@@ -225,3 +225,16 @@ def test_a_ray_worker_set_hands_its_remote_workers_replicas(ray_session):
                 np.testing.assert_array_equal(remote[k], v)
     finally:
         ws.stop()
+
+
+def test_workers_that_learn_from_the_start_get_the_real_policy():
+    from flowrl.algorithms import A3C, A3CConfig
+
+    ws = WorkerSet("CartPole-v1", A2CPolicy,
+                   WorkerConfig(rollout_fragment_length=8, seed=0, numpy_replicas=False),
+                   num_workers=1, backend="local")
+    try:
+        assert type(ws.remote_workers()[0].get_policy()) is A2CPolicy
+    finally:
+        ws.stop()
+    assert A3C.worker_config(A3CConfig(env="CartPole-v1")).numpy_replicas is False

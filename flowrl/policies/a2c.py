@@ -20,7 +20,7 @@ class A2CPolicy(TorchPolicy):
     40.0
     """
 
-    numpy_replica = True  # remote workers act through a numpy replica (numpy_acting)
+    numpy_replica = True  # remote workers act through a numpy replica (replica.py)
 
     def __init__(self, observation_space, action_space, *, lr: float = 1e-4,
                  vf_loss_coeff: float = 0.5, entropy_coeff: float = 0.01,

@@ -21,7 +21,7 @@ class PGPolicy(TorchPolicy):
     [0.0, 0.0, 0.0]
     """
 
-    numpy_replica = True  # remote workers act through a numpy replica (numpy_acting)
+    numpy_replica = True  # remote workers act through a numpy replica (replica.py)
     use_critic = False
 
     def __init__(self, observation_space, action_space, *, lr: float = 4e-4, **kwargs):

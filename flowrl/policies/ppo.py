@@ -34,7 +34,7 @@ class PPOPolicy(AdaptiveKL, TorchPolicy):
     [0.3, 0.15, 0.15]
     """
 
-    numpy_replica = True  # remote workers act through a numpy replica (numpy_acting)
+    numpy_replica = True  # remote workers act through a numpy replica (replica.py)
 
     def __init__(self, observation_space, action_space, *, lr: float = 5e-5,
                  clip_param: float = 0.3, vf_clip_param: float = 10.0,

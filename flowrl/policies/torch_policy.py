@@ -20,7 +20,7 @@ built-in model in numpy for small batches (:mod:`flowrl.policies.numpy_forward`)
 learning always runs in torch. Postprocessing (GAE) is numpy, from
 :class:`~flowrl.policies.numpy_acting.Postprocessing`. A subclass that sets
 ``numpy_replica = True`` in its own body gets torch-free replicas on remote
-rollout workers (:mod:`flowrl.policies.numpy_acting`, which says what such a
+rollout workers (:mod:`flowrl.policies.replica`, which says what such a
 class must keep).
 """
 

@@ -100,7 +100,7 @@ def _env_creator(env, env_config: dict) -> Callable[[], Any]:
 def _set_torch_threads(n: int) -> None:
     """``torch.set_num_threads(n)`` now if torch is imported, else for when it is:
     torch takes its intra-op thread count from ``OMP_NUM_THREADS`` at import, and a
-    worker whose policies act in numpy (:mod:`flowrl.policies.numpy_acting`) may
+    worker whose policies act in numpy (:mod:`flowrl.policies.replica`) may
     never import it."""
     torch = sys.modules.get("torch")
     if torch is not None:

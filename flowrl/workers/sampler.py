@@ -60,7 +60,7 @@ def defers_vf_preds(policy) -> bool:
 
     True for policies whose ``compute_actions`` and ``value`` are
     :class:`~flowrl.policies.TorchPolicy`'s own, and for their numpy replicas
-    (:mod:`flowrl.policies.numpy_acting`); a policy that overrides either, or
+    (:mod:`flowrl.policies.replica`); a policy that overrides either, or
     whose ``compute_actions`` was replaced on the instance, is called as before.
     The weights do not change within a ``sample()`` call, so the column holds the
     same values either way (up to float rounding).
@@ -70,7 +70,7 @@ def defers_vf_preds(policy) -> bool:
     >>> defers_vf_preds(PPOPolicy(box, two)), defers_vf_preds(DQNPolicy(box, two))
     (True, False)
     """
-    from flowrl.policies.numpy_acting import NumpyActingPolicy
+    from flowrl.policies.replica import NumpyActingPolicy
     if type(policy) is NumpyActingPolicy:  # a replica of a TorchPolicy (no torch import)
         return not policy.materialized or defers_vf_preds(policy.materialize())
     from flowrl.policies.torch_policy import TorchPolicy

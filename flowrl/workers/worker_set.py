@@ -15,7 +15,7 @@ Remote workers start with the local worker's weights. ``stop()`` releases only t
 workers this set created (not those passed to :meth:`WorkerSet.from_existing`).
 Remote workers of the built-in actor-critic policies act through numpy replicas
 and import torch only when asked for more than acting
-(:mod:`flowrl.policies.numpy_acting`); the local worker holds the real policy.
+(:mod:`flowrl.policies.replica`); the local worker holds the real policy.
 
 Failures (Ray; :class:`WorkerConfig` fields): a remote worker that dies or does not
 answer within ``sample_timeout_s`` is replaced (``recreate_failed_workers``: a new
@@ -77,6 +77,10 @@ class WorkerConfig:
     ``policies`` (policy id -> :class:`PolicySpec`), ``policy_mapping_fn`` and
     optionally ``policies_to_train``; the WorkerSet's ``policy`` argument is then
     ignored. ``remote_torch_threads`` is applied inside Ray worker processes only.
+    ``numpy_replicas`` (default True) lets remote workers of the built-in policies
+    act through torch-free replicas (:mod:`flowrl.policies.replica`); set it False
+    when remote workers will learn or compute gradients from the start (A3C), so
+    they build the real policy with the worker instead of on first use.
 
     >>> WorkerConfig(num_envs_per_worker=0)
     Traceback (most recent call last):
@@ -99,6 +103,7 @@ class WorkerConfig:
     ignore_worker_failures: bool = False
     max_worker_restarts: int | None = None
     sample_timeout_s: float | None = None
+    numpy_replicas: bool = True
 
     @property
     def tolerates_failures(self) -> bool:
@@ -152,7 +157,8 @@ class WorkerSet:
         self.backend = backend
         self.config = config
         kwargs = config.worker_kwargs(policy)
-        self._env, self._remote_kwargs = env, _with_acting_replicas(kwargs)
+        self._env = env
+        self._remote_kwargs = _with_acting_replicas(kwargs) if config.numpy_replicas else kwargs
         self.num_restarts = 0
         self.num_dropped = 0
         self._pending_syncs: list[tuple[int, Any, Any, float]] = []
@@ -660,8 +666,8 @@ def _with_acting_replicas(kwargs: dict) -> dict:
     """``kwargs`` (from :meth:`WorkerConfig.worker_kwargs`) for remote workers: each
     policy class that has a numpy replica replaced by the replica's factory, so
     that a worker that only acts never imports torch
-    (:mod:`flowrl.policies.numpy_acting`)."""
-    from flowrl.policies.numpy_acting import acting_replica
+    (:mod:`flowrl.policies.replica`)."""
+    from flowrl.policies.replica import acting_replica
     out = dict(kwargs)
     if out.get("policy") is not None:
         out["policy"] = acting_replica(out["policy"]) or out["policy"]

@@ -1,0 +1,294 @@
+"""Torch-free replicas of the built-in policies, which remote rollout workers act with.
+
+Why. A remote rollout worker only acts: one small forward per env step, a value
+forward per fragment, GAE. Importing torch costs a fresh process about 1.5 s of
+CPU, and on a 2-core machine the workers' imports are most of a Ray backend's
+worker start-up (``benchmarks/startup.py`` times it). So for the built-in policies
+(those that set ``numpy_replica = True`` in their own class body) a
+:class:`~flowrl.workers.WorkerSet` builds its remote workers with
+:class:`NumpyActingPolicy` replicas (:func:`acting_replica` makes the factory):
+
+- acting, values, postprocessing and weights run in numpy, with the same maths,
+  seeds and random streams as :class:`~flowrl.policies.TorchPolicy`'s numpy path,
+  on batches of any size (larger ones in ``NUMPY_MAX_MACS`` chunks, so OpenBLAS
+  stays on the calling thread);
+- anything else (``learn_on_batch``, ``compute_gradients``, ``get_state``, an
+  attribute only the real policy has) *materializes* the replica once: it imports
+  torch, builds the real policy with the same arguments, hands it the current
+  weights and the numpy random generators, and from then on forwards every call
+  to it. Nothing a worker was asked for behaves differently; only the first such
+  call pays the import.
+
+Until its first ``set_weights`` (a WorkerSet syncs the local worker's weights to
+every remote worker it starts) a replica has no weights of its own, and acting
+materializes it. ``WorkerConfig(numpy_replicas=False)`` gives remote workers the
+real policy from the start (A3C does: its workers compute gradients at once).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import re
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from flowrl.batch import SampleBatch
+from flowrl.policies.numpy_acting import NumpyMLP, Postprocessing, act, max_rows, obs_rows
+
+SB = SampleBatch
+
+#: What a replica does itself; everything else materializes it. A class that sets
+#: ``numpy_replica = True`` must keep TorchPolicy's own versions of these.
+ACTING_METHODS = ("compute_actions", "value", "postprocess_trajectory",
+                  "postprocess_trajectories", "_with_advantages", "get_weights", "set_weights")
+#: The constructor arguments a replica reads (the rest it keeps for materializing).
+_SETTINGS = ("gamma", "lambda_", "numpy_inference")
+
+
+@dataclasses.dataclass(frozen=True)
+class NumpyActing:
+    """A policy factory (``factory(obs_space, act_space, **config)``) that builds a
+    :class:`NumpyActingPolicy` replica of the class ``module:qualname``; made by
+    :func:`acting_replica`. It pickles without the class, so unpickling it in a
+    worker process imports no torch."""
+
+    module: str
+    qualname: str
+    use_critic: bool
+    defaults: tuple  # ((setting, default), ...) of the class's constructor
+
+    def __call__(self, observation_space: gym.Space, action_space: gym.Space,
+                 **kwargs: Any) -> "NumpyActingPolicy":
+        return NumpyActingPolicy(self, observation_space, action_space, kwargs)
+
+    def policy_class(self) -> type:
+        """The class replicated (importing it imports torch)."""
+        obj: Any = importlib.import_module(self.module)
+        for part in self.qualname.split("."):
+            obj = getattr(obj, part)
+        return obj
+
+
+def acting_replica(policy_class: Any) -> NumpyActing | None:
+    """The replica factory for ``policy_class``, or None when it does not opt in.
+
+    A class opts in with ``numpy_replica = True`` in its own body (subclasses do not
+    inherit it: a subclass may act differently) and must keep
+    :class:`~flowrl.policies.TorchPolicy`'s acting, postprocessing and weight
+    methods and pass ``gamma``, ``lambda_``, ``hidden_sizes`` and
+    ``numpy_inference`` through to it. With ``numpy_inference=False`` in the config
+    the worker builds the real policy (see :class:`NumpyActingPolicy`).
+
+    >>> from flowrl.policies import PPOPolicy, TorchPolicy
+    >>> acting_replica(PPOPolicy).qualname, acting_replica(TorchPolicy)
+    ('PPOPolicy', None)
+    """
+    if not isinstance(policy_class, type) or vars(policy_class).get("numpy_replica") is not True:
+        return None
+    from flowrl.policies.torch_policy import TorchPolicy  # the class's module imported it
+    if not issubclass(policy_class, TorchPolicy) or any(
+            getattr(policy_class, name) is not getattr(TorchPolicy, name)
+            for name in ACTING_METHODS):
+        return None
+    params = inspect.signature(TorchPolicy.__init__).parameters
+    own = inspect.signature(policy_class.__init__).parameters
+    defaults = tuple((name, (own.get(name) or params[name]).default) for name in _SETTINGS)
+    return NumpyActing(policy_class.__module__, policy_class.__qualname__,
+                       bool(policy_class.use_critic), defaults)
+
+
+#: Attributes a replica keeps itself; setting any other one materializes it.
+_OWN = frozenset({"_factory", "_kwargs", "_real", "observation_space", "action_space", "seed",
+                  "gamma", "lambda_", "numpy_inference", "use_critic", "_np_rng",
+                  "_action_rng", "_obs_dim", "_discrete_obs", "_action_shape", "_gaussian",
+                  "_num_outputs", "_weights", "_pi", "_vf", "_log_std", "_max_rows"})
+_LAYER_KEY = re.compile(r"(pi|vf)\.(\d+)\.(weight|bias)$")
+
+
+class NumpyActingPolicy(Postprocessing):
+    """A replica of a built-in policy that acts in numpy; see the module docstring.
+
+    Built by a :class:`NumpyActing` factory with the real class's constructor
+    arguments, which it keeps to build the real policy when asked for more than
+    acting (:meth:`materialize`). Its random generators are the real policy's
+    (``seed``: ``default_rng(seed)`` for minibatch shuffles, ``default_rng([seed,
+    1])`` for actions) and go to the real policy when it materializes; unlike the
+    real policy it samples every batch, however large, from the numpy generator.
+
+    >>> from flowrl.policies import PPOPolicy
+    >>> box, two = gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2)
+    >>> real = PPOPolicy(box, two, seed=0)
+    >>> replica = acting_replica(PPOPolicy)(box, two, seed=0)
+    >>> replica.set_weights(real.get_weights())
+    >>> obs = np.ones((4, 3), np.float32)
+    >>> bool((replica.compute_actions(obs)[0] == real.compute_actions(obs)[0]).all())
+    True
+    >>> replica.materialized, round(replica.kl_coeff, 2), replica.materialized
+    (False, 0.2, True)
+    """
+
+    def __init__(self, factory: NumpyActing, observation_space: gym.Space,
+                 action_space: gym.Space, kwargs: dict[str, Any]):
+        setting = {**dict(factory.defaults), **{k: kwargs[k] for k in _SETTINGS if k in kwargs}}
+        object.__setattr__(self, "_real", None)
+        self._factory, self._kwargs = factory, dict(kwargs)
+        self.observation_space, self.action_space = observation_space, action_space
+        self.seed = seed = kwargs.get("seed")
+        self.gamma, self.lambda_ = setting["gamma"], setting["lambda_"]
+        self.numpy_inference = bool(setting["numpy_inference"])
+        self.use_critic = factory.use_critic
+        self._np_rng = np.random.default_rng(seed)
+        self._action_rng = np.random.default_rng(None if seed is None else [seed, 1])
+        self._discrete_obs = isinstance(observation_space, gym.spaces.Discrete)
+        self._obs_dim = (int(observation_space.n) if self._discrete_obs
+                         else int(np.prod(observation_space.shape or ())))
+        self._gaussian = isinstance(action_space, gym.spaces.Box)
+        self._action_shape = tuple(action_space.shape) if self._gaussian else ()
+        self._num_outputs = (int(np.prod(self._action_shape)) if self._gaussian
+                             else int(getattr(action_space, "n", 0)))
+        self._weights = self._pi = self._vf = self._log_std = None
+        self._max_rows = 0
+        if not self.numpy_inference or not isinstance(
+                observation_space, (gym.spaces.Box, gym.spaces.Discrete)) or not isinstance(
+                action_space, (gym.spaces.Box, gym.spaces.Discrete)):
+            self.materialize()  # torch acting asked for, or the real class reports the space
+
+    # -- the real policy ---------------------------------------------------------
+    @property
+    def materialized(self) -> bool:
+        """Whether the real policy has been built (every call now goes to it)."""
+        return self._real is not None
+
+    def materialize(self) -> Any:
+        """The real policy, built on first call: the class with this replica's
+        constructor arguments, then this replica's weights (if it has any) and its
+        numpy random generators."""
+        real = self._real
+        if real is None:
+            real = self._factory.policy_class()(self.observation_space, self.action_space,
+                                                **self._kwargs)
+            if self._weights is not None:
+                real.set_weights(self._weights)
+            real._np_rng, real._action_rng = self._np_rng, self._action_rng
+            # as set on the replica
+            real.gamma, real.lambda_ = self.gamma, self.lambda_
+            real.numpy_inference = self.numpy_inference
+            object.__setattr__(self, "_real", real)
+        return real
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for what a replica does not have (e.g. learn_on_batch, kl_coeff).
+        if name.startswith("__") or name in _OWN:
+            raise AttributeError(name)
+        return getattr(self.materialize(), name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Own attributes stay here (and reach the real policy too, once there is
+        # one); any other one is the real policy's.
+        real = self._real
+        if real is not None:
+            setattr(real, name, value)
+        if name in _OWN:
+            object.__setattr__(self, name, value)
+        elif real is None:
+            setattr(self.materialize(), name, value)
+
+    # -- acting ------------------------------------------------------------------
+    def _forward(self, mlp: NumpyMLP, x: np.ndarray) -> np.ndarray:
+        m = self._max_rows
+        if len(x) <= m:
+            return mlp(x)
+        return np.concatenate([mlp(x[i:i + m]) for i in range(0, len(x), m)])
+
+    def compute_actions(self, obs_batch, explore: bool = True, *,
+                        vf_preds: bool = True) -> tuple[np.ndarray, dict]:
+        """As :meth:`flowrl.policies.TorchPolicy.compute_actions`, in numpy."""
+        if self._real is not None or self._pi is None or not self.numpy_inference:
+            return self.materialize().compute_actions(obs_batch, explore, vf_preds=vf_preds)
+        x = obs_batch
+        if not (type(x) is np.ndarray and x.dtype == np.float32 and x.ndim == 2
+                and x.shape[1] == self._obs_dim and not self._discrete_obs):
+            x = obs_rows(x, self._obs_dim, self._discrete_obs)
+        actions, extra = act(self._forward(self._pi, x), self._log_std, explore,
+                             self._action_rng, self._action_shape)
+        if vf_preds:
+            extra[SB.VF_PREDS] = self._values(x)
+        return actions, extra
+
+    def _values(self, x: np.ndarray) -> np.ndarray:
+        if self._vf is None:
+            return np.zeros(len(x), np.float32)
+        return self._forward(self._vf, x)[:, 0]
+
+    def value(self, obs_batch) -> np.ndarray:
+        """``V(s)`` for a batch of observations, shape ``(B,)`` (zeros without a critic)."""
+        if self._real is not None or self._pi is None or not self.numpy_inference:
+            return self.materialize().value(obs_batch)
+        return self._values(obs_rows(obs_batch, self._obs_dim, self._discrete_obs))
+
+    # -- weights -----------------------------------------------------------------
+    def get_weights(self) -> dict[str, np.ndarray]:
+        """Model parameters as ``{name: numpy array}`` (copies), named as the real
+        policy's ``state_dict``."""
+        if self._real is not None or self._weights is None:
+            return self.materialize().get_weights()
+        return {k: v.copy() for k, v in self._weights.items()}
+
+    def set_weights(self, weights: dict[str, np.ndarray]) -> None:
+        """Load weights from ``get_weights`` of the real class. Weights this replica
+        cannot lay out as its MLPs go to the real policy, which names what is wrong."""
+        if self._real is None:
+            parsed = self._layout(weights)
+            if parsed is not None:
+                self._weights, (self._pi, self._vf, self._log_std) = parsed
+                self._max_rows = max_rows(self._pi, self._vf)
+                return
+        self.materialize().set_weights(weights)
+
+    def _layout(self, weights: dict[str, np.ndarray]):
+        """``(weights as float32 copies, (pi, vf, log_std))``, or None when the names or
+        shapes are not those of the built-in model for these spaces."""
+        own = {k: np.array(v, np.float32) for k, v in weights.items()}
+        if self._weights is not None and (own.keys() != self._weights.keys() or any(
+                v.shape != self._weights[k].shape for k, v in own.items())):
+            return None
+        layers: dict[str, dict[int, dict[str, np.ndarray]]] = {"pi": {}, "vf": {}}
+        for key, value in own.items():
+            match = _LAYER_KEY.match(key)
+            if match is not None:
+                net, index, kind = match.groups()
+                layers[net].setdefault(int(index), {})[kind] = value
+            elif key != "log_std":
+                return None
+        log_std = own.get("log_std")
+        if (log_std is not None) != self._gaussian or bool(layers["vf"]) != self.use_critic:
+            return None
+        pi = _mlp_of(layers["pi"], self._obs_dim, self._num_outputs)
+        vf = _mlp_of(layers["vf"], self._obs_dim, 1) if self.use_critic else None
+        if pi is None or (self.use_critic and vf is None) or (
+                log_std is not None and log_std.shape != (self._num_outputs,)):
+            return None
+        return own, (pi, vf, log_std)
+
+
+def _mlp_of(layers: dict[int, dict[str, np.ndarray]], inputs: int, outputs: int) -> NumpyMLP | None:
+    """The built-in model's MLP (``Linear`` at even indices with ``tanh`` between)
+    from ``{index: {"weight": (out, in), "bias": (out,)}}``, or None when the
+    layers do not chain from ``inputs`` to ``outputs`` that way."""
+    if sorted(layers) != list(range(0, 2 * len(layers), 2)):
+        return None
+    out, size = [], inputs
+    for i, index in enumerate(sorted(layers)):
+        w, b = layers[index].get("weight"), layers[index].get("bias")
+        if w is None or b is None or w.ndim != 2 or w.shape[1] != size or b.shape != w.shape[:1]:
+            return None
+        size = w.shape[0]
+        out.append((w.T, b, np.tanh if i < len(layers) - 1 else None))
+    return NumpyMLP(out) if out and size == outputs else None
+
+
+__all__ = ["ACTING_METHODS", "NumpyActing", "NumpyActingPolicy", "acting_replica"]
