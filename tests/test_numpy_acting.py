@@ -121,7 +121,7 @@ def test_a_replica_learns_like_the_real_policy_once_asked_to():
     replica.set_weights(real.get_weights())
     grads_real, _ = real.compute_gradients(batch)
     grads_rep, _ = replica.compute_gradients(batch)
-    assert replica.materialized
+    assert replica.materialized and len(grads_rep) == len(grads_real) == 6
     for g_real, g_rep in zip(grads_real, grads_rep):
         np.testing.assert_allclose(g_rep, g_real, rtol=1e-6)
 
@@ -167,6 +167,7 @@ def test_remote_workers_act_through_replicas_and_the_local_worker_learns():
         grads, _ = ws.remote_workers()[0].compute_gradients(batch)
         local, _ = ws.local_worker().compute_gradients(batch)
         assert replicas[0].materialized and not replicas[1].materialized
+        assert len(grads["default_policy"]) == len(local["default_policy"]) == 12
         for g_remote, g_local in zip(grads["default_policy"], local["default_policy"]):
             np.testing.assert_allclose(g_remote, g_local, rtol=1e-5, atol=1e-7)
     finally:

@@ -79,9 +79,11 @@ def acting_replica(policy_class: Any) -> NumpyActing | None:
     A class opts in with ``numpy_replica = True`` in its own body (subclasses do not
     inherit it: a subclass may act differently) and must keep
     :class:`~flowrl.policies.TorchPolicy`'s acting, postprocessing and weight
-    methods and pass ``gamma``, ``lambda_``, ``hidden_sizes`` and
-    ``numpy_inference`` through to it. With ``numpy_inference=False`` in the config
-    the worker builds the real policy (see :class:`NumpyActingPolicy`).
+    methods (:data:`ACTING_METHODS`), its model, and pass ``gamma``, ``lambda_``
+    and ``numpy_inference`` through to it unchanged (the replica reads those three
+    from the config, and the layers from the weights). With
+    ``numpy_inference=False`` in the config the worker builds the real policy (see
+    :class:`NumpyActingPolicy`).
 
     >>> from flowrl.policies import PPOPolicy, TorchPolicy
     >>> acting_replica(PPOPolicy).qualname, acting_replica(TorchPolicy)
