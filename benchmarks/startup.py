@@ -22,7 +22,7 @@ Profiles (single process, not through the harness):
 
     python benchmarks/startup.py --importtime      # python -X importtime, top modules
     python benchmarks/startup.py --profile ray     # cProfile of PPO(config) on Ray
-    python benchmarks/startup.py --worker-modules  # what a Ray rollout worker imports
+    python benchmarks/startup.py --worker-modules  # a Ray rollout worker's imports and memory
     python benchmarks/startup.py                   # 5 seeds x 2 backends via the harness
     python benchmarks/startup.py --quick --no-idle-wait
 """
@@ -99,25 +99,42 @@ def profile(backend: str) -> None:
     algo.stop()
 
 
-def _modules(_worker=None) -> list[str]:
+def _worker_facts(worker) -> tuple:
+    """In a rollout worker after one ``sample()``: its policy's class name, the
+    modules imported, and the process's resident memory in MB."""
     import sys as sys_
-    return sorted(sys_.modules)
+    worker.sample()
+    with open("/proc/self/status") as f:
+        rss = next((int(line.split()[1]) // 1024 for line in f if line.startswith("VmRSS")), None)
+    return type(worker.get_policy()).__name__, sorted(sys_.modules), rss
 
 
 def worker_modules() -> None:
-    """Count the modules a Ray rollout worker of PPO has imported once built, and
-    list the heavy packages among them (a deterministic start-up proxy)."""
-    from flowrl.algorithms import PPO, PPOConfig
-    algo = PPO(PPOConfig(env="CartPole-v1", backend="ray", seed=0))
-    try:
-        mods = algo.workers.foreach_remote_worker(_modules)[0]
-    finally:
-        algo.stop()
+    """For PPO's Ray rollout workers (8 envs, 128-step fragments), with numpy
+    replicas (the default) and with the real policy (``numpy_replicas=False``):
+    after one ``sample()``, the modules imported, which heavy packages are among
+    them, and the worker process's resident memory (a deterministic start-up
+    proxy, and what each worker costs)."""
+    import ray
+
+    from flowrl.policies import PPOPolicy
+    from flowrl.workers import WorkerConfig, WorkerSet
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     heavy = ["torch", "torch._dynamo", "torch.optim", "gymnasium", "networkx", "rich",
              "tensorboardX", "yaml", "pandas", "scipy"]
-    print(f"modules in a Ray rollout worker: {len(mods)}")
-    for name in heavy:
-        print(f"  {name:15s} {'imported' if name in mods else '-'}")
+    for replicas in (True, False):
+        ws = WorkerSet("CartPole-v1", PPOPolicy,
+                       WorkerConfig(num_envs_per_worker=8, rollout_fragment_length=128,
+                                    numpy_replicas=replicas), num_workers=2, backend="ray")
+        try:
+            facts = ws.foreach_remote_worker(_worker_facts)
+        finally:
+            ws.stop()
+        policy, mods, _ = facts[0]
+        print(f"numpy_replicas={replicas}: policy {policy}, {len(mods)} modules, resident "
+              f"memory per worker {[f[2] for f in facts]} MB")
+        for name in heavy:
+            print(f"  {name:15s} {'imported' if name in mods else '-'}")
 
 
 def main(argv=None) -> None:
@@ -126,7 +143,7 @@ def main(argv=None) -> None:
     p.add_argument("--importtime", action="store_true")
     p.add_argument("--profile", choices=["local", "ray"])
     p.add_argument("--worker-modules", action="store_true",
-                   help="list what a Ray rollout worker imports")
+                   help="a Ray rollout worker's imports and memory, with and without numpy replicas")
     harness.add_arguments(p)
     args = p.parse_args(argv)
     if args.child:
