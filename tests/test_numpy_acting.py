@@ -141,6 +141,14 @@ def test_weights_of_another_model_are_refused_by_the_real_policy_by_name():
     wrong_shape = {k: (v[:, :2] if v.ndim == 2 else v) for k, v in replica.get_weights().items()}
     with pytest.raises(ConfigError, match="has shape"):
         replica.set_weights(wrong_shape)
+    # a first set_weights of another width is refused as the real policy refuses it
+    other = PPOPolicy(*SPACES["box-discrete"], hidden_sizes=[32, 32]).get_weights()
+    fresh = acting_replica(PPOPolicy)(*SPACES["box-discrete"], seed=0)
+    with pytest.raises(ConfigError, match="has shape"):
+        fresh.set_weights(other)
+    narrow = acting_replica(PPOPolicy)(*SPACES["box-discrete"], seed=0, hidden_sizes=[32, 32])
+    narrow.set_weights(other)
+    assert not narrow.materialized
 
 
 def test_a_replica_without_weights_or_with_torch_acting_is_the_real_policy():

@@ -46,7 +46,7 @@ SB = SampleBatch
 ACTING_METHODS = ("compute_actions", "value", "postprocess_trajectory",
                   "postprocess_trajectories", "_with_advantages", "get_weights", "set_weights")
 #: The constructor arguments a replica reads (the rest it keeps for materializing).
-_SETTINGS = ("gamma", "lambda_", "numpy_inference")
+_SETTINGS = ("gamma", "lambda_", "numpy_inference", "hidden_sizes")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,8 +80,8 @@ def acting_replica(policy_class: Any) -> NumpyActing | None:
     inherit it: a subclass may act differently) and must keep
     :class:`~flowrl.policies.TorchPolicy`'s acting, postprocessing and weight
     methods (:data:`ACTING_METHODS`), its model, and pass ``gamma``, ``lambda_``
-    and ``numpy_inference`` through to it unchanged (the replica reads those three
-    from the config, and the layers from the weights). With
+    ``numpy_inference`` and ``hidden_sizes`` through to it unchanged (the replica
+    reads those from the config, and the parameters from the weights). With
     ``numpy_inference=False`` in the config the worker builds the real policy (see
     :class:`NumpyActingPolicy`).
 
@@ -107,7 +107,8 @@ def acting_replica(policy_class: Any) -> NumpyActing | None:
 _OWN = frozenset({"_factory", "_kwargs", "_real", "observation_space", "action_space", "seed",
                   "gamma", "lambda_", "numpy_inference", "use_critic", "_np_rng",
                   "_action_rng", "_obs_dim", "_discrete_obs", "_action_shape", "_gaussian",
-                  "_num_outputs", "_weights", "_pi", "_vf", "_log_std", "_max_rows"})
+                  "_num_outputs", "_weights", "_pi", "_vf", "_log_std", "_max_rows",
+                  "_hidden"})
 _LAYER_KEY = re.compile(r"(pi|vf)\.(\d+)\.(weight|bias)$")
 
 
@@ -142,6 +143,7 @@ class NumpyActingPolicy(Postprocessing):
         self.seed = seed = kwargs.get("seed")
         self.gamma, self.lambda_ = setting["gamma"], setting["lambda_"]
         self.numpy_inference = bool(setting["numpy_inference"])
+        self._hidden = [int(h) for h in setting["hidden_sizes"]]
         self.use_critic = factory.use_critic
         self._np_rng = np.random.default_rng(seed)
         self._action_rng = np.random.default_rng(None if seed is None else [seed, 1])
@@ -269,28 +271,33 @@ class NumpyActingPolicy(Postprocessing):
         log_std = own.get("log_std")
         if (log_std is not None) != self._gaussian or bool(layers["vf"]) != self.use_critic:
             return None
-        pi = _mlp_of(layers["pi"], self._obs_dim, self._num_outputs)
-        vf = _mlp_of(layers["vf"], self._obs_dim, 1) if self.use_critic else None
+        pi = _mlp_of(layers["pi"], [self._obs_dim, *self._hidden, self._num_outputs])
+        vf = _mlp_of(layers["vf"], [self._obs_dim, *self._hidden, 1]) if self.use_critic else None
         if pi is None or (self.use_critic and vf is None) or (
                 log_std is not None and log_std.shape != (self._num_outputs,)):
             return None
         return own, (pi, vf, log_std)
 
 
-def _mlp_of(layers: dict[int, dict[str, np.ndarray]], inputs: int, outputs: int) -> NumpyMLP | None:
+def _mlp_of(layers: dict[int, dict[str, np.ndarray]], sizes: list[int]) -> NumpyMLP | None:
     """The built-in model's MLP (``Linear`` at even indices with ``tanh`` between)
-    from ``{index: {"weight": (out, in), "bias": (out,)}}``, or None when the
-    layers do not chain from ``inputs`` to ``outputs`` that way."""
-    if sorted(layers) != list(range(0, 2 * len(layers), 2)):
+    from ``{index: {"weight": (out, in), "bias": (out,)}}``, or None unless its
+    layers map ``sizes[0]`` to ``sizes[1]`` ... to ``sizes[-1]``.
+
+    >>> w = {0: {"weight": np.ones((3, 2)), "bias": np.ones(3)},
+    ...      2: {"weight": np.ones((1, 3)), "bias": np.ones(1)}}
+    >>> _mlp_of(w, [2, 3, 1]) is not None, _mlp_of(w, [2, 4, 1])
+    (True, None)
+    """
+    if sorted(layers) != list(range(0, 2 * (len(sizes) - 1), 2)):
         return None
-    out, size = [], inputs
-    for i, index in enumerate(sorted(layers)):
+    out = []
+    for i, (index, fan_in, fan_out) in enumerate(zip(sorted(layers), sizes, sizes[1:])):
         w, b = layers[index].get("weight"), layers[index].get("bias")
-        if w is None or b is None or w.ndim != 2 or w.shape[1] != size or b.shape != w.shape[:1]:
+        if w is None or b is None or w.shape != (fan_out, fan_in) or b.shape != (fan_out,):
             return None
-        size = w.shape[0]
-        out.append((w.T, b, np.tanh if i < len(layers) - 1 else None))
-    return NumpyMLP(out) if out and size == outputs else None
+        out.append((w.T, b, np.tanh if i < len(sizes) - 2 else None))
+    return NumpyMLP(out)
 
 
 __all__ = ["ACTING_METHODS", "NumpyActing", "NumpyActingPolicy", "acting_replica"]
