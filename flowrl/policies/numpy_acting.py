@@ -120,9 +120,15 @@ def obs_rows(obs, obs_dim: int, discrete: bool) -> np.ndarray:
     """A batch of observations as ``(B, obs_dim)`` float32 rows: one-hot for a
     ``Discrete`` observation space (``discrete``), flattened otherwise.
 
+    Rows that already are a ``(B, obs_dim)`` float32 array come back as they are
+    (acting calls this once per env step).
+
     >>> obs_rows([[1, 2], [3, 4]], 2, False).dtype, obs_rows([1], 3, True).tolist()
     (dtype('float32'), [[0.0, 1.0, 0.0]])
     """
+    if (type(obs) is np.ndarray and obs.dtype == np.float32 and obs.ndim == 2
+            and obs.shape[1] == obs_dim and not discrete):
+        return obs
     obs = np.asarray(obs)
     if discrete:
         return one_hot(obs, obs_dim)

@@ -147,19 +147,20 @@ class NumpyActingPolicy(Postprocessing):
         self.use_critic = factory.use_critic
         self._np_rng = np.random.default_rng(seed)
         self._action_rng = np.random.default_rng(None if seed is None else [seed, 1])
+        self._weights = self._pi = self._vf = self._log_std = None
+        self._max_rows = 0
+        spaces = (gym.spaces.Box, gym.spaces.Discrete)
+        if not (self.numpy_inference and isinstance(observation_space, spaces)
+                and isinstance(action_space, spaces)):
+            self.materialize()  # torch acting asked for, or the real class reports the space
+            return
         self._discrete_obs = isinstance(observation_space, gym.spaces.Discrete)
         self._obs_dim = (int(observation_space.n) if self._discrete_obs
-                         else int(np.prod(observation_space.shape or ())))
+                         else int(np.prod(observation_space.shape)))
         self._gaussian = isinstance(action_space, gym.spaces.Box)
         self._action_shape = tuple(action_space.shape) if self._gaussian else ()
         self._num_outputs = (int(np.prod(self._action_shape)) if self._gaussian
-                             else int(getattr(action_space, "n", 0)))
-        self._weights = self._pi = self._vf = self._log_std = None
-        self._max_rows = 0
-        if not self.numpy_inference or not isinstance(
-                observation_space, (gym.spaces.Box, gym.spaces.Discrete)) or not isinstance(
-                action_space, (gym.spaces.Box, gym.spaces.Discrete)):
-            self.materialize()  # torch acting asked for, or the real class reports the space
+                             else int(action_space.n))
 
     # -- the real policy ---------------------------------------------------------
     @property
@@ -213,10 +214,7 @@ class NumpyActingPolicy(Postprocessing):
         """As :meth:`flowrl.policies.TorchPolicy.compute_actions`, in numpy."""
         if self._real is not None or self._pi is None or not self.numpy_inference:
             return self.materialize().compute_actions(obs_batch, explore, vf_preds=vf_preds)
-        x = obs_batch
-        if not (type(x) is np.ndarray and x.dtype == np.float32 and x.ndim == 2
-                and x.shape[1] == self._obs_dim and not self._discrete_obs):
-            x = obs_rows(x, self._obs_dim, self._discrete_obs)
+        x = obs_rows(obs_batch, self._obs_dim, self._discrete_obs)
         actions, extra = act(self._forward(self._pi, x), self._log_std, explore,
                              self._action_rng, self._action_shape)
         if vf_preds:

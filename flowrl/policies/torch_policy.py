@@ -357,10 +357,7 @@ class TorchPolicy(Postprocessing):
 
     def _compute_actions_numpy(self, snap: _NumpyActorCritic, obs_batch, explore: bool,
                                vf_preds: bool) -> tuple[np.ndarray, dict]:
-        x = obs_batch
-        if not (type(x) is np.ndarray and x.dtype == np.float32 and x.ndim == 2
-                and x.shape[1] == self._obs_dim and not self._discrete_obs):
-            x = self._obs_array(x)
+        x = self._obs_array(obs_batch)
         actions, extra = act(snap.pi(x), snap.log_std, explore, self._action_rng,
                              tuple(self.action_space.shape or ()))
         if vf_preds:
