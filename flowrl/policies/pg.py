@@ -6,8 +6,6 @@ a fragment or time limit cuts an episode (as RLlib's PG).
 
 from __future__ import annotations
 
-import torch
-
 from flowrl.batch import SampleBatch as SB
 from flowrl.policies.torch_policy import TorchPolicy
 
