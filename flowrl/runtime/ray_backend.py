@@ -1,6 +1,7 @@
 """The Ray backend: shard hosts are Ray actors and a request is one actor call.
 
-This is the only module that talks to Ray actors directly.
+This is the only module that talks to Ray actors directly (``ray_submit`` only
+submits the calls it is handed).
 
 Policy:
 
@@ -20,8 +21,9 @@ Policy:
   uninstalled from them.
 - Requests. ``submit`` is ``host.flowrl_pull_<slot>.remote()`` for one item when
   the run holds one of the host's argument-free pull slots (each actor-call
-  argument costs about as much as the call itself), else
-  ``host.flowrl_pull.remote(key, n)``. Nothing sleeps or polls; whatever blocks
+  argument costs about as much as the call itself), submitted through
+  :func:`~flowrl.runtime.ray_submit.direct_call` (its options resolved once per
+  shard, not per call), else ``host.flowrl_pull.remote(key, n)``. Nothing sleeps or polls; whatever blocks
   is awaited on the run's I/O thread whenever another input could progress
   meanwhile, and called directly when nothing else in the run can move.
   ``wait_any`` (async gathers) takes one step per call. Where its blocking wait
@@ -55,8 +57,8 @@ Policy:
   stages *they* installed on adopted hosts go too), then every actor this run
   created is killed and its death awaited, all bounded by :data:`STOP_WAIT_S`.
 
-State: ``_methods`` / ``_slot_methods`` (per shard, its cached pull methods),
-``_replied`` (per shard, when its last reply was collected) and
+State: ``_methods`` / ``_slot_calls`` (per shard, its cached pull method / its
+slot's submit callable), ``_replied`` (per shard, when its last reply was collected) and
 ``_aggregators`` (ids of the aggregator handles this backend made, which need a
 ``flowrl_close`` before they are killed).
 """
@@ -79,6 +81,7 @@ from flowrl.runtime.shard_host import ItemsHost
 from flowrl.runtime.aggregator import AggregatorHost
 from flowrl.runtime.backend import Backend, Request, Shard, host_lost
 from flowrl.runtime.context import blocks_here, call_blocking
+from flowrl.runtime.ray_submit import direct_call
 
 #: Actor options of the hosts the runtime creates for item sources.
 ITEM_HOST_OPTIONS = {"num_cpus": 0}
@@ -198,7 +201,7 @@ class RayBackend(Backend):
         self.remote_timeout_s = remote_timeout_s
         self._replied: dict[Shard, float] = {}
         self._methods: dict[Shard, Any] = {}
-        self._slot_methods: dict[Shard, Any] = {}
+        self._slot_calls: dict[Shard, Any] = {}
         self._nodes: list[str] | None = None  # alive node ids, read at the first item host
         self._item_hosts = 0
         self._aggregators: set[int] = set()
@@ -248,7 +251,7 @@ class RayBackend(Backend):
             timeout = max(timeout, START_WAIT_S)
         for (s, _), slot in zip(calls, self._fetch(calls, timeout)):
             if slot is not None:
-                self._slot_methods[s] = getattr(s.host, f"flowrl_pull_{slot}")
+                self._slot_calls[s] = direct_call(getattr(s.host, f"flowrl_pull_{slot}"))
 
     def begin_install(self, shard: Shard) -> Request:
         """One ``flowrl_install`` call, not awaited: a request among the gather's others
@@ -268,14 +271,14 @@ class RayBackend(Backend):
     def end_install(self, request: Request) -> None:
         slot = request.result()
         if slot is not None:
-            self._slot_methods[request.shard] = getattr(request.shard.host,
-                                                        f"flowrl_pull_{slot}")
+            self._slot_calls[request.shard] = direct_call(
+                getattr(request.shard.host, f"flowrl_pull_{slot}"))
 
     # ------------------------------------------------------------------ requests
     def submit(self, shard: Shard, n: int) -> Request:
-        slot_method = self._slot_methods.get(shard) if n == 1 else None
-        if slot_method is not None:  # argument-free: the cheapest actor call
-            return RayRequest(shard, n, slot_method.remote())
+        slot_call = self._slot_calls.get(shard) if n == 1 else None
+        if slot_call is not None:  # argument-free: the cheapest actor call
+            return RayRequest(shard, n, slot_call())
         method = self._methods.get(shard)
         if method is None:
             method = self._methods[shard] = shard.host.flowrl_pull
@@ -435,7 +438,7 @@ class RayBackend(Backend):
 
     def forget(self, shard: Shard) -> None:
         self._methods.pop(shard, None)
-        self._slot_methods.pop(shard, None)
+        self._slot_calls.pop(shard, None)
         self._replied.pop(shard, None)
 
     def end_host(self, host: Any) -> None:
@@ -447,7 +450,7 @@ class RayBackend(Backend):
         refs = []
         for s in shards:
             self._methods.pop(s, None)
-            self._slot_methods.pop(s, None)
+            self._slot_calls.pop(s, None)
             try:
                 refs.append(s.host.flowrl_uninstall.remote(s.key))
             except Exception:  # noqa: BLE001 - not a ShardHost / gone: nothing installed
@@ -490,7 +493,7 @@ class RayBackend(Backend):
 
     def stop(self) -> None:
         self._methods.clear()
-        self._slot_methods.clear()
+        self._slot_calls.clear()
         self._replied.clear()
 
 
