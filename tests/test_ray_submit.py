@@ -68,7 +68,7 @@ def test_the_installed_ray_takes_the_shortcut(ray_session):
 
 @pytest.mark.parametrize("options, name", [
     ({"num_cpus": 0}, "value"),
-    ({"num_cpus": 1, "max_task_retries": 3}, "value"),
+    ({"num_cpus": 0, "max_task_retries": 3}, "value"),
     ({"num_cpus": 0, "max_task_retries": 2}, "value_retried"),
     ({"num_cpus": 0}, "value_unrecorded"),
 ], ids=["defaults", "retries", "retry-exceptions", "no-task-events"])

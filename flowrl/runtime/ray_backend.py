@@ -23,9 +23,10 @@ Policy:
   the run holds one of the host's argument-free pull slots (each actor-call
   argument costs about as much as the call itself), submitted through
   :func:`~flowrl.runtime.ray_submit.direct_call` (its options resolved once per
-  shard, not per call), else ``host.flowrl_pull.remote(key, n)``. Nothing sleeps or polls; whatever blocks
-  is awaited on the run's I/O thread whenever another input could progress
-  meanwhile, and called directly when nothing else in the run can move.
+  shard, not per call), else ``host.flowrl_pull.remote(key, n)``. Nothing sleeps
+  or polls; whatever blocks is awaited on the run's I/O thread whenever another
+  input could progress meanwhile, and called directly when nothing else in the
+  run can move.
   ``wait_any`` (async gathers) takes one step per call. Where its blocking wait
   would be called directly, the step is one blocking ``ray.wait`` for the oldest
   request of each shard, ``num_returns=1``: it returns at once when one is ready,
@@ -58,9 +59,9 @@ Policy:
   created is killed and its death awaited, all bounded by :data:`STOP_WAIT_S`.
 
 State: ``_methods`` / ``_slot_calls`` (per shard, its cached pull method / its
-slot's submit callable), ``_replied`` (per shard, when its last reply was collected) and
-``_aggregators`` (ids of the aggregator handles this backend made, which need a
-``flowrl_close`` before they are killed).
+slot's submit callable), ``_replied`` (per shard, when its last reply was
+collected) and ``_aggregators`` (ids of the aggregator handles this backend made,
+which need a ``flowrl_close`` before they are killed).
 """
 
 from __future__ import annotations
