@@ -8,7 +8,8 @@
 # reported and the others still run; the exit status is 1 if any failed.
 #
 # Expected duration on 2 idle cores: about 2 h 50 min in all (startup 2, sampling 5,
-# local_overhead 5, ray_overhead 25 (3 seeds: 15) and --paired 15, profile_ppo 5,
+# local_overhead 5, ray_overhead 25 (3 seeds: 15) and --paired 15, compiled_graph 6,
+# profile_ppo 5,
 # ppo_cartpole --matched 25 and --tuned 25, impala_throughput 10, async_cartpole 15,
 # apex_throughput 10, replay 2, dqn_cartpole 20, multi_agent_sampling 3,
 # ddppo_cartpole 8, chaos 12 minutes; the targeted ones are upper bounds, reached
@@ -35,6 +36,7 @@ BENCHMARKS=(
   "local_overhead|local_overhead"
   "ray_overhead|ray_overhead"
   "ray_overhead-paired|ray_overhead --paired --items 2000"
+  "compiled_graph|compiled_graph"
   "profile_ppo|profile_ppo"
   "ppo_cartpole-matched|ppo_cartpole --matched"
   "ppo_cartpole-tuned|ppo_cartpole --tuned"

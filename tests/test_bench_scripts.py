@@ -19,6 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import chaos  # noqa: E402
+import compiled_graph  # noqa: E402
 import ddppo_cartpole  # noqa: E402
 import dqn_cartpole  # noqa: E402
 import ray_overhead  # noqa: E402
@@ -138,3 +139,25 @@ def test_ray_overhead_paired_compares_flowrl_with_the_hand_loop_it_trails_most(c
     assert cells[1 + ray_overhead.SYSTEMS.index("flowrl")] == "1.50 [1.50-1.50]"
     assert cells[1 + ray_overhead.SYSTEMS.index("hand-nret")] == "1.80 [1.65-1.95]"
     assert cells[1 + ray_overhead.SYSTEMS.index("hand-one")] == "-"
+
+
+def test_compiled_graph_reports_each_system_against_ordinary_actor_calls(capsys):
+    def paired(compiled):
+        result = {}
+        for lay in compiled_graph.LAYOUTS:
+            result.update({f"actor-calls:{lay}": 1000.0, f"compiled:{lay}": 1000.0 * compiled,
+                           f"compiled/actor-calls:{lay}": compiled,
+                           f"flowrl/actor-calls:{lay}": 1.0, f"compile_s:{lay}": 0.2})
+        return _run(compiled_graph.PAIRED, **result)
+    runs = [paired(3.0), paired(2.0), {"system": compiled_graph.PAIRED, "valid": False,
+                                       "ok": False, "result": None}]
+    compiled_graph.report(runs)
+    out = capsys.readouterr().out
+    assert "over 2 runs" in out
+    row = next(ln for ln in out.splitlines() if ln.startswith("1cpu"))
+    cells = [c.strip() for c in row.split("|")]
+    assert cells[1] == "1,000 [1,000-1,000]"                      # actor-calls items/s
+    assert cells[3] == "2,500 [2,000-3,000]"                      # compiled items/s
+    assert "2.50x [2.00x-3.00x]" in cells and "1.00x [1.00x-1.00x]" in cells
+    assert cells[-1] == "0.20 [0.20-0.20]"
+    assert cells.count("-") == 5  # no figures given: flowrl items/s, compiled-2, +graph
