@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import ray
 
@@ -117,7 +119,17 @@ def test_a_direct_call_to_a_dead_actor_fails_as_remote_does(ray_session):
     host = ray.remote(num_cpus=0)(Host).remote()
     call = direct_call(host.value)
     assert ray.get(call(), timeout=60) == 7
-    ray.kill(host)
+    ray.kill(host, no_restart=True)
+    # ray.kill is asynchronous: calls may still be answered for a moment, then every
+    # one fails with RayActorError (any other error, or a hang, fails the test).
+    deadline = time.monotonic() + 60  # only catches a kill that never takes effect
+    while True:
+        try:
+            assert ray.get(call(), timeout=60) == 7
+        except ray.exceptions.RayActorError:
+            break
+        assert time.monotonic() < deadline, f"{host} still answers 60 s after ray.kill"
+        time.sleep(0.05)
     with pytest.raises(ray.exceptions.RayActorError):
         ray.get(call(), timeout=60)
     with pytest.raises(ray.exceptions.RayActorError):
