@@ -28,7 +28,8 @@ _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 #: stays below this: OpenBLAS computes such products on the calling thread, where
 #: larger ones start its thread pool, which competes with the sampler for the cores
 #: (and spins under load). :class:`~flowrl.policies.TorchPolicy` sends larger
-#: batches through torch; :class:`~flowrl.policies.replica.NumpyActingPolicy` splits them into chunks.
+#: batches through torch; :class:`~flowrl.policies.replica.NumpyActingPolicy`
+#: splits them into chunks.
 NUMPY_MAX_MACS = 1 << 18
 
 

@@ -203,6 +203,10 @@ class NumpyActingPolicy(Postprocessing):
             setattr(self.materialize(), name, value)
 
     # -- acting ------------------------------------------------------------------
+    def _acts_itself(self) -> bool:
+        """Whether acting runs here: not materialized, weights loaded, numpy asked for."""
+        return self._real is None and self._pi is not None and self.numpy_inference
+
     def _forward(self, mlp: NumpyMLP, x: np.ndarray) -> np.ndarray:
         m = self._max_rows
         if len(x) <= m:
@@ -212,7 +216,7 @@ class NumpyActingPolicy(Postprocessing):
     def compute_actions(self, obs_batch, explore: bool = True, *,
                         vf_preds: bool = True) -> tuple[np.ndarray, dict]:
         """As :meth:`flowrl.policies.TorchPolicy.compute_actions`, in numpy."""
-        if self._real is not None or self._pi is None or not self.numpy_inference:
+        if not self._acts_itself():
             return self.materialize().compute_actions(obs_batch, explore, vf_preds=vf_preds)
         x = obs_rows(obs_batch, self._obs_dim, self._discrete_obs)
         actions, extra = act(self._forward(self._pi, x), self._log_std, explore,
@@ -228,7 +232,7 @@ class NumpyActingPolicy(Postprocessing):
 
     def value(self, obs_batch) -> np.ndarray:
         """``V(s)`` for a batch of observations, shape ``(B,)`` (zeros without a critic)."""
-        if self._real is not None or self._pi is None or not self.numpy_inference:
+        if not self._acts_itself():
             return self.materialize().value(obs_batch)
         return self._values(obs_rows(obs_batch, self._obs_dim, self._discrete_obs))
 
