@@ -42,6 +42,12 @@ actors are ready. Both save driver wake-ups when actors run in lockstep; the
 actor made it, so every measurement also records the items' median *latency*:
 from the actor making an item to the loop handing it out (one machine, one
 clock). A loop that batches wake-ups buys its throughput with this latency.
+Each measurement also reads the CPU time it cost, per item: in the driver process
+(every thread, Ray's own included) and in the whole Ray session (the driver plus
+every process it started: GCS, raylet, the actors' workers). On 2 cores the
+actors, the driver and Ray's processes share the CPUs, so a loop's items/s is
+bounded by its session CPU per item; flowrl's ratio of it to each hand loop says
+what flowrl's machinery costs the machine, with less scheduling noise than a rate.
 Within a process every measurement pulls ``--items`` items after a warm-up and
 is repeated ``--reps`` times (interleaved across modes); between measurements
 every in-flight call is drained (each actor answers a ping, which it runs after
@@ -57,7 +63,8 @@ taken within a round (measurements seconds apart, same actors, same process), so
 the process-to-process spread (Ray worker placement, machine state: often 15-20%
 between fresh processes) cancels out; the table gives the median of those
 paired ratios per run, and its median and range over runs. A second table gives
-each system's item latency, the median over runs of each run's median.
+each system's item latency, the median over runs of each run's median; a third,
+flowrl's CPU per item and its within-round ratio to each hand loop's.
 
     python benchmarks/ray_overhead.py                      # 5 runs per system
     python benchmarks/ray_overhead.py --paired             # 5 runs, every system in each
@@ -67,6 +74,7 @@ each system's item latency, the median over runs of each run's median.
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -123,21 +131,36 @@ def _actor_class():
     return BenchActor
 
 
-def timed(it, n: int) -> tuple[float, float]:
-    """Items/s of pulling ``n`` items from iterator ``it`` after a warm-up, and the
-    median latency of those items in ms (each item's stamp: when its actor made it)."""
+def cpu_meter():
+    """A reader of ``(driver CPU-s, session CPU-s)``: this process (every thread, from
+    ``time.process_time``) and this process plus every process it started (Ray's GCS,
+    raylet and workers, the actors among them; ``/proc``, clock-tick resolution)."""
+    tree = harness.TreeCpu([os.getpid()])
+    return lambda: (time.process_time(), tree.read())
+
+
+def timed(it, n: int, cpu=None) -> tuple[float, float, float, float]:
+    """Pull ``n`` items from iterator ``it`` after a warm-up: items/s, the items' median
+    latency in ms (each item's stamp: when its actor made it), and CPU microseconds
+    per item in this process and in the whole Ray session (from ``cpu``, a
+    :func:`cpu_meter`; NaN without one)."""
     import numpy as np
     for _ in range(WARMUP):
         next(it)
     made = np.empty(n)
     got = np.empty(n)
+    before = cpu() if cpu is not None else None
     t = time.perf_counter()
     for i in range(n):
         item = next(it)
         got[i] = time.time()
         made[i] = item.view(np.float64)[0, 0]
     rate = n / (time.perf_counter() - t)
-    return rate, float(np.median(got - made)) * 1e3
+    driver_us = session_us = math.nan
+    if before is not None:
+        after = cpu()
+        driver_us, session_us = ((a - b) * 1e6 / n for a, b in zip(after, before))
+    return rate, float(np.median(got - made)) * 1e3, driver_us, session_us
 
 
 # -- hand-written loops (each keeps its pending refs in `pending` for draining) ---------
@@ -236,9 +259,10 @@ LOOPS = {("hand-wait", "async"): hand_wait_async, ("hand-one", "async"): hand_on
          ("hand-rr", "sync"): hand_sync("rr"), ("hand-nret", "sync"): hand_sync("nret")}
 
 
-def measure(system: str, mode: str, actors, n: int, k: int) -> tuple[float, float]:
-    """One measurement (items/s, median latency ms), then drain every call still in
-    flight on the actors."""
+def measure(system: str, mode: str, actors, n: int, k: int,
+            cpu=None) -> tuple[float, float, float, float]:
+    """One measurement (:func:`timed`'s figures), then drain every call still in flight
+    on the actors."""
     import ray
     try:
         if system == "flowrl":
@@ -246,16 +270,16 @@ def measure(system: str, mode: str, actors, n: int, k: int) -> tuple[float, floa
             s = flowrl.from_actors(actors)
             out = s.gather_async(num_async=k) if mode == "async" else s.gather_sync()
             with flowrl.Plan(out).compile(backend="ray") as run:
-                return timed(run, n)
+                return timed(run, n, cpu)
         if system == "ray.util.iter":
             from ray.util.iter import from_actors
             par = from_actors(actors)
             it = par.gather_async(num_async=k) if mode == "async" else par.gather_sync()
-            return timed(iter(it), n)
+            return timed(iter(it), n, cpu)
         pending: dict = {}
         gen = LOOPS[system, mode](actors, k, pending)
         try:
-            return timed(gen, n)
+            return timed(gen, n, cpu)
         finally:
             gen.close()
             if pending:
@@ -275,28 +299,34 @@ def child(args) -> None:
     for layout, (n_actors, cpus, delays) in LAYOUTS.items():
         actors = [ray.remote(num_cpus=cpus)(cls).remote(d) for d in delays]
         ray.get([a.ping.remote() for a in actors])
-        rates = {(s, m): [] for s in systems for m in MODES}
-        latencies = {(s, m): [] for s in systems for m in MODES}
+        cpu = cpu_meter()  # after the actors: their workers are in the tree it reads
+        figs: dict[tuple[str, str], list[tuple[float, float, float, float]]] = {
+            (s, m): [] for s in systems for m in MODES}
         for rep in range(args.reps):
             order = systems[rep % len(systems):] + systems[:rep % len(systems)]
             for mode in MODES:
                 for system in order:
-                    rate, latency = measure(system, mode, actors, args.items, args.num_async)
-                    rates[system, mode].append(rate)
-                    latencies[system, mode].append(latency)
+                    figs[system, mode].append(
+                        measure(system, mode, actors, args.items, args.num_async, cpu))
         for mode in MODES:
             cell = f"{mode}_{layout}"
-            if args.child != PAIRED:
-                result[cell] = statistics.median(rates[args.child, mode])
-                result[f"latency_ms:{cell}"] = statistics.median(latencies[args.child, mode])
-                continue
-            fl = rates["flowrl", mode]
             for system in systems:
-                result[f"{system}:{cell}"] = statistics.median(rates[system, mode])
-                result[f"latency_ms:{system}:{cell}"] = statistics.median(latencies[system, mode])
-                if system != "flowrl":
-                    result[f"flowrl/{system}:{cell}"] = statistics.median(
-                        a / b for a, b in zip(fl, rates[system, mode]))
+                rate, latency, driver, session = (statistics.median(f) for f in
+                                                  zip(*figs[system, mode]))
+                prefix = "" if args.child != PAIRED else f"{system}:"
+                result[f"{prefix}{cell}"] = rate
+                result[f"latency_ms:{prefix}{cell}"] = latency
+                result[f"driver_us:{prefix}{cell}"] = driver
+                result[f"cpu_us:{prefix}{cell}"] = session
+                if args.child != PAIRED or system == "flowrl":
+                    continue
+                # flowrl's ratio to this system within each round: items/s, and the
+                # session's CPU per item (below 1: flowrl costs the machine less)
+                pairs = list(zip(figs["flowrl", mode], figs[system, mode]))
+                result[f"flowrl/{system}:{cell}"] = statistics.median(
+                    f[0] / o[0] for f, o in pairs)
+                result[f"cpu:flowrl/{system}:{cell}"] = statistics.median(
+                    f[3] / o[3] for f, o in pairs)
         for a in actors:
             ray.kill(a)
     ray.shutdown()
@@ -310,6 +340,8 @@ def report_paired(runs: list[dict]) -> None:
     figs = [f"{s}:{k}" for k in keys for s in SYSTEMS]
     figs += [f"flowrl/{s}:{k}" for k in keys for s in others]
     figs += [f"latency_ms:{s}:{k}" for k in keys for s in SYSTEMS]
+    figs += [f"{what}:flowrl:{k}" for k in keys for what in ("cpu_us", "driver_us")]
+    figs += [f"cpu:flowrl/{h}:{k}" for k in keys for h in HAND]
     (group,) = harness.summarize(runs, figs) or [None]
     if group is None:
         print("no valid paired run")
@@ -334,6 +366,18 @@ def report_paired(runs: list[dict]) -> None:
             ["mode_layout", *SYSTEMS], lat,
             title="median item latency, ms (from the actor making an item to the loop "
                   f"handing it out), median [min-max] over {group.n} runs")
+    cpu = [[key, *(harness.fmt_figure(group.figures.get(f"{what}:flowrl:{key}"), "{:,.0f}")
+                   for what in ("cpu_us", "driver_us")),
+             *(harness.fmt_figure(group.figures.get(f"cpu:flowrl/{h}:{key}"), "{:.2f}x")
+               for h in HAND)] for key in keys]
+    if any(c != "-" for row in cpu for c in row[1:]):
+        harness.print_table(
+            ["mode_layout", "flowrl session us/item", "flowrl driver us/item",
+             *(f"cpu flowrl/{h}" for h in HAND)], cpu,
+            title="CPU per item, microseconds: the whole Ray session (driver, actors, "
+                  "GCS, raylet) and the driver alone; flowrl's session CPU per item over "
+                  "each hand loop's, within a round (below 1.00x: flowrl costs less), "
+                  f"median [min-max] over {group.n} runs")
 
 
 def main(argv=None) -> None:

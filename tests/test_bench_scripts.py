@@ -122,7 +122,11 @@ def test_ray_overhead_paired_compares_flowrl_with_the_hand_loop_it_trails_most(c
                                f"flowrl/hand-nret:{cell}": nret, f"flowrl/hand-one:{cell}": 0.97,
                                f"flowrl/ray.util.iter:{cell}": 1.2,
                                f"latency_ms:flowrl:{cell}": 1.5,
-                               f"latency_ms:hand-nret:{cell}": 1.5 * nret})
+                               f"latency_ms:hand-nret:{cell}": 1.5 * nret,
+                               f"cpu_us:flowrl:{cell}": 800.0 * wait,
+                               f"driver_us:flowrl:{cell}": 400.0,
+                               f"cpu:flowrl/hand-wait:{cell}": 1 / wait,
+                               f"cpu:flowrl/hand-rr:{cell}": rr})
         return _run(ray_overhead.PAIRED, **result)
     runs = [paired(1.02, 0.90, 1.10), paired(1.00, 0.96, 1.30), paired(0.98, 0.99, 1.20),
             {"system": ray_overhead.PAIRED, "valid": False, "ok": True, "result": None}]
@@ -139,6 +143,11 @@ def test_ray_overhead_paired_compares_flowrl_with_the_hand_loop_it_trails_most(c
     assert cells[1 + ray_overhead.SYSTEMS.index("flowrl")] == "1.50 [1.50-1.50]"
     assert cells[1 + ray_overhead.SYSTEMS.index("hand-nret")] == "1.80 [1.65-1.95]"
     assert cells[1 + ray_overhead.SYSTEMS.index("hand-one")] == "-"
+    # the CPU table: flowrl's session and driver CPU per item, its CPU ratio per hand loop
+    cpu = [ln for ln in out.splitlines() if ln.startswith("async_skew")][2]
+    cells = [c.strip() for c in cpu.split("|")]
+    assert cells[1:3] == ["800 [784-816]", "400 [400-400]"]
+    assert cells[3:] == ["1.00x [0.98x-1.02x]", "-", "0.96x [0.90x-0.99x]", "-"]
 
 
 def test_compiled_graph_reports_each_system_against_ordinary_actor_calls(capsys):
