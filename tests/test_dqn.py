@@ -20,7 +20,7 @@ from flowrl.algorithms import DQN, DQNConfig
 from flowrl.algorithms.dqn import round_robin_weights
 from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
-from flowrl.ops import (LearningStarts, ParallelRollouts, Replay, StoreToReplayBuffer,
+from flowrl.ops import (LearningStarts, ParallelRollouts, StoreToReplayBuffer,
                         TrainOneStep, UpdateReplayPriorities)
 from flowrl.policies import DQNPolicy
 from flowrl.policies.dqn import N_STEP_DISCOUNT, huber, n_step_transitions

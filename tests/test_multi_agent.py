@@ -10,7 +10,7 @@ import pytest
 
 import flowrl
 from flowrl.algorithms import PG, PGConfig
-from flowrl.batch import MultiAgentBatch, SampleBatch
+from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError, OperatorError
 from flowrl.metrics import MetricsContext, using_metrics
 from flowrl.ops import ParallelRollouts, TrainOneStep, collect_metrics, synchronous_parallel_sample

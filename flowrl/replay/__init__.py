@@ -7,9 +7,9 @@ replay actors that host them as shard sources.
 ['batch_indexes', 'batch_row_ids', 'obs', 'weights']
 """
 
-import numpy as np
+import numpy as np  # noqa: F401 - the module docstring's example uses it
 
-from flowrl.batch import SampleBatch
+from flowrl.batch import SampleBatch  # noqa: F401 - the example uses it too
 from flowrl.replay.actor import PRIORITIES, ReplayActor, ReplayCalls, create_replay_actors
 from flowrl.replay.buffers import (BATCH_INDEXES, BATCH_ROW_IDS, WEIGHTS,
                                    PrioritizedReplayBuffer, ReplayBuffer)

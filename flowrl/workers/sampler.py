@@ -128,7 +128,7 @@ class VectorSampler:
 
     def sample(self) -> SampleBatch:
         """``num_envs * fragment_length`` postprocessed rows, env-major."""
-        policy, venv, T, N = self.policy, self.venv, self.fragment_length, self.num_envs
+        policy, venv, T = self.policy, self.venv, self.fragment_length
         obs, clip, explore, discrete = self._obs, self._clip, self.explore, self._discrete
         eps_id, ep_t, ep_ret = self._eps_id, self._ep_t, self._ep_ret
         defer = defers_vf_preds(policy)
