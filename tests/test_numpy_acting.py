@@ -14,7 +14,8 @@ import pytest
 from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
 from flowrl.policies import A2CPolicy, APPOPolicy, DQNPolicy, IMPALAPolicy, PGPolicy, PPOPolicy
-from flowrl.policies.replica import NumpyActingPolicy, acting_replica
+from flowrl.policies.replica import (REPLICA_STATE, NumpyActingPolicy, acting_replica,
+                                     set_policy_state)
 from flowrl.workers import RolloutWorker, WorkerConfig, WorkerSet
 from flowrl.workers.worker_set import _with_acting_replicas
 
@@ -126,6 +127,50 @@ def test_a_replica_learns_like_the_real_policy_once_asked_to():
         np.testing.assert_allclose(g_rep, g_real, rtol=1e-6)
 
 
+def test_a_replica_checkpoints_its_acting_state_without_building_the_real_policy():
+    real, replica = pair(spaces="box-gaussian")
+    x = observations("box-gaussian", 8)
+    replica.compute_actions(x)  # its generators have moved on from the seed
+    state = replica.get_state()
+    assert not replica.materialized
+    assert state[REPLICA_STATE] is True and sorted(state) == sorted(
+        [REPLICA_STATE, "weights", "np_rng", "action_rng"])
+    expected = [replica.compute_actions(x)[0] for _ in range(3)]
+
+    # into a fresh replica (another seed, other weights): the same actions follow
+    _, fresh = pair(spaces="box-gaussian", seed=9)
+    set_policy_state(fresh, state)
+    assert not fresh.materialized
+    for a in expected:
+        np.testing.assert_array_equal(fresh.compute_actions(x)[0], a)
+    # into the real class (a run restoring without replicas): weights and the numpy
+    # generators, the rest of its state as it was
+    other = PPOPolicy(*SPACES["box-gaussian"], seed=9, kl_coeff=0.3)
+    set_policy_state(other, state)
+    assert other.kl_coeff == 0.3
+    for k, v in state["weights"].items():
+        np.testing.assert_array_equal(other.get_weights()[k], v)
+    for a in expected:
+        np.testing.assert_array_equal(other.compute_actions(x)[0], a)
+    # into a replica that has materialized: the same, through the real policy
+    _, grown = pair(spaces="box-gaussian", seed=9)
+    grown.materialize()
+    set_policy_state(grown, state)
+    for a in expected:
+        np.testing.assert_array_equal(grown.compute_actions(x)[0], a)
+
+
+def test_a_full_policy_state_still_materializes_the_replica_that_gets_it():
+    real, replica = pair()
+    state = real.get_state()  # optimizer, torch generator, kl_coeff: the real class's
+    real.kl_coeff = 0.9
+    assert "optimizer" in state and not replica.materialized
+    replica.set_state(state)
+    assert replica.materialized and replica.kl_coeff == state["kl_coeff"]
+    # and a materialized replica checkpoints as the real policy does
+    assert sorted(replica.get_state()) == sorted(state)
+
+
 def test_settings_changed_on_the_replica_reach_the_real_policy():
     real, replica = pair()
     replica.gamma, replica.lambda_ = 0.5, 0.25
@@ -234,6 +279,34 @@ def test_a_ray_worker_set_hands_its_remote_workers_replicas(ray_session):
                 np.testing.assert_array_equal(remote[k], v)
     finally:
         ws.stop()
+
+
+@pytest.mark.ray
+def test_saving_and_restoring_a_ray_run_keeps_its_workers_torch_free(ray_session, tmp_path):
+    from flowrl.algorithms import PPO, PPOConfig
+
+    def config():
+        return PPOConfig(env="CartPole-v1", backend="ray", num_workers=2, seed=0,
+                         rollout_fragment_length=32, train_batch_size=128,
+                         sgd_minibatch_size=64, num_sgd_iter=1)
+
+    def remote_view(algo):
+        return algo.workers.foreach_worker(
+            lambda w: (getattr(w.get_policy(), "materialized", None),
+                       w.get_policy().get_state()["np_rng"]))[1:]
+
+    with PPO(config()) as algo:
+        algo.train()
+        algo.save(str(tmp_path / "ck"))
+        saved = remote_view(algo)
+        assert [m for m, _ in saved] == [False, False]
+        torch_in = algo.workers.foreach_worker(lambda w: "torch" in sys.modules)[1:]
+        assert torch_in == [False, False]
+    with PPO(config()) as fresh:
+        fresh.restore(str(tmp_path / "ck"))
+        assert remote_view(fresh) == saved  # the workers' generators, restored, no torch
+        assert fresh.train()["training_iteration"] == 2
+        assert [m for m, _ in remote_view(fresh)] == [False, False]
 
 
 def test_workers_that_learn_from_the_start_get_the_real_policy():

@@ -12,12 +12,22 @@ worker start-up (``benchmarks/startup.py`` times it). So for the built-in polici
   seeds and random streams as :class:`~flowrl.policies.TorchPolicy`'s numpy path,
   on batches of any size (larger ones in ``NUMPY_MAX_MACS`` chunks, so OpenBLAS
   stays on the calling thread);
-- anything else (``learn_on_batch``, ``compute_gradients``, ``get_state``, an
-  attribute only the real policy has) *materializes* the replica once: it imports
+- anything else (``learn_on_batch``, ``compute_gradients``, an attribute only
+  the real policy has) *materializes* the replica once: it imports
   torch, builds the real policy with the same arguments, hands it the current
   weights and the numpy random generators, and from then on forwards every call
   to it. Nothing a worker was asked for behaves differently; only the first such
   call pays the import.
+
+Checkpoints. A replica that acts itself answers ``get_state`` with what acting
+uses, and nothing that needs torch: its weights and its numpy generators' states,
+marked :data:`REPLICA_STATE` (a worker that only acts has no optimizer state, and
+its torch generator and learning settings, such as PPO's ``kl_coeff``, are the
+ones it was built with). :func:`set_policy_state` restores such a state into a
+replica or, when the restoring run has the real policy there, into that policy's
+weights and numpy generators. A full policy state (from a materialized replica,
+or a checkpoint written before replicas had their own) materializes the replica
+that gets it, as before.
 
 Until its first ``set_weights`` (a WorkerSet syncs the local worker's weights to
 every remote worker it starts) a replica has no weights of its own, and acting
@@ -47,6 +57,9 @@ ACTING_METHODS = ("compute_actions", "value", "postprocess_trajectory",
                   "postprocess_trajectories", "_with_advantages", "get_weights", "set_weights")
 #: The constructor arguments a replica reads (the rest it keeps for materializing).
 _SETTINGS = ("gamma", "lambda_", "numpy_inference", "hidden_sizes")
+#: The key that marks a replica's own checkpoint state (``get_state`` of a replica
+#: that acts itself): ``{REPLICA_STATE: True, "weights", "np_rng", "action_rng"}``.
+REPLICA_STATE = "numpy_replica"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -255,6 +268,25 @@ class NumpyActingPolicy(Postprocessing):
                 return
         self.materialize().set_weights(weights)
 
+    # -- checkpoints -------------------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        """For checkpoints: while acting itself, its weights and numpy generators'
+        states marked :data:`REPLICA_STATE` (the real policy is not built); once
+        materialized, or before it has weights, the real policy's state."""
+        if self._real is not None or self._weights is None:
+            return self.materialize().get_state()
+        return {REPLICA_STATE: True, "weights": self.get_weights(),
+                "np_rng": self._np_rng.bit_generator.state,
+                "action_rng": self._action_rng.bit_generator.state}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`get_state` of a replica or of the real class returned
+        (the latter materializes this replica)."""
+        if is_replica_state(state):
+            _restore_acting_state(self, state)
+        else:
+            self.materialize().set_state(state)
+
     def _layout(self, weights: dict[str, np.ndarray]):
         """``(weights as float32 copies, (pi, vf, log_std))``, or None when the names or
         shapes are not those of the built-in model for these spaces."""
@@ -281,6 +313,29 @@ class NumpyActingPolicy(Postprocessing):
         return own, (pi, vf, log_std)
 
 
+def is_replica_state(state: Any) -> bool:
+    """Whether ``state`` is a replica's own checkpoint state (:data:`REPLICA_STATE`)."""
+    return isinstance(state, dict) and state.get(REPLICA_STATE) is True
+
+
+def _restore_acting_state(policy: Any, state: dict[str, Any]) -> None:
+    """Load a replica's state into ``policy`` (a replica, or a real policy whose other
+    state it leaves as it is): its weights, then its numpy generators' states."""
+    policy.set_weights(state["weights"])
+    policy._np_rng.bit_generator.state = state["np_rng"]
+    policy._action_rng.bit_generator.state = state["action_rng"]
+
+
+def set_policy_state(policy: Any, state: dict[str, Any]) -> None:
+    """``policy.set_state(state)``, except that a replica's state (:data:`REPLICA_STATE`)
+    restored into the real class sets only what the replica saved: its weights and
+    numpy generators (a run that saved with replicas and restores without them)."""
+    if is_replica_state(state) and not isinstance(policy, NumpyActingPolicy):
+        _restore_acting_state(policy, state)
+    else:
+        policy.set_state(state)
+
+
 def _mlp_of(layers: dict[int, dict[str, np.ndarray]], sizes: list[int]) -> NumpyMLP | None:
     """The built-in model's MLP (``Linear`` at even indices with ``tanh`` between)
     from ``{index: {"weight": (out, in), "bias": (out,)}}``, or None unless its
@@ -302,4 +357,5 @@ def _mlp_of(layers: dict[int, dict[str, np.ndarray]], sizes: list[int]) -> Numpy
     return NumpyMLP(out)
 
 
-__all__ = ["ACTING_METHODS", "NumpyActing", "NumpyActingPolicy", "acting_replica"]
+__all__ = ["ACTING_METHODS", "REPLICA_STATE", "NumpyActing", "NumpyActingPolicy",
+           "acting_replica", "is_replica_state", "set_policy_state"]

@@ -31,6 +31,7 @@ import gymnasium as gym
 from flowrl.batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
 from flowrl.errors import ConfigError
 from flowrl.graph.shard_host import ShardHost
+from flowrl.policies.replica import set_policy_state
 from flowrl.workers.multi_agent_env import MultiAgentEnv
 from flowrl.workers.multi_agent_sampler import (Episode, MultiAgentSampler, as_mapping_fn,
                                                 spaces_match)
@@ -325,14 +326,16 @@ class RolloutWorker(ShardHost):
             self.get_policy(pid).set_weights(w)
 
     def get_state(self) -> dict[str, Any]:
-        """Every policy's state (weights, optimizer, RNG) for checkpoints."""
+        """Every policy's state (weights, optimizer, RNG) for checkpoints; a numpy
+        replica that acts itself gives only its weights and RNGs, without torch."""
         return {"policies": {pid: p.get_state() for pid, p in self.policy_map.items()},
                 "policies_to_train": list(self.policies_to_train)}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`get_state` returned."""
+        """Restore what :meth:`get_state` returned; a numpy replica's policy state goes
+        into a replica or the real policy alike (:func:`set_policy_state`)."""
         for pid, s in state["policies"].items():
-            self.get_policy(pid).set_state(s)
+            set_policy_state(self.get_policy(pid), s)
         self.policies_to_train = list(state["policies_to_train"])
 
     def stop(self) -> None:
