@@ -328,9 +328,10 @@ def _restore_acting_state(policy: Any, state: dict[str, Any]) -> None:
 
 def set_policy_state(policy: Any, state: dict[str, Any]) -> None:
     """``policy.set_state(state)``, except that a replica's state (:data:`REPLICA_STATE`)
-    restored into the real class sets only what the replica saved: its weights and
-    numpy generators (a run that saved with replicas and restores without them)."""
-    if is_replica_state(state) and not isinstance(policy, NumpyActingPolicy):
+    sets only what the replica saved, its weights and numpy generators, in a replica
+    and in the real class alike (a run that saved with replicas and restores without
+    them)."""
+    if is_replica_state(state):
         _restore_acting_state(policy, state)
     else:
         policy.set_state(state)
