@@ -169,7 +169,7 @@ class _Encoder:
 
     def _add_array(self, a: np.ndarray) -> str:
         key = str(len(self.arrays))
-        self.arrays[key] = np.ascontiguousarray(a)
+        self.arrays[key] = a if a.flags.c_contiguous else a.copy(order="C")  # keeps 0-d
         return key
 
     def _pickle(self, x: Any, where: str) -> dict:
