@@ -261,3 +261,30 @@ def test_overwrites_keep_only_the_files_the_new_state_names(tmp_path):
     assert sorted(os.listdir(ck)) == ["arrays.safetensors", "state.json"]
     assert checkpoint.read_checkpoint(ck)["w"].tolist() == [2.0, 2.0]
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]
+
+
+def make_cartpole(env_config):
+    import gymnasium as gym
+    return gym.make("CartPole-v1")
+
+
+def test_evaluation_loads_a_config_with_functions_only_with_allow_pickle(tmp_path):
+    from flowrl.evaluation import load_for_evaluation
+    with PG(PGConfig(env=make_cartpole, rollout_fragment_length=25, train_batch_size=25,
+                     seed=0)) as algo:
+        algo.train()
+        algo.save(str(tmp_path / "ck"))
+    state = checkpoint.read_checkpoint(str(tmp_path / "ck"))
+    assert checkpoint.find_pickled(state).where == "config.env"
+    with pytest.raises(ConfigError, match=r"config field config\.env \(builtins\.function\) was "
+                       r"saved with pickle.*allow_pickle=True \(CLI: --allow-pickle\)"):
+        load_for_evaluation(str(tmp_path / "ck"))
+    with PG(PGConfig(env=make_cartpole, seed=0)) as restoring:   # restore needs no config
+        restoring.restore(str(tmp_path / "ck"))
+        assert restoring.metrics.counters["training_iteration"] == 1
+    loaded = load_for_evaluation(str(tmp_path / "ck"), allow_pickle=True)
+    try:
+        assert loaded.config.env is make_cartpole and loaded.config.train_batch_size == 25
+        assert loaded.metrics.counters["training_iteration"] == 1
+    finally:
+        loaded.stop()
