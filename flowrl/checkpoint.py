@@ -4,10 +4,10 @@ writes, discovery, pruning and checked loads.
 Layout (format 2). One checkpoint is a directory holding
 
 - ``state.json`` (:data:`CHECKPOINT_FILE`): ``{"format": 2, "arrays": NAME|null,
-  "user_state": NAME|null, "state": ...}``: the state as plain JSON data. Tuples,
-  dicts with non-string keys, numpy scalars and arrays are tagged objects
-  ``{"__flowrl__": KIND, ...}``; an array or tensor is a reference by key into the
-  arrays file;
+  "user_state": NAME|null, "state": ...}``: the state as plain JSON data, encoded
+  by :mod:`flowrl.state_codec` (tuples, dicts with non-string keys, numpy scalars
+  are tagged objects ``{"__flowrl__": KIND, ...}``; an array or tensor is a
+  reference by key into the arrays file);
 - ``arrays.safetensors``: every numpy array and torch tensor of the state (dtypes
   kept; bfloat16 stored as its int16 bits), present when there is one;
 - ``user_state.pkl``: only when the state holds objects that are neither plain data
@@ -65,214 +65,32 @@ True
 
 from __future__ import annotations
 
-import collections
 import itertools
 import json
 import os
 import pickle
 import re
 import shutil
-import sys
 from typing import Any
 
 import numpy as np
 
 from flowrl.errors import ConfigError, FlowError
+from flowrl.state_codec import (TAG, PickledValue, StateError, decode_state, encode_state,
+                                find_pickled)
 
 CHECKPOINT_FILE = "state.json"
 ARRAYS_FILE = "arrays.safetensors"
 USER_STATE_FILE = "user_state.pkl"
 LEGACY_FILE = "algorithm_state.pkl"   # format 1: a pickle, refused unread
 FORMAT_VERSION = 2
-TAG = "__flowrl__"
 _NAME = re.compile(r"^checkpoint_(\d+)$")
 _TMP = re.compile(r"^\..+\.tmp-(\d+)-\d+$")
 _DATA = re.compile(r"^(arrays(\.\d+)?\.safetensors|user_state(\.\d+)?\.pkl)$")
-_SAFE_DTYPES = {np.dtype(t).name: np.dtype(t) for t in (
-    np.bool_, np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32,
-    np.uint64, np.float16, np.float32, np.float64)}
 _counter = itertools.count()
 
 
-class PickledValue:
-    """What an object of ``user_state.pkl`` reads back as without ``allow_pickle``:
-    ``where`` (its place in the state, e.g. ``"extra.schedule"``), ``type_name``
-    and ``file``; nothing of it was loaded.
-
-    >>> PickledValue("extra.schedule", "mylib.Schedule", "/ck/user_state.pkl")
-    PickledValue('extra.schedule': mylib.Schedule in '/ck/user_state.pkl')
-    """
-
-    def __init__(self, where: str, type_name: str, file: str):
-        self.where, self.type_name, self.file = where, type_name, file
-
-    def __repr__(self) -> str:
-        return f"PickledValue({self.where!r}: {self.type_name} in {self.file!r})"
-
-
-def find_pickled(value: Any) -> PickledValue | None:
-    """The first :class:`PickledValue` inside ``value`` (dicts, lists, tuples), or None.
-
-    >>> find_pickled({"a": [1, (2, PickledValue("a[1]", "T", "f"))]}).where
-    'a[1]'
-    """
-    if isinstance(value, PickledValue):
-        return value
-    if isinstance(value, dict):
-        value = [*value.keys(), *value.values()]
-    if isinstance(value, (list, tuple)):
-        for v in value:
-            found = find_pickled(v)
-            if found is not None:
-                return found
-    return None
-
-
-# -- encoding: state -> (JSON document, arrays, pickles) ---------------------------
-class _Encoder:
-    """Walks a state: plain data stays, arrays and tensors go to ``arrays`` (by key),
-    anything else is cloudpickled into ``pickled`` (by key), named by its place."""
-
-    def __init__(self, path: str):
-        self.path = path
-        self.arrays: dict[str, np.ndarray] = {}
-        self.pickled: dict[str, bytes] = {}
-
-    def encode(self, x: Any, where: str) -> Any:
-        kind = type(x)
-        if x is None or kind in (bool, str, int, float):
-            return x
-        if isinstance(x, np.generic) and x.dtype.name in _SAFE_DTYPES:
-            return {TAG: "scalar", "dtype": x.dtype.name, "value": x.item()}
-        if kind is list:
-            return [self.encode(v, f"{where}[{i}]") for i, v in enumerate(x)]
-        if kind is tuple:
-            return {TAG: "tuple", "items": [self.encode(v, f"{where}[{i}]")
-                                            for i, v in enumerate(x)]}
-        if kind in (dict, collections.OrderedDict):
-            if TAG not in x and all(type(k) is str for k in x):
-                return {k: self.encode(v, f"{where}.{k}") for k, v in x.items()}
-            return {TAG: "dict", "items": [[self.encode(k, f"{where} key {k!r}"),
-                                            self.encode(v, f"{where}[{k!r}]")]
-                                           for k, v in x.items()]}
-        if kind is np.ndarray and x.dtype.isnative and x.dtype.name in _SAFE_DTYPES:
-            return {TAG: "ndarray", "key": self._add_array(x)}
-        torch = sys.modules.get("torch")
-        if torch is not None and isinstance(x, torch.Tensor):
-            t = x.detach().cpu()
-            if t.dtype == torch.bfloat16:
-                return {TAG: "tensor", "key": self._add_array(t.view(torch.int16).numpy()),
-                        "bfloat16": True}
-            if str(t.dtype).removeprefix("torch.") in _SAFE_DTYPES:
-                return {TAG: "tensor", "key": self._add_array(t.numpy()), "bfloat16": False}
-        return self._pickle(x, where)
-
-    def _add_array(self, a: np.ndarray) -> str:
-        key = str(len(self.arrays))
-        self.arrays[key] = a if a.flags.c_contiguous else a.copy(order="C")  # keeps 0-d
-        return key
-
-    def _pickle(self, x: Any, where: str) -> dict:
-        import cloudpickle
-        type_name = f"{type(x).__module__}.{type(x).__qualname__}"
-        try:
-            data = cloudpickle.dumps(x, protocol=pickle.HIGHEST_PROTOCOL)
-        except Exception as e:  # any error a __reduce__ raises means "does not pickle"
-            raise FlowError(f"cannot save checkpoint {self.path!r}: {where} ({type_name}) is "
-                            f"neither plain data nor an array and does not pickle "
-                            f"({type(e).__name__}: {e}); make extra_state() return "
-                            "plain data, arrays or picklable objects") from e
-        key = str(len(self.pickled))
-        self.pickled[key] = data
-        return {TAG: "pickled", "key": key, "type": type_name, "where": where}
-
-
-def encode_state(state: dict[str, Any], path: str = "<memory>") -> tuple[dict, bytes | None,
-                                                                         bytes | None]:
-    """``(json_document, arrays_bytes, user_state_bytes)`` for ``state`` (the two byte
-    strings None when there is nothing of their kind). FlowError naming the object
-    when something is neither data nor picklable."""
-    if not isinstance(state, dict) or not all(type(k) is str for k in state):
-        raise ConfigError(f"write_checkpoint({path!r}): the state must be a dict with str "
-                          f"keys, got {type(state).__name__}")
-    enc = _Encoder(path)
-    body = {k: enc.encode(v, k) for k, v in state.items()}
-    arrays = user = None
-    if enc.arrays:
-        import safetensors.numpy
-        arrays = safetensors.numpy.save(enc.arrays)
-    if enc.pickled:
-        user = pickle.dumps(enc.pickled, protocol=pickle.HIGHEST_PROTOCOL)
-    return {"format": FORMAT_VERSION, "state": body}, arrays, user
-
-
-# -- decoding ----------------------------------------------------------------------
-class _Bad(Exception):
-    """A checkpoint whose JSON does not describe a valid state (the reason)."""
-
-
-class _Decoder:
-    def __init__(self, arrays: dict[str, np.ndarray], pickled: dict[str, bytes] | None,
-                 user_file: str | None):
-        self.arrays, self.pickled, self.user_file = arrays, pickled, user_file
-
-    def decode(self, x: Any) -> Any:
-        if isinstance(x, list):
-            return [self.decode(v) for v in x]
-        if not isinstance(x, dict):
-            return x
-        if TAG not in x:
-            return {k: self.decode(v) for k, v in x.items()}
-        kind = x[TAG]
-        if kind == "tuple":
-            return tuple(self.decode(v) for v in self._field(x, "items", list))
-        if kind == "dict":
-            items = self._field(x, "items", list)
-            if not all(isinstance(i, list) and len(i) == 2 for i in items):
-                raise _Bad("a tagged dict's items are not [key, value] pairs")
-            try:
-                return {self.decode(k): self.decode(v) for k, v in items}
-            except TypeError as e:  # an unhashable key
-                raise _Bad(f"a tagged dict has an invalid key ({e})") from None
-        if kind == "scalar":
-            dtype = _SAFE_DTYPES.get(self._field(x, "dtype", str))
-            value = x.get("value")
-            if dtype is None or type(value) not in (bool, int, float):
-                raise _Bad(f"invalid scalar {x!r}")
-            return np.array(value, dtype=dtype)[()]
-        if kind == "ndarray":
-            return self._array(x)
-        if kind == "tensor":
-            import torch
-            t = torch.from_numpy(self._array(x).copy())
-            return t.view(torch.bfloat16) if x.get("bfloat16") is True else t
-        if kind == "pickled":
-            key, where = self._field(x, "key", str), self._field(x, "where", str)
-            if self.user_file is None:
-                raise _Bad(f"{where!r} refers to a user-state file the checkpoint does not name")
-            if self.pickled is None:
-                return PickledValue(where, self._field(x, "type", str), self.user_file)
-            if key not in self.pickled:
-                raise _Bad(f"{where!r} is missing from {os.path.basename(self.user_file)}")
-            import cloudpickle
-            return cloudpickle.loads(self.pickled[key])
-        raise _Bad(f"unknown tag {TAG}={kind!r}")
-
-    def _array(self, x: dict) -> np.ndarray:
-        key = self._field(x, "key", str)
-        if key not in self.arrays:
-            raise _Bad(f"array {key!r} is missing from the arrays file")
-        return self.arrays[key]
-
-    @staticmethod
-    def _field(x: dict, name: str, kind: type) -> Any:
-        value = x.get(name)
-        if not isinstance(value, kind):
-            raise _Bad(f"a {x.get(TAG)!r} entry has no valid {name!r}")
-        return value
-
-
-# -- files -------------------------------------------------------------------------
+# -- writing -----------------------------------------------------------------------
 def checkpoint_name(iteration: int) -> str:
     """The directory name of the checkpoint taken at ``iteration``.
 
@@ -351,7 +169,11 @@ def write_checkpoint(path: str, state: dict[str, Any]) -> str:
     path = os.path.abspath(path)
     if os.path.exists(path) and not os.path.isdir(path):
         raise ConfigError(f"checkpoint path {path!r} is a file; give a directory")
-    doc, arrays, user = encode_state(state, path)
+    if not isinstance(state, dict) or not all(type(k) is str for k in state):
+        raise ConfigError(f"write_checkpoint({path!r}): the state must be a dict with str "
+                          f"keys, got {type(state).__name__}")
+    body, arrays, user = encode_state(state, path)
+    doc: dict[str, Any] = {"format": FORMAT_VERSION, "state": body}
     parent, base = os.path.split(path)
     aside: list[str] = []      # written so far, removed unless committed
     committed = False
@@ -417,6 +239,7 @@ def write_checkpoint(path: str, state: dict[str, Any]) -> str:
     return os.path.join(path, CHECKPOINT_FILE)
 
 
+# -- discovery and reading ---------------------------------------------------------
 def list_checkpoints(directory: str) -> list[str]:
     """Complete numbered checkpoints in ``directory``, oldest first (by iteration).
     A numbered directory without ``state.json`` (never the case for flowrl's own
@@ -562,16 +385,14 @@ def read_checkpoint(path: str, *, allow_pickle: bool = False) -> dict[str, Any]:
         if not isinstance(pickled, dict):
             raise ConfigError(f"cannot read checkpoint {user_file!r}: not a user-state file")
     try:
-        state = _Decoder(arrays, pickled, user_file).decode(doc["state"])
-    except _Bad as e:
+        state = decode_state(doc["state"], arrays, pickled, user_file)
+    except StateError as e:
         raise ConfigError(f"cannot read checkpoint {file!r}: {e}") from None
-    except RecursionError:
-        raise ConfigError(f"cannot read checkpoint {file!r}: nested too deeply") from None
     state["path"] = file
     return state
 
 
-__all__ = ["CHECKPOINT_FILE", "ARRAYS_FILE", "USER_STATE_FILE", "FORMAT_VERSION",
+__all__ = ["CHECKPOINT_FILE", "ARRAYS_FILE", "USER_STATE_FILE", "FORMAT_VERSION", "TAG",
            "PickledValue", "find_pickled", "encode_state", "checkpoint_name",
            "write_checkpoint", "read_checkpoint", "resolve_checkpoint", "list_checkpoints",
            "latest_checkpoint", "prune_checkpoints", "remove_stale_temporaries"]

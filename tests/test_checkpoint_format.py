@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from flowrl import checkpoint
+from flowrl import checkpoint, state_codec
 from flowrl.algorithms import PG, PGConfig
 from flowrl.errors import ConfigError, FlowError
 
@@ -23,7 +23,7 @@ def test_every_kind_of_state_round_trips_with_its_types(tmp_path):
     random.seed(3)
     np.random.seed(3)
     arrays = {name: np.arange(6).astype(dtype).reshape(2, 3)
-              for name, dtype in checkpoint._SAFE_DTYPES.items()}
+              for name, dtype in state_codec.SAFE_DTYPES.items()}
     state = {
         "arrays": arrays, "empty": np.zeros((0, 4), np.float32), "zero_d": np.array(2.5),
         "strided": np.arange(10.0)[::3],
