@@ -1,59 +1,96 @@
-"""Checkpoint files on disk: atomic writes, discovery, pruning and checked loads.
+"""Checkpoint files on disk: a format that runs no code when read, atomic durable
+writes, discovery, pruning and checked loads.
 
-Layout. One checkpoint is a directory holding one file, ``algorithm_state.pkl``
-(a pickled dict with a ``format`` version). A *checkpoint directory* (the CLI's
-``--checkpoint-dir``) holds numbered checkpoints, ``checkpoint_000012/``, the
-number being the training iteration it was taken at.
+Layout (format 2). One checkpoint is a directory holding
 
-Policy. A write never exposes a partial file and never touches the previous
-checkpoint until the new one is complete:
+- ``state.json`` (:data:`CHECKPOINT_FILE`): ``{"format": 2, "arrays": NAME|null,
+  "user_state": NAME|null, "state": ...}``: the state as plain JSON data, encoded
+  by :mod:`flowrl.state_codec` (tuples, dicts with non-string keys, numpy scalars
+  are tagged objects ``{"__flowrl__": KIND, ...}``; an array or tensor is a
+  reference by key into the arrays file);
+- ``arrays.safetensors``: every numpy array and torch tensor of the state (dtypes
+  kept; bfloat16 stored as its int16 bits), present when there is one;
+- ``user_state.pkl``: only when the state holds objects that are neither plain data
+  nor arrays (say an ``extra_state()`` returning a custom class, or a config with an
+  env-creator function): those objects, cloudpickled. Reading it can run code, so
+  :func:`read_checkpoint` loads it only with ``allow_pickle=True``; without, each
+  such object reads back as a :class:`PickledValue` placeholder.
 
-- the state is pickled to bytes first (an unpicklable state fails before the disk
-  is touched);
+Reading never unpickles anything else: ``state.json`` is parsed as JSON, the arrays
+file by safetensors, and a pickle placed under either name (or a format-1
+``algorithm_state.pkl``) is refused with a ConfigError before a byte of it is
+loaded. A *checkpoint directory* (the CLI's ``--checkpoint-dir``) holds numbered
+checkpoints, ``checkpoint_000012/``, the number being the training iteration.
+
+Policy. A write never exposes a partial checkpoint, and never touches the previous
+one until the new one is complete and on disk:
+
+- the state is encoded first (JSON text, array bytes, pickles): a state that cannot
+  be stored fails before the disk is touched;
 - a new checkpoint directory is written aside as a hidden sibling
-  (``.checkpoint_000012.tmp-<pid>-<n>``), its file and the directory fsynced, then
+  (``.checkpoint_000012.tmp-<pid>-<n>``), its files and the directory fsynced, then
   renamed into place and the parent fsynced;
-- an existing checkpoint directory gets its file replaced by ``os.replace`` from a
-  hidden sibling file, so a reader sees the old bytes or the new ones, never a mix.
+- into an existing checkpoint directory the data files are written aside, fsynced
+  and moved in under names the current ``state.json`` does not use; ``os.replace``
+  of ``state.json`` (the commit) then switches to them, the directory and its
+  parent are fsynced, and the files the old ``state.json`` named are removed. A
+  reader sees the old checkpoint or the new one, never a mix.
 
-On any failure the temporary is removed and a :class:`~flowrl.errors.FlowError`
-naming the path is raised; the previous checkpoint stays byte-identical and no
-temporary is left inside it. A process killed mid-write leaves at most a hidden
-temporary beside the checkpoints: :func:`latest_checkpoint` ignores it and the
-next :func:`write_checkpoint` into that directory removes temporaries whose
-process is gone.
+A failure before the commit removes what it wrote and raises a
+:class:`~flowrl.errors.FlowError` naming the path and saying the previous
+checkpoint is unchanged (it is byte-identical). A failure after the commit (an
+fsync) raises a FlowError saying the new checkpoint replaced the previous one but
+may not survive a crash. A process killed mid-write leaves at most a hidden
+temporary beside the checkpoints (:func:`latest_checkpoint` ignores it and the next
+:func:`write_checkpoint` there removes temporaries whose process is gone) or an
+unreferenced data file inside one (removed by the next write into it).
 
-Loads (:func:`read_checkpoint`) turn every way a file can be bad (missing, not a
-checkpoint, truncated, from another flowrl format) into a
+Loads (:func:`read_checkpoint`) turn every way a checkpoint can be bad (missing,
+not a checkpoint, truncated, another format, a pickle) into a
 :class:`~flowrl.errors.ConfigError` with a one-line reason.
 
 >>> import tempfile, os
+>>> import numpy as np
 >>> d = tempfile.mkdtemp()
->>> write_checkpoint(os.path.join(d, checkpoint_name(3)), {"x": 1}).endswith(
-...     "checkpoint_000003/algorithm_state.pkl")
+>>> write_checkpoint(os.path.join(d, checkpoint_name(3)),
+...                  {"x": 1, "w": np.arange(3.0), "rng": (3, (1, 2), None)}).endswith(
+...     "checkpoint_000003/state.json")
 True
->>> read_checkpoint(d)["x"], os.path.basename(latest_checkpoint(d))
-(1, 'checkpoint_000003')
+>>> sorted(os.listdir(os.path.join(d, "checkpoint_000003")))
+['arrays.safetensors', 'state.json']
+>>> state = read_checkpoint(d)
+>>> state["x"], state["w"], state["rng"], os.path.basename(latest_checkpoint(d))
+(1, array([0., 1., 2.]), (3, (1, 2), None), 'checkpoint_000003')
 """
 
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import pickle
 import re
 import shutil
 from typing import Any
 
-from flowrl.errors import ConfigError, FlowError
+import numpy as np
 
-CHECKPOINT_FILE = "algorithm_state.pkl"
-FORMAT_VERSION = 1
+from flowrl.errors import ConfigError, FlowError
+from flowrl.state_codec import (TAG, PickledValue, StateError, decode_state, encode_state,
+                                find_pickled)
+
+CHECKPOINT_FILE = "state.json"
+ARRAYS_FILE = "arrays.safetensors"
+USER_STATE_FILE = "user_state.pkl"
+LEGACY_FILE = "algorithm_state.pkl"   # format 1: a pickle, refused unread
+FORMAT_VERSION = 2
 _NAME = re.compile(r"^checkpoint_(\d+)$")
 _TMP = re.compile(r"^\..+\.tmp-(\d+)-\d+$")
+_DATA = re.compile(r"^(arrays(\.\d+)?\.safetensors|user_state(\.\d+)?\.pkl)$")
 _counter = itertools.count()
 
 
+# -- writing -----------------------------------------------------------------------
 def checkpoint_name(iteration: int) -> str:
     """The directory name of the checkpoint taken at ``iteration``.
 
@@ -82,6 +119,13 @@ def _tmp_name(parent: str, base: str) -> str:
     return os.path.join(parent, f".{base}.tmp-{os.getpid()}-{next(_counter)}")
 
 
+def _remove(path: str) -> None:
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path, ignore_errors=True)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -101,58 +145,105 @@ def remove_stale_temporaries(parent: str) -> list[str]:
     for name in os.listdir(parent):
         m = _TMP.match(name)
         if m and int(m.group(1)) != os.getpid() and not _pid_alive(int(m.group(1))):
-            path = os.path.join(parent, name)
-            shutil.rmtree(path) if os.path.isdir(path) else os.remove(path)
+            _remove(os.path.join(parent, name))
             removed.append(name)
     return removed
 
 
+def _free_name(directory: str, default: str) -> str:
+    """``default`` (``arrays.safetensors``) or the first ``arrays.N.safetensors``
+    not present in ``directory``."""
+    stem, ext = default.split(".", 1)
+    for n in itertools.count():
+        name = default if n == 0 else f"{stem}.{n}.{ext}"
+        if not os.path.lexists(os.path.join(directory, name)):
+            return name
+    raise AssertionError("unreachable")
+
+
 def write_checkpoint(path: str, state: dict[str, Any]) -> str:
-    """Atomically write ``state`` as the checkpoint directory ``path``; returns the
-    file written. See the module docstring for the policy. Raises FlowError (the
-    OS or pickling error chained) when the write fails."""
+    """Atomically and durably write ``state`` as the checkpoint directory ``path``;
+    returns its ``state.json``. See the module docstring for the layout and policy.
+    Raises FlowError (the OS or pickling error chained) when the write fails,
+    saying whether the previous checkpoint is unchanged."""
     path = os.path.abspath(path)
     if os.path.exists(path) and not os.path.isdir(path):
         raise ConfigError(f"checkpoint path {path!r} is a file; give a directory")
-    try:
-        data = pickle.dumps({"format": FORMAT_VERSION, **state},
-                            protocol=pickle.HIGHEST_PROTOCOL)
-    except Exception as e:
-        raise FlowError(f"cannot save checkpoint {path!r}: its state does not pickle "
-                        f"({type(e).__name__}: {e}); make extra_state() return picklable "
-                        "data") from e
+    if not isinstance(state, dict) or not all(type(k) is str for k in state):
+        raise ConfigError(f"write_checkpoint({path!r}): the state must be a dict with str "
+                          f"keys, got {type(state).__name__}")
+    body, arrays, user = encode_state(state, path)
+    doc: dict[str, Any] = {"format": FORMAT_VERSION, "state": body}
     parent, base = os.path.split(path)
-    tmp = None
+    aside: list[str] = []      # written so far, removed unless committed
+    committed = False
     try:
-        os.makedirs(parent, exist_ok=True)
+        if not os.path.isdir(parent):
+            os.makedirs(parent, exist_ok=True)
+            _fsync_dir(os.path.dirname(parent))
         remove_stale_temporaries(parent)
-        if os.path.isdir(path):
-            tmp = _tmp_name(parent, base + "." + CHECKPOINT_FILE)
-            _write_file(tmp, data)
-            os.replace(tmp, os.path.join(path, CHECKPOINT_FILE))
-            tmp = None
+        overwrite = os.path.isdir(path)
+        target = path if overwrite else _tmp_name(parent, base)
+        if not overwrite:
+            os.mkdir(target)
+            aside.append(target)
+        for key, default, data in (("arrays", ARRAYS_FILE, arrays),
+                                   ("user_state", USER_STATE_FILE, user)):
+            doc[key] = None if data is None else _free_name(target, default)
+            if data is None:
+                continue
+            if overwrite:      # aside first, so a killed write leaves nothing inside
+                tmp = _tmp_name(parent, f"{base}.{doc[key]}")
+                aside.append(tmp)
+                _write_file(tmp, data)
+                os.replace(tmp, os.path.join(path, doc[key]))
+                aside[-1] = os.path.join(path, doc[key])
+            else:
+                _write_file(os.path.join(target, doc[key]), data)
+        text = json.dumps(doc, separators=(",", ":")).encode()
+        if overwrite:
+            tmp = _tmp_name(parent, f"{base}.{CHECKPOINT_FILE}")
+            aside.append(tmp)
+            _write_file(tmp, text)
             _fsync_dir(path)
-        else:
-            tmp = _tmp_name(parent, base)
-            os.mkdir(tmp)
-            _write_file(os.path.join(tmp, CHECKPOINT_FILE), data)
-            _fsync_dir(tmp)
-            os.rename(tmp, path)
-            tmp = None
             _fsync_dir(parent)
+            os.replace(tmp, os.path.join(path, CHECKPOINT_FILE))
+        else:
+            _write_file(os.path.join(target, CHECKPOINT_FILE), text)
+            _fsync_dir(target)
+            os.rename(target, path)
+        committed = True
+        if overwrite:
+            _fsync_dir(path)
+        _fsync_dir(parent)
     except OSError as e:
+        if committed:
+            raise FlowError(f"checkpoint {path!r} was written and replaced the previous one "
+                            f"(if any), but syncing it to disk failed: {e.strerror or e}; it may "
+                            "not survive a crash or power loss: check the disk and save "
+                            "again") from e
         raise FlowError(f"cannot save checkpoint {path!r}: {e.strerror or e}; the previous "
                         "checkpoint (if any) is unchanged") from e
     finally:
-        if tmp is not None and os.path.lexists(tmp):
-            shutil.rmtree(tmp, ignore_errors=True) if os.path.isdir(tmp) else os.remove(tmp)
+        if not committed:
+            for p in aside:
+                _remove(p)
+    if overwrite:   # files the previous state.json named; best effort, nothing reads them
+        keep = {doc["arrays"], doc["user_state"]}
+        for name in os.listdir(path):
+            if (_DATA.match(name) or name == LEGACY_FILE) and name not in keep:
+                try:
+                    os.remove(os.path.join(path, name))
+                except OSError:
+                    pass    # an unreferenced file; the next write into path retries
     return os.path.join(path, CHECKPOINT_FILE)
 
 
+# -- discovery and reading ---------------------------------------------------------
 def list_checkpoints(directory: str) -> list[str]:
     """Complete numbered checkpoints in ``directory``, oldest first (by iteration).
-    A numbered directory without its state file (never the case for flowrl's own
-    writes) and hidden temporaries are left out."""
+    A numbered directory without ``state.json`` (never the case for flowrl's own
+    writes; a format-1 checkpoint is one) and hidden temporaries are left out."""
     if not os.path.isdir(directory):
         return []
     found = []
@@ -179,12 +270,40 @@ def prune_checkpoints(directory: str, keep: int) -> list[str]:
     return old
 
 
+def _legacy_error(file: str) -> ConfigError:
+    return ConfigError(
+        f"{file!r} is a format-1 flowrl checkpoint (a pickle); this flowrl reads format "
+        f"{FORMAT_VERSION} and does not load it: unpickling a file can run any code its "
+        "author put in it, so format 1 is not loadable here (and the flowrl that wrote it "
+        "cannot convert it): train again and save with this version")
+
+
+def _find_legacy(path: str) -> str | None:
+    """A format-1 state file at ``path``, in its numbered checkpoints or in its
+    ``checkpoint/`` subdirectory's (the newest), or None."""
+    for directory in (path, os.path.join(path, "checkpoint")):
+        if os.path.isfile(os.path.join(directory, LEGACY_FILE)):
+            return os.path.join(directory, LEGACY_FILE)
+        if os.path.isdir(directory):
+            numbered = sorted(n for n in os.listdir(directory) if _NAME.match(n))
+            for name in reversed(numbered):
+                if os.path.isfile(os.path.join(directory, name, LEGACY_FILE)):
+                    return os.path.join(directory, name, LEGACY_FILE)
+    return None
+
+
 def resolve_checkpoint(path: str) -> str:
-    """The state file behind ``path``: a state file, a checkpoint directory, a
-    directory of numbered checkpoints (its latest complete one), or a
-    ``flowrl train`` run directory (the latest in its ``checkpoint/``).
-    ConfigError with a one-line reason when there is none."""
+    """The ``state.json`` behind ``path``: that file, a checkpoint directory, a
+    directory of numbered checkpoints (its latest complete one), or a ``flowrl
+    train`` run directory (the latest in its ``checkpoint/``). ConfigError with a
+    one-line reason when there is none, or only format-1 ones."""
     if os.path.isfile(path):
+        name = os.path.basename(path)
+        if name == LEGACY_FILE:
+            raise _legacy_error(path)
+        if name != CHECKPOINT_FILE:
+            raise ConfigError(f"{path!r} is not a checkpoint's {CHECKPOINT_FILE}; give the "
+                              "checkpoint directory")
         return path
     if not os.path.isdir(path):
         raise ConfigError(f"no checkpoint at {path!r}: no such file or directory")
@@ -193,33 +312,87 @@ def resolve_checkpoint(path: str) -> str:
         return file
     latest = latest_checkpoint(path) or latest_checkpoint(os.path.join(path, "checkpoint"))
     if latest is None:
+        legacy = _find_legacy(path)
+        if legacy is not None:
+            raise _legacy_error(legacy)
         raise ConfigError(f"no checkpoint at {path!r}: it holds neither {CHECKPOINT_FILE} nor "
                           "a complete checkpoint_NNNNNN/ directory")
     return os.path.join(latest, CHECKPOINT_FILE)
 
 
-def read_checkpoint(path: str) -> dict[str, Any]:
-    """Load the checkpoint behind ``path`` (see :func:`resolve_checkpoint`); the
-    dict gains ``"path"`` (the file read). ConfigError, one line, when it cannot be
-    read or is not a flowrl checkpoint."""
-    file = resolve_checkpoint(path)
+def _read_bytes(file: str) -> bytes:
     try:
         with open(file, "rb") as f:
-            state = pickle.load(f)
-    except (OSError, EOFError, pickle.UnpicklingError, AttributeError, ImportError,
-            IndexError, TypeError, ValueError, MemoryError) as e:
-        raise ConfigError(f"cannot read checkpoint {file!r}: {type(e).__name__}: "
-                          f"{str(e).splitlines()[0] if str(e) else 'corrupt or truncated'}") \
-            from None
-    if not isinstance(state, dict) or "format" not in state:
+            return f.read()
+    except OSError as e:
+        raise ConfigError(f"cannot read checkpoint {file!r}: {e.strerror or e}") from None
+
+
+def _named_file(directory: str, doc: dict, key: str, file: str) -> str | None:
+    """The data file ``doc[key]`` names, checked to be one of ours inside ``directory``."""
+    name = doc.get(key)
+    if name is None:
+        return None
+    if not isinstance(name, str) or not _DATA.match(name):
+        raise ConfigError(f"cannot read checkpoint {file!r}: its {key!r} entry {name!r} is "
+                          "not a checkpoint data file name")
+    return os.path.join(directory, name)
+
+
+def read_checkpoint(path: str, *, allow_pickle: bool = False) -> dict[str, Any]:
+    """Load the checkpoint behind ``path`` (see :func:`resolve_checkpoint`); the dict
+    gains ``"path"`` (its ``state.json``). Nothing read can run code, except
+    ``user_state.pkl`` with ``allow_pickle=True`` (only for a checkpoint you trust);
+    without it, objects stored there read back as :class:`PickledValue`.
+    ConfigError, one line, when it cannot be read or is not a flowrl checkpoint."""
+    file = resolve_checkpoint(path)
+    directory = os.path.dirname(file)
+    raw = _read_bytes(file)
+    if raw[:1] == b"\x80":   # pickle protocol 2+; never loaded
+        raise ConfigError(f"{file!r} is a pickle, not a flowrl checkpoint's JSON; refused "
+                          "unread (unpickling can run any code)")
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise ConfigError(f"cannot read checkpoint {file!r}: not valid JSON, truncated or "
+                          f"corrupt ({reason})") from None
+    if not isinstance(doc, dict) or "format" not in doc:
         raise ConfigError(f"{file!r} is not a flowrl checkpoint (no format version)")
-    if state["format"] != FORMAT_VERSION:
-        raise ConfigError(f"{file!r} has checkpoint format {state['format']!r}; this flowrl "
+    if doc["format"] != FORMAT_VERSION:
+        raise ConfigError(f"{file!r} has checkpoint format {doc['format']!r}; this flowrl "
                           f"reads format {FORMAT_VERSION}")
+    if not isinstance(doc.get("state"), dict):
+        raise ConfigError(f"{file!r} is not a flowrl checkpoint (no state object)")
+    arrays_file = _named_file(directory, doc, "arrays", file)
+    user_file = _named_file(directory, doc, "user_state", file)
+    arrays: dict[str, np.ndarray] = {}
+    if arrays_file is not None:
+        import safetensors
+        import safetensors.numpy
+        try:
+            arrays = safetensors.numpy.load(_read_bytes(arrays_file))
+        except (safetensors.SafetensorError, ValueError, TypeError) as e:
+            raise ConfigError(f"cannot read checkpoint {arrays_file!r}: not a safetensors "
+                              f"file, truncated or corrupt ({str(e).splitlines()[0]})") from None
+    pickled = None
+    if user_file is not None and allow_pickle:
+        try:
+            pickled = pickle.loads(_read_bytes(user_file))  # allowed: the caller trusts it
+        except Exception as e:  # whatever a corrupt pickle raises
+            raise ConfigError(f"cannot read checkpoint {user_file!r}: {type(e).__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else 'corrupt'}") from None
+        if not isinstance(pickled, dict):
+            raise ConfigError(f"cannot read checkpoint {user_file!r}: not a user-state file")
+    try:
+        state = decode_state(doc["state"], arrays, pickled, user_file)
+    except StateError as e:
+        raise ConfigError(f"cannot read checkpoint {file!r}: {e}") from None
     state["path"] = file
     return state
 
 
-__all__ = ["CHECKPOINT_FILE", "checkpoint_name", "write_checkpoint", "read_checkpoint",
-           "resolve_checkpoint", "list_checkpoints", "latest_checkpoint",
-           "prune_checkpoints", "remove_stale_temporaries"]
+__all__ = ["CHECKPOINT_FILE", "ARRAYS_FILE", "USER_STATE_FILE", "FORMAT_VERSION", "TAG",
+           "PickledValue", "find_pickled", "encode_state", "checkpoint_name",
+           "write_checkpoint", "read_checkpoint", "resolve_checkpoint", "list_checkpoints",
+           "latest_checkpoint", "prune_checkpoints", "remove_stale_temporaries"]

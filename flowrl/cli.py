@@ -15,10 +15,12 @@ Saves are atomic (:mod:`flowrl.checkpoint`); a periodic save that fails is
 skipped, counted in the results (``num_checkpoints_skipped``) and logged once per
 reason. ``--restore PATH`` continues a checkpoint or a checkpoint directory (its
 latest complete checkpoint); it is read and applied before anything is written, so
-a failed restore exits 2 with a one-line reason and writes nothing.
+a failed restore exits 2 with a one-line reason and writes nothing. Restoring runs
+no code from the checkpoint; one whose extra state was pickled (``user_state.pkl``)
+is refused unless ``--restore-allow-pickle`` says its source is trusted.
 
-``flowrl evaluate CHECKPOINT [--episodes N]`` plays N episodes with the
-checkpoint's policy and prints the mean and std of the return.
+``flowrl evaluate CHECKPOINT [--episodes N] [--allow-pickle]`` plays N episodes
+with the checkpoint's policy and prints the mean and std of the return.
 
 ``flowrl plan ALGO [--env ENV] [--format dot|svg|png] [-o FILE]`` writes the
 algorithm's plan as DOT text (stdout without ``-o``) or, through Graphviz, SVG/PNG.
@@ -117,12 +119,19 @@ def _parser() -> argparse.ArgumentParser:
                    help="keep only the newest K checkpoints (default: all)")
     t.add_argument("--restore", type=_path, default=None, help="checkpoint, or checkpoint directory "
                    "(its latest checkpoint), to continue from")
+    t.add_argument("--restore-allow-pickle", action="store_true",
+                   help="let --restore load the checkpoint's user_state.pkl (pickled "
+                   "extra state); unpickling can run any code: only for checkpoints you trust")
     t.add_argument("--run-dir", type=_path, default="runs", help="parent of the run directory")
     t.add_argument("--seed", type=int, default=None)
     t.add_argument("--no-tensorboard", action="store_true", help="no TensorBoard event files")
     t.add_argument("--quiet", action="store_true", help="no live display")
     e = sub.add_parser("evaluate", help="play episodes with a checkpoint's policy")
     e.add_argument("checkpoint", type=_path, help="checkpoint, or checkpoint directory (its latest)")
+    e.add_argument("--allow-pickle", action="store_true",
+                   help="load the checkpoint's user_state.pkl (say, a config with an env "
+                   "creator function); unpickling can run any code: only for checkpoints "
+                   "you trust")
     e.add_argument("--episodes", type=_int_at_least(1), default=10)
     e.add_argument("--seed", type=int, default=None)
     e.add_argument("--explore", action="store_true",
@@ -313,7 +322,8 @@ def train(args: argparse.Namespace) -> int:
     restored = None
     if args.restore:  # read and checked before anything is built or written
         try:
-            restored = checkpoint.read_checkpoint(args.restore)
+            restored = checkpoint.read_checkpoint(args.restore,
+                                                  allow_pickle=args.restore_allow_pickle)
         except ConfigError as e:
             raise ConfigError(f"--restore: {e}") from None
         if restored.get("algorithm") != cls.name:
@@ -322,7 +332,7 @@ def train(args: argparse.Namespace) -> int:
     algo = cls(config)
     try:
         if restored is not None:
-            algo.restore(restored["path"])
+            algo.restore(restored["path"], allow_pickle=args.restore_allow_pickle)
         return _train_loop(args, algo, stop, ResultLogger)
     finally:
         algo.stop()
@@ -376,7 +386,7 @@ def _train_loop(args, algo, stop: dict[str, Any], logger_cls) -> int:
 
 def evaluate(args: argparse.Namespace) -> int:
     from flowrl.evaluation import evaluate_policy, load_for_evaluation
-    algo = load_for_evaluation(args.checkpoint)
+    algo = load_for_evaluation(args.checkpoint, allow_pickle=args.allow_pickle)
     try:
         r = evaluate_policy(algo, args.episodes, seed=args.seed, explore=args.explore)
     finally:

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from flowrl.errors import ConfigError
+from flowrl.errors import ConfigError, FlowError
 
 
 def evaluate_policy(algo, episodes: int, seed: int | None = None,
@@ -69,27 +69,34 @@ def evaluate_policy(algo, episodes: int, seed: int | None = None,
             "std": float(arr.std()), "min": float(arr.min()), "max": float(arr.max())}
 
 
-def load_for_evaluation(path: str):
+def load_for_evaluation(path: str, *, allow_pickle: bool = False):
     """An algorithm rebuilt from the checkpoint at ``path`` (file, checkpoint
     directory or a directory of checkpoints), local backend, no remote workers,
-    with the checkpoint restored. ConfigError (one line) when it cannot be."""
-    import cloudpickle
-
+    with the checkpoint restored. ``allow_pickle`` lets it load the checkpoint's
+    pickled parts (a config holding functions, custom extra state): only for
+    checkpoints you trust. ConfigError (one line) when it cannot be."""
     from flowrl import checkpoint
     from flowrl.experiment import algorithm_class
-    state = checkpoint.read_checkpoint(path)
+    state = checkpoint.read_checkpoint(path, allow_pickle=allow_pickle)
     cls = algorithm_class(state.get("algorithm"))
-    if state.get("config") is None:
-        raise ConfigError(f"checkpoint {state['path']!r} holds no config (it did not pickle "
-                          "when saved); rebuild the algorithm and call restore() instead")
+    fields = state.get("config")
+    if not isinstance(fields, dict):
+        raise ConfigError(f"checkpoint {state['path']!r} holds no config (it could not be "
+                          "stored when saved); rebuild the algorithm and call restore() instead")
+    pickled = checkpoint.find_pickled(fields)
+    if pickled is not None:
+        raise ConfigError(f"checkpoint {state['path']!r}: its config field {pickled.where} "
+                          f"({pickled.type_name}) was saved with pickle, and unpickling can run "
+                          "any code: pass allow_pickle=True (CLI: --allow-pickle) only for a "
+                          "checkpoint you trust")
     try:
-        config = cloudpickle.loads(state["config"])
-    except Exception as e:
-        raise ConfigError(f"checkpoint {state['path']!r}: its config cannot be loaded here "
+        config = cls.config_class(**fields)
+    except (TypeError, FlowError) as e:
+        raise ConfigError(f"checkpoint {state['path']!r}: its config cannot be rebuilt here "
                           f"({type(e).__name__}: {e})") from None
     algo = cls(config.replace(num_workers=0, backend="local"))
     try:
-        algo.restore(state["path"])
+        algo.restore(state["path"], allow_pickle=allow_pickle)
     except BaseException:
         algo.stop()
         raise

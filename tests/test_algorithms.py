@@ -90,7 +90,7 @@ def test_save_restore_resumes_counters_weights_and_optimizer(tmp_path):
     assert r["timesteps_total"] == 384 and r["info"]["num_steps_trained"] == 384
     assert r["timesteps_this_iter"] == 128
     fresh.stop()
-    assert path.endswith("algorithm_state.pkl")
+    assert path.endswith("ckpt/state.json")
     with pytest.raises(ConfigError, match="checkpoint is from 'ppo'"):
         pg = PG(PGConfig(env="CartPole-v1"))
         try:

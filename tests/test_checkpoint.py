@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import random
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -32,8 +34,8 @@ def test_failed_writes_leave_the_previous_checkpoint_byte_identical(tmp_path, mo
     ck = tmp_path / "ck"
     checkpoint.write_checkpoint(str(ck), {"v": 1})
     before = snapshot(tmp_path)
-    with pytest.raises(FlowError, match="does not pickle"):
-        checkpoint.write_checkpoint(str(ck), {"v": lambda: 0})
+    with pytest.raises(FlowError, match="v .*does not pickle"):
+        checkpoint.write_checkpoint(str(ck), {"v": threading.Lock()})
 
     def full_disk(fd):
         raise OSError(28, "No space left on device")
@@ -70,9 +72,11 @@ def test_discovery_ignores_temporaries_and_incomplete_directories(tmp_path):
 
 
 @pytest.mark.parametrize("content, reason", [
-    (b"", "EOFError"), (b"garbage", "UnpicklingError"),
-    (pickle.dumps([1, 2]), "not a flowrl checkpoint"),
-    (pickle.dumps({"format": 99}), "format 99"),
+    (b"", "not valid JSON"), (b"garbage", "not valid JSON"),
+    (b'{"format": 2, "state": {"x": [1, 2', "not valid JSON, truncated"),
+    (b"[1, 2]", "not a flowrl checkpoint"), (b'{"format": 2}', "no state object"),
+    (b'{"format": 99, "state": {}}', "format 99; this flowrl reads format 2"),
+    (pickle.dumps({"format": 2}), "is a pickle.*refused unread"),
 ])
 def test_unreadable_checkpoints_are_one_line_config_errors(tmp_path, content, reason):
     (tmp_path / checkpoint.CHECKPOINT_FILE).write_bytes(content)
@@ -131,8 +135,8 @@ def test_a_failed_save_raises_and_keeps_the_earlier_checkpoint(tmp_path):
     algo = ExplorationPG(PGConfig(**small_pg()))
     algo.save(str(tmp_path / "ck"))
     before = snapshot(tmp_path)
-    algo.extra_state = lambda: {"bad": lambda: 0}   # something that does not pickle
-    with pytest.raises(FlowError, match="does not pickle.*extra_state"):
+    algo.extra_state = lambda: {"bad": threading.Lock()}   # something that does not pickle
+    with pytest.raises(FlowError, match="extra.bad .*does not pickle.*extra_state"):
         algo.save(str(tmp_path / "ck"))
     assert snapshot(tmp_path) == before
     algo.stop()
@@ -148,8 +152,36 @@ def test_restore_refuses_other_algorithms_and_models(tmp_path):
         with pytest.raises(ConfigError, match="model does not fit"):
             other.restore(str(tmp_path / "pg"))
     (tmp_path / "hand").mkdir()
-    (tmp_path / "hand" / checkpoint.CHECKPOINT_FILE).write_bytes(
-        pickle.dumps({"format": checkpoint.FORMAT_VERSION, "algorithm": "pg"}))
+    (tmp_path / "hand" / checkpoint.CHECKPOINT_FILE).write_text(json.dumps(
+        {"format": checkpoint.FORMAT_VERSION, "state": {"algorithm": "pg"}}))
     with PG(PGConfig(**small_pg())) as pg:
         with pytest.raises(ConfigError, match="lacks.*not written by Algorithm.save"):
             pg.restore(str(tmp_path / "hand"))
+
+
+def remote_rngs(algo) -> dict[int, dict]:
+    """worker_index -> the sampling RNG state of that remote worker's policy."""
+    states = algo.workers.foreach_worker(
+        lambda w: (w.worker_index, w.get_state()["policies"]["default_policy"]["np_rng"]))
+    return dict(states[1:])
+
+
+def test_remote_worker_states_are_saved_and_restored_by_worker_index(tmp_path):
+    """Worker lists out of index order (a reordered list, a dropped worker) still
+    give every worker_index its own saved state."""
+    cfg = PGConfig(**small_pg(num_workers=3, ignore_worker_failures=True))
+    with ExplorationPG(cfg) as algo:
+        algo.train()
+        saved = remote_rngs(algo)
+        assert len({str(s) for s in saved.values()}) == 3
+        algo.workers._remotes.reverse()                    # as if restarts reordered them
+        algo.workers._indices.reverse()
+        assert algo.workers.worker_indices() == [3, 2, 1] and remote_rngs(algo) == saved
+        algo.save(str(tmp_path / "reordered"))
+        algo.workers.restart_worker(2, reason="test")     # dropped: remotes are 3 and 1
+        algo.save(str(tmp_path / "dropped"))
+    for name, expected in (("reordered", saved), ("dropped", {1: saved[1], 3: saved[3]})):
+        with ExplorationPG(cfg) as fresh:
+            own = remote_rngs(fresh)
+            fresh.restore(str(tmp_path / name))
+            assert remote_rngs(fresh) == {**own, **expected}, name

@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pickle
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -72,8 +74,31 @@ def test_restore_continues_counters_from_a_checkpoint_directory(trained, tmp_pat
     assert "checkpoint_000004" in capsys.readouterr().out
 
 
+class Marker:
+    """Unpickling this creates a file: proof that a restore ran a checkpoint's code."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return (open, (self.path, "w"))
+
+
+def add_pickled_extra(ck_dir, obj) -> None:
+    """Make checkpoint ``ck_dir`` hold ``obj`` as pickled extra state, as
+    Algorithm.save does for an extra_state() value that is not plain data."""
+    doc = json.loads((ck_dir / checkpoint.CHECKPOINT_FILE).read_text())
+    doc["user_state"] = checkpoint.USER_STATE_FILE
+    doc["state"]["extra"] = {"schedule": {checkpoint.TAG: "pickled", "key": "0",
+                                          "type": "tests.Schedule", "where": "extra.schedule"}}
+    (ck_dir / checkpoint.USER_STATE_FILE).write_bytes(pickle.dumps({"0": pickle.dumps(obj)}))
+    (ck_dir / checkpoint.CHECKPOINT_FILE).write_text(json.dumps(doc))
+
+
 @pytest.mark.parametrize("damage, args, reason", [
     ("truncate", [], "cannot read checkpoint"),
+    ("format1", [], "format-1 flowrl checkpoint.*not loadable"),
+    ("pickled", [], r"extra\.schedule .*saved with pickle.*--restore-allow-pickle"),
     ("none", ["--set", "model=[8]"], "model does not fit"),
     ("none", ["--algo-a2c"], "from 'pg', not 'a2c'"),
 ])
@@ -85,9 +110,17 @@ def test_failed_restore_writes_nothing_not_even_into_its_source(trained, tmp_pat
     for name, data in snapshot(trained / "checkpoint").items():
         (src / name).parent.mkdir(parents=True, exist_ok=True)
         (src / name).write_bytes(data)
+    marker = tmp_path / "pwned"
     if damage == "truncate":
         f = src / "checkpoint_000003" / checkpoint.CHECKPOINT_FILE
         f.write_bytes(f.read_bytes()[:100])
+    if damage == "format1":       # what flowrl wrote before format 2: one pickle
+        for ck in src.iterdir():
+            for f in ck.iterdir():
+                f.unlink()
+            (ck / "algorithm_state.pkl").write_bytes(pickle.dumps(Marker(marker)))
+    if damage == "pickled":
+        add_pickled_extra(src / "checkpoint_000003", Marker(marker))
     algo = "a2c" if "--algo-a2c" in args else "pg"
     args = [a for a in args if a != "--algo-a2c"]
     before = snapshot(src)
@@ -95,10 +128,26 @@ def test_failed_restore_writes_nothing_not_even_into_its_source(trained, tmp_pat
                  "--restore", str(src), "--checkpoint-dir", str(src), "--run-dir",
                  str(tmp_path / "runs"), "--quiet"])
     err = capsys.readouterr().err
-    assert code == 2 and reason in err
+    assert code == 2 and re.search(reason, err), err
     assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
     assert snapshot(src) == before
     assert not (tmp_path / "runs").exists()
+    assert not marker.exists()
+
+
+def test_restore_allow_pickle_loads_pickled_extra_state(trained, tmp_path, capsys):
+    src = tmp_path / "ckpts"
+    for name, data in snapshot(trained / "checkpoint").items():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_bytes(data)
+    marker = tmp_path / "loaded"
+    add_pickled_extra(src / "checkpoint_000003", Marker(marker))
+    assert main(["train", "pg", "--env", "CartPole-v1", *FAST_PG, "--stop-iters", "4",
+                 "--restore", str(src), "--restore-allow-pickle", "--run-dir",
+                 str(tmp_path / "runs"), "--quiet", "--no-tensorboard"]) == 0
+    assert marker.exists()                      # the user vouched for this checkpoint
+    (run,) = list((tmp_path / "runs").iterdir())
+    assert [r["training_iteration"] for r in results(run)] == [4]
 
 
 def test_config_file_and_overrides_with_suggestions(tmp_path, capsys):

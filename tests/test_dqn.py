@@ -244,13 +244,12 @@ def test_save_restore_keeps_exploration_and_the_buffer_in_a_fresh_process(tmp_pa
 
 
 def test_without_checkpoint_replay_buffer_the_buffer_stays_out(tmp_path):
-    import pickle
+    from flowrl import checkpoint
     algo = DQN(DQNConfig(env="CartPole-v1", learning_starts=32, timesteps_per_iteration=64,
                          seed=0))
     try:
         algo.train()
-        with open(algo.save(str(tmp_path / "c")), "rb") as f:
-            extra = pickle.load(f)["extra"]
+        extra = checkpoint.read_checkpoint(algo.save(str(tmp_path / "c")))["extra"]
     finally:
         algo.stop()
     assert "replay_buffer" not in extra and extra["exploration"][0]["default_policy"]["timesteps"] > 0

@@ -14,7 +14,9 @@ optimizer state, RNG, e.g. PPO's KL coefficient), the remote workers' policy
 states, the run's metrics (counters, info: iteration, total time), the driver's
 global RNG states, the config and the subclass's :meth:`Algorithm.extra_state`
 (exploration state, replay buffers), so a restored algorithm, in this process or
-a fresh one, continues where the saved one was.
+a fresh one, continues where the saved one was. Remote workers' states are keyed
+by ``worker_index``; reading a checkpoint runs no code unless ``restore(...,
+allow_pickle=True)`` lets it load pickled user state.
 """
 
 from __future__ import annotations
@@ -346,14 +348,30 @@ def _set_global_rng_state(state: dict[str, Any] | None) -> None:
     torch.set_rng_state(torch.tensor(state["torch"]))
 
 
-def _config_bytes(config: AlgorithmConfig) -> bytes | None:
-    """The config, cloudpickled (env creators and mapping functions included), or
-    None when something in it does not pickle."""
-    import cloudpickle
+def _config_state(config: AlgorithmConfig) -> dict[str, Any] | None:
+    """The config's fields for a checkpoint (``flowrl evaluate`` rebuilds the config
+    from them), or None when one of them can be neither stored nor pickled. Fields
+    that are functions or classes (an env creator, a mapping function) end up in the
+    checkpoint's ``user_state.pkl``."""
+    from flowrl import checkpoint
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.init}
     try:
-        return cloudpickle.dumps(config)
-    except Exception:
+        checkpoint.encode_state(fields)
+    except FlowError:
         return None
+    return fields
+
+
+def _indexed_state(worker) -> tuple[int, dict[str, Any]]:
+    """``(worker_index, state)`` of ``worker``: a checkpoint keys workers' states by
+    their index, which a restarted or dropped worker does not change."""
+    return worker.worker_index, worker.get_state()
+
+
+def _set_indexed_state(states: dict[int, dict[str, Any]], worker) -> None:
+    """Give ``worker`` the state saved for its ``worker_index``, if there is one."""
+    if worker.worker_index in states:
+        worker.set_state(states[worker.worker_index])
 
 
 class Algorithm:
@@ -512,50 +530,59 @@ class Algorithm:
 
     # -- checkpoints ---------------------------------------------------------------
     def extra_state(self) -> dict[str, Any]:
-        """Algorithm-specific picklable state for checkpoints (exploration state,
-        replay buffers, ...); :meth:`save` stores it and :meth:`restore` hands it to
-        :meth:`restore_extra_state`. The default has none."""
+        """Algorithm-specific state for checkpoints (exploration state, replay
+        buffers, ...); :meth:`save` stores it and :meth:`restore` hands it to
+        :meth:`restore_extra_state`. Plain data (dicts, lists, tuples, str, numbers,
+        None) and numpy arrays / torch tensors are stored as JSON and safetensors;
+        any other object is pickled into the checkpoint's ``user_state.pkl``, which
+        :meth:`restore` reads only with ``allow_pickle=True``. The default has none."""
         return {}
 
     def restore_extra_state(self, state: dict[str, Any]) -> None:
         """Apply what :meth:`extra_state` returned when the checkpoint was saved."""
 
     def save(self, path: str) -> str:
-        """Write a checkpoint into directory ``path`` atomically; returns the file written.
+        """Write a checkpoint into directory ``path`` atomically; returns its
+        ``state.json`` (the layout: :mod:`flowrl.checkpoint`).
 
         A checkpoint holds the local worker's state (weights, optimizer state, the
-        policies' RNGs), every remote worker's policy state (their sampling RNGs),
-        the run's metrics (counters, info), the driver's python/numpy/torch global
-        RNG states, the worker seeds, the config (when it pickles, for
-        ``flowrl evaluate``) and :meth:`extra_state`. The write goes aside and is
-        renamed into place (:func:`flowrl.checkpoint.write_checkpoint`): a failed
-        save raises FlowError and leaves an earlier checkpoint at ``path``
+        policies' RNGs), every remote worker's policy state (their sampling RNGs)
+        keyed by its ``worker_index``, the run's metrics (counters, info), the
+        driver's python/numpy/torch global RNG states, the worker seeds, the config's
+        fields (when they can be stored, for ``flowrl evaluate``) and
+        :meth:`extra_state`. The write goes aside and is renamed into place
+        (:func:`flowrl.checkpoint.write_checkpoint`): a failed save raises FlowError
+        and, unless it says otherwise, leaves an earlier checkpoint at ``path``
         byte-identical.
         """
         from flowrl import checkpoint
+        states = dict(self.workers.foreach_worker(_indexed_state))
         state = {"algorithm": self.name,
-                 "worker": self.workers.local_worker().get_state(),
-                 "remote_workers": self.workers.foreach_worker(lambda w: w.get_state())[1:],
+                 "worker": states.pop(0),
+                 "remote_workers": states,
                  "metrics": self._run.metrics.save(),
                  "rng": _global_rng_state(),
                  "seeds": {"seed": self.config.seed,
                            "num_workers": len(self.workers.remote_workers())},
-                 "config": _config_bytes(self.config),
+                 "config": _config_state(self.config),
                  "extra": self.extra_state()}
         return checkpoint.write_checkpoint(path, state)
 
-    def restore(self, path: str) -> None:
-        """Load a checkpoint written by :meth:`save`: its file, its directory, or a
-        directory of numbered checkpoints (the latest complete one).
+    def restore(self, path: str, *, allow_pickle: bool = False) -> None:
+        """Load a checkpoint written by :meth:`save`: its ``state.json``, its
+        directory, or a directory of numbered checkpoints (the latest complete one).
 
         Restores weights, optimizer and RNG states, counters and :meth:`extra_state`;
-        remote workers get their saved policy state back (when their number
-        matches) and then the restored weights. Raises ConfigError with a one-line
-        reason (nothing is written anywhere) when the checkpoint is missing,
-        unreadable, from another algorithm or from an incompatible model.
+        each remote worker gets the policy state saved for its ``worker_index`` (a
+        worker with none keeps its own) and then the restored weights. Reading runs
+        no code from the checkpoint: state that was pickled (``user_state.pkl``) is
+        loaded only with ``allow_pickle=True``, for checkpoints you trust. Raises
+        ConfigError with a one-line reason (nothing is changed or written) when the
+        checkpoint is missing, unreadable, of format 1, from another algorithm or
+        from an incompatible model, or needs pickle and ``allow_pickle`` is False.
         """
         from flowrl import checkpoint
-        state = checkpoint.read_checkpoint(path)
+        state = checkpoint.read_checkpoint(path, allow_pickle=allow_pickle)
         where = f"{self.name}.restore({path!r})"
         if state.get("algorithm") != self.name:
             raise ConfigError(f"{where}: the checkpoint is from {state.get('algorithm')!r}, "
@@ -564,6 +591,18 @@ class Algorithm:
         if missing or not isinstance(state["worker"], dict) or "policies" not in state["worker"]:
             raise ConfigError(f"{where}: the checkpoint lacks {missing or ['worker.policies']}; "
                               "it was not written by Algorithm.save()")
+        remotes = state.get("remote_workers") or {}
+        if not isinstance(remotes, dict):
+            raise ConfigError(f"{where}: the checkpoint's remote_workers is not a mapping of "
+                              "worker_index to state; it was not written by Algorithm.save()")
+        for part in ("worker", "remote_workers", "metrics", "rng", "extra"):
+            found = checkpoint.find_pickled(state.get(part))
+            if found is not None:
+                raise ConfigError(
+                    f"{where}: {found.where} ({found.type_name}) was saved with pickle in "
+                    f"{found.file}, and unpickling can run any code: pass allow_pickle=True "
+                    "(CLI: --restore-allow-pickle) only for a checkpoint from a source you "
+                    "trust, or make extra_state() return plain data and arrays")
         local = self.workers.local_worker()
         saved_policies = set(state["worker"]["policies"])
         if saved_policies != set(local.policy_map):
@@ -574,17 +613,12 @@ class Algorithm:
         except ConfigError as e:
             raise ConfigError(f"{where}: the checkpoint's model does not fit this config "
                               f"({e}); use the model settings it was trained with") from None
-        remotes = state.get("remote_workers") or []
-        if len(remotes) == len(self.workers.remote_workers()):
-            by_index = dict(enumerate(remotes, start=1))
-            self.workers.foreach_worker(
-                lambda w: w.set_state(by_index[w.worker_index]) if w.worker_index in by_index
-                else None)
-        elif self.workers.remote_workers():
+        self.workers.foreach_worker(functools.partial(_set_indexed_state, remotes))
+        unsaved = sorted(set(self.workers.worker_indices()) - set(remotes))
+        if unsaved:
             logging.getLogger("flowrl").info(
-                "%s: the checkpoint has %d remote workers' states, this run %d workers; "
-                "their samplers start from the config's seed", where, len(remotes),
-                len(self.workers.remote_workers()))
+                "%s: the checkpoint has no state for remote workers %s; their samplers start "
+                "from the config's seed", where, unsaved)
         self.workers.sync_weights()
         self._run.metrics.restore(state["metrics"])
         _set_global_rng_state(state.get("rng"))

@@ -351,10 +351,10 @@ class IMPALA(Algorithm):
         with self.learner_thread.lock:
             return super().save(path)
 
-    def restore(self, path: str) -> None:
+    def restore(self, path: str, *, allow_pickle: bool = False) -> None:
         """Load a checkpoint (see :meth:`Algorithm.restore`) between learner updates."""
         with self.learner_thread.lock:
-            super().restore(path)
+            super().restore(path, allow_pickle=allow_pickle)
 
     def stop(self) -> None:
         """Stop the run, the learner thread and the workers (idempotent)."""
