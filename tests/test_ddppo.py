@@ -67,6 +67,8 @@ def test_ddppo_workers_stay_identical_and_train(ray_session):
         assert "policy_loss" in r["info"]["learner"]["default_policy"]
     finally:
         algo.stop()
+    with pytest.raises(FlowError, match=r"the plan ended \(was stop\(\) called\?\)"):
+        algo.train()   # stopped on purpose: its killed workers are not reported as lost
 
 
 @pytest.mark.slow

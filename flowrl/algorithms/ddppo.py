@@ -210,11 +210,14 @@ def _weights_if_first(worker) -> dict | None:
 
 def _lost_workers(workers: WorkerSet) -> dict[int, str]:
     """``{worker_index: why}`` of the remote workers that died or do not answer a ping
-    within the set's bound (``sample_timeout_s``); Ray workers only."""
+    within the set's bound (``sample_timeout_s``); Ray workers only. A survivor still
+    blocked in ``all_reduce`` answers once ``gloo_timeout_s`` ends that call."""
     import ray
     from ray.exceptions import GetTimeoutError
     pings = {idx: w.flowrl_ping.remote()
              for idx, w in zip(workers.worker_indices(), workers.remote_workers())}
+    if not pings:
+        return {}
     ray.wait(list(pings.values()), num_returns=len(pings), timeout=workers.timeout_s)
     lost = {}
     for idx, ref in pings.items():
@@ -236,6 +239,7 @@ class DDPPO(PPO):
 
     config_class = DDPPOConfig
     name = "ddppo"
+    _stopped = False  # stop() was called: its killed workers are not lost ones
 
     def train(self) -> dict[str, Any]:
         """One round, as :meth:`Algorithm.train`. A failed round whose cause is a lost
@@ -245,7 +249,9 @@ class DDPPO(PPO):
         try:
             return super().train()
         except FlowError as e:
-            lost = _lost_workers(self.workers) if self.workers.remote_workers() else {}
+            if self._stopped:
+                raise
+            lost = _lost_workers(self.workers)
             if not lost:
                 raise
             which = "; ".join(f"remote worker {idx} {why}" for idx, why in lost.items())
@@ -253,6 +259,11 @@ class DDPPO(PPO):
                 f"DDPPO: {which}. The workers' gloo process group cannot be re-formed, so "
                 "the run has ended (no worker trains on without it); build a new DDPPO and "
                 "restore the last checkpoint") from e
+
+    def stop(self) -> None:
+        """Stop the run and the workers (idempotent); a later ``train()`` says so."""
+        self._stopped = True
+        super().stop()
 
     def make_workers(self, *, env: Any, policy_class: Any, worker_config, num_workers: int,
                      backend: str) -> WorkerSet:
