@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
 from flowrl.algorithms import DDPPO, DDPPOConfig
-from flowrl.errors import ConfigError
+from flowrl.algorithms.ddppo import allreduce_mean
+from flowrl.errors import ConfigError, FlowError, WorkerError
 
 QUICK = dict(env="CartPole-v1", num_workers=2, num_envs_per_worker=2,
              rollout_fragment_length=64, sgd_minibatch_size=64, num_sgd_iter=2, seed=0,
@@ -20,6 +23,24 @@ def test_ddppo_config_errors():
         DDPPOConfig(env="CartPole-v1", num_workers=0)
     with pytest.raises(ConfigError, match="kl_coeff=0.2: must be 0"):
         DDPPOConfig(env="CartPole-v1", kl_coeff=0.2)
+    with pytest.raises(ConfigError, match=r"gloo_timeout_s=0: must be a number > 0"):
+        DDPPOConfig(env="CartPole-v1", gloo_timeout_s=0)
+
+
+def test_ddppo_refuses_to_replace_or_drop_workers():
+    config = DDPPOConfig(env="CartPole-v1")
+    assert not config.recreate_failed_workers and not config.ignore_worker_failures
+    for name in ("recreate_failed_workers", "ignore_worker_failures"):
+        with pytest.raises(ConfigError, match=rf"DDPPOConfig\.{name}=True: .*gloo process "
+                                              r"group that cannot be re-formed.*restart from "
+                                              r"the last checkpoint"):
+            DDPPOConfig(env="CartPole-v1", **{name: True})
+
+
+def test_allreduce_mean_without_a_group_raises_instead_of_returning_local_gradients():
+    with pytest.raises(ConfigError, match=r"allreduce_mean: no torch.distributed process "
+                                          r"group is initialized.*init_process_group"):
+        allreduce_mean([np.ones(3, np.float32)])
 
 
 def _weights(worker):
@@ -46,6 +67,8 @@ def test_ddppo_workers_stay_identical_and_train(ray_session):
         assert "policy_loss" in r["info"]["learner"]["default_policy"]
     finally:
         algo.stop()
+    with pytest.raises(FlowError, match=r"the plan ended \(was stop\(\) called\?\)"):
+        algo.train()   # stopped on purpose: its killed workers are not reported as lost
 
 
 @pytest.mark.slow
@@ -61,5 +84,37 @@ def test_ddppo_learns_cartpole(ray_session):
                 break
         else:
             raise AssertionError(f"DD-PPO did not reach 450: {r['episode_reward_mean']}")
+    finally:
+        algo.stop()
+
+
+def _kill(actor) -> None:
+    """``ray.kill`` and wait until the actor is dead (the kill itself is asynchronous)."""
+    import ray
+    ray.kill(actor, no_restart=True)
+    deadline = time.monotonic() + 60   # only catches a kill that never takes effect
+    while time.monotonic() < deadline:
+        try:
+            ray.get(actor.flowrl_ping.remote(), timeout=60)
+        except ray.exceptions.RayActorError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{actor} is still alive 60 s after ray.kill")
+
+
+@pytest.mark.ray
+def test_a_killed_worker_ends_the_run_with_an_error_naming_it(ray_session):
+    algo = DDPPO(DDPPOConfig(**QUICK, sample_timeout_s=60, gloo_timeout_s=60))
+    try:
+        algo.train()
+        _kill(algo.workers.remote_workers()[1])
+        # No silent continuation: the very next round fails, naming the lost worker
+        # (a hang would be caught by the test timeout).
+        with pytest.raises(WorkerError, match=r"DDPPO: remote worker 2 died \(\w+\)\. "
+                                              r"The workers' gloo process group cannot be "
+                                              r"re-formed.*restore the last checkpoint"):
+            algo.train()
+        with pytest.raises(FlowError):
+            algo.train()   # the run stays ended
     finally:
         algo.stop()

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import numpy as np
 import pytest
 
+import flowrl
+from flowrl.algorithms import IMPALA, IMPALAConfig
 from flowrl.errors import ConfigError, FlowError
-from flowrl.ops import LearnerThread
+from flowrl.ops import Dequeue, LearnerThread
 from flowrl.policies import A2CPolicy
 from flowrl.workers import RolloutWorker
 
@@ -81,6 +84,57 @@ def test_starved_learner_fails_naming_thread_and_setting(worker):
     assert not learner.is_alive()
     with pytest.raises(FlowError, match=r"'starving'.*learner_queue_timeout=0.2"):
         learner.check()
+
+
+def test_driver_pausing_between_train_calls_does_not_starve_the_learner():
+    # The driver stops calling train() for several learner_queue_timeouts (an
+    # evaluation, a debugger pause): nothing is being waited for, so no error.
+    timeout = 2.0
+    algo = IMPALA(IMPALAConfig(env="CartPole-v1", num_workers=1, backend="local", seed=0,
+                               rollout_fragment_length=20, train_batch_size=40,
+                               learner_queue_timeout=timeout))
+    try:
+        algo.train()
+        for _ in range(2):
+            time.sleep(3 * timeout)
+            assert algo.learner_thread.is_alive(), algo.learner_thread.error
+            result = algo.train()
+        assert result["info"]["num_steps_trained"] > 0
+    finally:
+        algo.stop()
+
+
+def test_a_driver_waiting_on_a_starved_learner_still_fails_naming_it(worker):
+    learner = LearnerThread(worker, learner_queue_timeout=0.3, name="starving")
+    label = "learner thread 'starving' (learner_queue_timeout=0.3)"
+    learner.start()
+    try:
+        run = flowrl.Plan(Dequeue(learner.outqueue, check=learner.check, label=label)).compile()
+        with pytest.raises(FlowError, match=r"LearnerThread 'starving': no train batch arrived "
+                                            r"for learner_queue_timeout=0.3 s while the driver "
+                                            r"ran the plan"):
+            run.take(1)   # the driver waits on the learner, which waits on an empty queue
+        assert not learner.is_alive()
+    finally:
+        learner.stop()
+
+
+def test_idle_clock_stops_while_the_run_is_not_driven(worker):
+    # The run's driver takes one result, then pauses far beyond the timeout with the
+    # learner's queue empty; its next wait finds the learner alive and fed.
+    learner = LearnerThread(worker, learner_queue_timeout=1.0, name="paused")
+    results = Dequeue(learner.outqueue, check=learner.check, label="learner 'paused'")
+    with flowrl.Plan(results).compile() as run:
+        learner.start()
+        for _ in range(2):
+            feeder = threading.Timer(0.2, learner.inqueue.put, (worker.sample(),))
+            feeder.start()   # the batch arrives while the driver waits, not before
+            assert run.take(1)[0][0] == 10
+            feeder.join()
+            time.sleep(4.0)  # the driver does not call the run: the queue stays empty
+            assert learner.is_alive(), learner.error
+    learner.stop()
+    assert learner.check()
 
 
 def test_learner_that_dies_reports_why(worker):

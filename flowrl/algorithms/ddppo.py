@@ -16,18 +16,28 @@ counts steps, keeps its local worker's weights equal to worker 1's (for
 
 Needs ``backend="ray"`` and ``num_workers >= 1`` (several processes), and, as each
 worker's batch gives the same number of minibatches, a single-agent env.
+
+Worker loss: the process group is formed once, so a replacement worker could
+never join it and the survivors' ``all_reduce`` would wait for the lost rank.
+DD-PPO therefore neither replaces nor drops workers (``recreate_failed_workers``
+and ``ignore_worker_failures`` must stay False): a lost worker ends the run with
+a :class:`~flowrl.errors.WorkerError` naming it (the driver's wait on each round
+is bounded by ``sample_timeout_s``, and a survivor's ``all_reduce`` by
+``gloo_timeout_s``); restart from the last checkpoint. :func:`allreduce_mean`
+raises instead of returning local gradients when its process has no group.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from flowrl.algorithms.base import _num
 from flowrl.algorithms.ppo import PPO, PPOConfig
 from flowrl.batch import SampleBatch
-from flowrl.errors import ConfigError
+from flowrl.errors import ConfigError, FlowError, WorkerError
 from flowrl.graph.stream import LocalStream
 from flowrl.metrics import (AGENT_STEPS_SAMPLED_COUNTER, LEARNER_INFO, STEPS_SAMPLED_COUNTER,
                             STEPS_TRAINED_COUNTER, get_metrics)
@@ -43,7 +53,10 @@ SB = SampleBatch
 class DDPPOConfig(PPOConfig):
     """DD-PPO: PPO's fields; ``train_batch_size`` is unused (each worker trains on its
     own ``rollout_fragment_length * num_envs_per_worker`` rows), ``kl_coeff`` must
-    stay 0 (an adaptive coefficient would drift apart between workers).
+    stay 0 (an adaptive coefficient would drift apart between workers), and
+    ``recreate_failed_workers`` / ``ignore_worker_failures`` default to and must
+    stay False (see the module docstring: a lost worker ends the run).
+    ``gloo_timeout_s`` bounds each collective of the process group.
 
     >>> DDPPOConfig(env="CartPole-v1", backend="local")
     Traceback (most recent call last):
@@ -59,9 +72,19 @@ class DDPPOConfig(PPOConfig):
     train_batch_size: int = 512
     num_sgd_iter: int = 6
     gloo_timeout_s: float = 300.0
+    recreate_failed_workers: bool = False
+
+    checks: ClassVar[dict[str, tuple]] = {"gloo_timeout_s": _num(0, open_lo=True)}
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        for name in ("recreate_failed_workers", "ignore_worker_failures"):
+            if getattr(self, name):
+                raise ConfigError(
+                    f"DDPPOConfig.{name}=True: DD-PPO workers share one gloo process group "
+                    "that cannot be re-formed, so a replaced or dropped worker would leave "
+                    "the others waiting in all_reduce; keep it False (a lost worker ends the "
+                    "run) and restart from the last checkpoint instead")
         if self.backend != "ray":
             raise ConfigError(f"DDPPOConfig.backend={self.backend!r}: DD-PPO all-reduces "
                               "gradients between worker processes; use backend='ray'")
@@ -103,11 +126,24 @@ class _JoinGroup:
 
 def allreduce_mean(grads: list[np.ndarray]) -> list[np.ndarray]:
     """The element-wise mean of ``grads`` over every process of the default group
-    (one flat ``all_reduce``); the list as is with no group."""
+    (one flat ``all_reduce``; blocks until every rank contributed, at most the
+    group's timeout). Raises ConfigError in a process that joined no group: its
+    local gradients alone would silently turn DD-PPO into independent learners.
+
+    >>> try:
+    ...     allreduce_mean([np.ones(2)])
+    ... except ConfigError as e:
+    ...     print(str(e).split(",")[0])
+    allreduce_mean: no torch.distributed process group is initialized in this process
+    """
     import torch
     import torch.distributed as dist
     if not dist.is_initialized():
-        return grads
+        raise ConfigError(
+            "allreduce_mean: no torch.distributed process group is initialized in this "
+            "process, so there is nothing to average with; call it on DD-PPO workers "
+            "(DDPPO.make_workers joins them into one) or call "
+            "torch.distributed.init_process_group first")
     flat = torch.from_numpy(np.concatenate([g.ravel() for g in grads]).astype(np.float32))
     dist.all_reduce(flat, op=dist.ReduceOp.SUM)
     flat /= dist.get_world_size()
@@ -162,13 +198,36 @@ class _Record:
         metrics.counters[AGENT_STEPS_SAMPLED_COUNTER] += steps
         metrics.counters[STEPS_TRAINED_COUNTER] += steps
         metrics.info[LEARNER_INFO] = round_[0][0]
-        first = self.workers.foreach_remote_worker(_weights_if_first)[0]
+        # foreach_worker: bounded by sample_timeout_s; a lost worker is a WorkerError naming it
+        first = self.workers.foreach_worker(_weights_if_first)[1]
         self.workers.local_worker().set_weights(first)
         return round_
 
 
 def _weights_if_first(worker) -> dict | None:
     return worker.get_weights() if worker.worker_index == 1 else None
+
+
+def _lost_workers(workers: WorkerSet) -> dict[int, str]:
+    """``{worker_index: why}`` of the remote workers that died or do not answer a ping
+    within the set's bound (``sample_timeout_s``); Ray workers only. A survivor still
+    blocked in ``all_reduce`` answers once ``gloo_timeout_s`` ends that call."""
+    import ray
+    from ray.exceptions import GetTimeoutError
+    pings = {idx: w.flowrl_ping.remote()
+             for idx, w in zip(workers.worker_indices(), workers.remote_workers())}
+    if not pings:
+        return {}
+    ray.wait(list(pings.values()), num_returns=len(pings), timeout=workers.timeout_s)
+    lost = {}
+    for idx, ref in pings.items():
+        try:
+            ray.get(ref, timeout=0)
+        except GetTimeoutError:
+            lost[idx] = f"did not answer within {workers.timeout_s:g} s (sample_timeout_s)"
+        except Exception as e:  # noqa: BLE001 - a dead actor, whatever Ray calls it
+            lost[idx] = f"died ({type(e).__name__})"
+    return lost
 
 
 class DDPPO(PPO):
@@ -180,6 +239,31 @@ class DDPPO(PPO):
 
     config_class = DDPPOConfig
     name = "ddppo"
+    _stopped = False  # stop() was called: its killed workers are not lost ones
+
+    def train(self) -> dict[str, Any]:
+        """One round, as :meth:`Algorithm.train`. A failed round whose cause is a lost
+        worker (the survivors' ``all_reduce`` fails or times out, or the driver finds
+        the worker dead or silent) raises a WorkerError naming every lost worker, with
+        the original error chained; the run has ended (see the module docstring)."""
+        try:
+            return super().train()
+        except FlowError as e:
+            if self._stopped:
+                raise
+            lost = _lost_workers(self.workers)
+            if not lost:
+                raise
+            which = "; ".join(f"remote worker {idx} {why}" for idx, why in lost.items())
+            raise WorkerError(
+                f"DDPPO: {which}. The workers' gloo process group cannot be re-formed, so "
+                "the run has ended (no worker trains on without it); build a new DDPPO and "
+                "restore the last checkpoint") from e
+
+    def stop(self) -> None:
+        """Stop the run and the workers (idempotent); a later ``train()`` says so."""
+        self._stopped = True
+        super().stop()
 
     def make_workers(self, *, env: Any, policy_class: Any, worker_config, num_workers: int,
                      backend: str) -> WorkerSet:

@@ -17,13 +17,23 @@ threads convert batches into tensors on every tower's device in parallel with
 training; the learner thread then trains on loaded batches only. At most
 ``num_data_loader_buffers`` loaded batches exist at a time.
 
-Failure: no batch for ``learner_queue_timeout`` seconds, or an exception in
-training, ends the thread and records a FlowError naming the thread and the
-setting; :meth:`LearnerThread.check` (the ``check=`` of the queue bridges) then
-raises it in the plan. :meth:`LearnerThread.stop` wakes and ends every thread
-without waiting on a timeout.
+Failure: no batch for ``learner_queue_timeout`` seconds of *driving*, or an
+exception in training, ends the thread and records a FlowError naming the
+thread and the setting; :meth:`LearnerThread.check` (the ``check=`` of the queue
+bridges) then raises it in the plan. :meth:`LearnerThread.stop` wakes and ends
+every thread without waiting on a timeout.
 
-State: the queues, the minibatch buffer slots and their remaining visits, the
+The idle clock: an empty queue is a failure only while someone waits for the
+learner. The run that feeds the learner is known from the calls of ``check()``
+made inside it (the bridges' waits, ``StartLearner``), and the clock advances
+only while the driver is inside that run (``next(run)``, i.e. ``train()``), so a
+driver that simply does not call ``train()`` (evaluation, a debugger pause)
+never starves the learner. The thread reads the clock every
+:data:`IDLE_SLICE_S` seconds while its queue is empty. A learner fed by hand,
+with no run known, counts wall time.
+
+State: the queues, the run that drives it (for the idle clock), the minibatch
+buffer slots and their remaining visits, the
 ``weights_updated`` flag (set after every update, cleared by whoever broadcasts
 the weights), ``num_steps`` (updates done) and busy/idle seconds for
 :meth:`LearnerThread.utilization`.
@@ -41,8 +51,12 @@ import numpy as np
 from flowrl.batch import MultiAgentBatch, SampleBatch
 from flowrl.errors import ConfigError, FlowError
 from flowrl.ops.train_ops import policy_batches
+from flowrl.runtime.context import RunContext, current_run
 
 _STOP = object()
+#: Seconds between two readings of the idle clock while the learner's queue is empty
+#: (so also how late a pause of the driver is noticed).
+IDLE_SLICE_S = 0.25
 
 
 def _check_int(name: str, value: Any, lo: int) -> None:
@@ -123,6 +137,7 @@ class LearnerThread(threading.Thread):
         self._rng = np.random.default_rng(seed)
         self._stopping = threading.Event()
         self._started_at: float | None = None
+        self._driver: RunContext | None = None  # the run whose driving counts as waiting
         self._slots: list[Any] = [None] * minibatch_buffer_size
         self._ttl = [0] * minibatch_buffer_size
         self._idx = 0
@@ -173,8 +188,14 @@ class LearnerThread(threading.Thread):
         """True while the learner is running; raises its FlowError once it failed.
 
         The ``check=`` of the Enqueue/Dequeue bridges, so a dead learner fails the run
-        instead of leaving the plan waiting on its queues.
+        instead of leaving the plan waiting on its queues. Called inside a run, it
+        also makes that run the one whose driving advances the idle clock (see the
+        module docstring).
         """
+        try:
+            self._driver = current_run()
+        except FlowError:
+            pass  # called from outside any run: the clock keeps its run (or wall time)
         if self.error is not None:
             raise self.error
         if self._started_at is not None and not self.is_alive() and not self.stopped:
@@ -203,15 +224,30 @@ class LearnerThread(threading.Thread):
     def _starved(self, what: str) -> FlowError:
         return FlowError(
             f"LearnerThread {self.label!r}: no {what} arrived for learner_queue_timeout="
-            f"{self.learner_queue_timeout:g} s; the samplers are too slow or stopped. Raise "
-            "learner_queue_timeout, or check the rollout workers")
+            f"{self.learner_queue_timeout:g} s while the driver ran the plan; the samplers "
+            "are too slow or stopped. Raise learner_queue_timeout, or check the rollout "
+            "workers")
+
+    def _driven(self) -> bool:
+        """Whether the idle clock runs now: the driver is inside the feeding run
+        (its loop turning, or the plan advanced by hand), or no run is known."""
+        run = self._driver
+        # by_hand: a runtime that advances a plan's first step without turning its loop
+        # (hand-stepped coroutines); where next(run) always turns the loop it is absent.
+        return run is None or run.loop.is_running() or getattr(run, "by_hand", False)
 
     def _take(self, q: queue.Queue, what: str) -> Any:
-        try:
-            item = q.get(timeout=self.learner_queue_timeout)
-        except queue.Empty:
-            raise self._starved(what) from None
-        return item
+        idle = 0.0
+        while True:
+            started = time.monotonic()
+            try:
+                return q.get(timeout=min(IDLE_SLICE_S, self.learner_queue_timeout - idle))
+            except queue.Empty:
+                pass
+            if self._driven():
+                idle += time.monotonic() - started
+                if idle >= self.learner_queue_timeout:
+                    raise self._starved(what)
 
     def _load_loop(self) -> None:
         try:

@@ -1,6 +1,7 @@
 """``MultiGPUTrainOneStep``: data-parallel minibatch SGD over towers on several devices.
 
-Policy: each trainable policy of the local worker is given one *tower* (a copy of
+Policy: each policy the operator trains (``policies``, default the local worker's
+``policies_to_train``) is given one *tower* (a copy of
 its model) per device through its public ``set_towers(devices)``; from then on
 every SGD step of the policy splits its minibatch across the towers and applies
 the size-weighted mean gradient in one optimizer step (see
@@ -49,11 +50,13 @@ def tower_devices(num_gpus: float) -> list[torch.device]:
 class MultiGPUTrainOneStep:
     """``for_each(MultiGPUTrainOneStep(workers, ...))``: data-parallel minibatch SGD.
 
-    For each trainable policy of the local worker: ``num_sgd_iter`` epochs over
-    shuffled minibatches of ``sgd_minibatch_size`` rows (0: whole batch; shuffling
-    seeded by ``seed``), each split across the towers on ``num_gpus`` devices (see
-    the module docstring); then remote workers get the new weights. Returns
-    ``(batch, info)``, ``info = {policy_id: mean stats of the last epoch}``.
+    It trains exactly ``policies`` (default: the local worker's
+    ``policies_to_train``), as :class:`~flowrl.ops.TrainOneStep` does; for each:
+    ``num_sgd_iter`` epochs over shuffled minibatches of ``sgd_minibatch_size`` rows
+    (0: whole batch; shuffling seeded by ``seed``), each split across the towers on
+    ``num_gpus`` devices (see the module docstring). Only those policies get towers.
+    Then remote workers get the new weights of ``policies`` (default: all).
+    Returns ``(batch, info)``, ``info = {policy_id: mean stats of the last epoch}``.
 
     Metrics: as :class:`~flowrl.ops.TrainOneStep` (``LEARN_ON_BATCH_TIMER``,
     trained counters, ``info[LEARNER_INFO]``, ``WORKER_UPDATE_TIMER``) plus
@@ -96,7 +99,7 @@ class MultiGPUTrainOneStep:
         timer = metrics.timers[LEARN_ON_BATCH_TIMER]
         info: dict[str, dict] = {}
         with timer:
-            for pid, rows in policy_batches(worker, batch).items():
+            for pid, rows in policy_batches(worker, batch, self.policies).items():
                 policy = worker.get_policy(pid)
                 self._place(policy, pid)
                 info[pid] = policy.learn_on_batch(

@@ -1,0 +1,61 @@
+"""MultiGPUTrainOneStep on a multi-agent worker set: ``policies=`` picks what is trained."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import flowrl
+from flowrl.ops import MultiGPUTrainOneStep, synchronous_parallel_sample
+from flowrl.policies import PPOPolicy
+from flowrl.workers import PolicySpec, WorkerConfig, WorkerSet, make_multi_agent
+
+
+def _two_policy_workers() -> WorkerSet:
+    cfg = WorkerConfig(rollout_fragment_length=32, seed=0, policy_config={"hidden_sizes": (8,)},
+                       policies={"a": PolicySpec(PPOPolicy), "b": PolicySpec(PPOPolicy)},
+                       policy_mapping_fn=lambda agent, episode: "ab"[agent],
+                       policies_to_train=["a"])
+    return WorkerSet(make_multi_agent("CartPole-v1", 2), None, cfg, num_workers=1,
+                     backend="local")
+
+
+def _same(x: dict, y: dict) -> bool:
+    return all(np.array_equal(x[k], y[k]) for k in x)
+
+
+def _train(ws: WorkerSet, op: MultiGPUTrainOneStep) -> dict:
+    batch = synchronous_parallel_sample(ws)[0]
+    with flowrl.Plan(flowrl.from_iterable(lambda: [batch]).for_each(op)).compile() as run:
+        _, info = next(run)
+    return info
+
+
+def test_multi_gpu_trains_and_broadcasts_exactly_the_given_policies():
+    ws = _two_policy_workers()
+    try:
+        local, remote = ws.local_worker(), ws.remote_workers()[0]
+        before, remote_before = local.get_weights(), remote.get_weights()
+        info = _train(ws, MultiGPUTrainOneStep(ws, num_gpus=2, sgd_minibatch_size=16,
+                                               policies=["b"], seed=0))
+        after, remote_after = local.get_weights(), remote.get_weights()
+        assert list(info) == ["b"]
+        assert _same(before["a"], after["a"])               # "a" (policies_to_train) untouched
+        assert not _same(before["b"], after["b"])
+        assert local.get_policy("a").num_towers == 1        # only trained policies get towers
+        assert local.get_policy("b").num_towers == 2
+        assert _same(after["b"], remote_after["b"])         # "b" broadcast, "a" not re-sent
+        assert _same(remote_before["a"], remote_after["a"])
+    finally:
+        ws.stop()
+
+
+def test_multi_gpu_default_trains_policies_to_train():
+    ws = _two_policy_workers()
+    try:
+        before = ws.local_worker().get_weights()
+        info = _train(ws, MultiGPUTrainOneStep(ws, num_gpus=2, sgd_minibatch_size=16, seed=0))
+        after = ws.local_worker().get_weights()
+        assert list(info) == ["a"]
+        assert not _same(before["a"], after["a"]) and _same(before["b"], after["b"])
+    finally:
+        ws.stop()
