@@ -235,7 +235,8 @@ def window_figures(records: Sequence[tuple[int, Mapping, Mapping]], first: int, 
 # -- the child ---------------------------------------------------------------------------------
 def flowrl_origin() -> dict[str, str]:
     """Where ``flowrl`` is imported from (without importing it) and that checkout's
-    git commit, with ``+dirty`` when its ``flowrl/`` has uncommitted changes."""
+    git commit, with ``+dirty`` when its ``flowrl/`` has uncommitted changes, and
+    the last commit that changed ``flowrl/``."""
     spec = importlib.util.find_spec("flowrl")
     if spec is None or not spec.origin:
         return {"flowrl_path": "not found", "flowrl_commit": "unknown"}
@@ -254,7 +255,9 @@ def flowrl_origin() -> dict[str, str]:
     if commit is None:
         return {"flowrl_path": pkg, "flowrl_commit": "not a git checkout"}
     dirty = git("status", "--porcelain", "--", "flowrl")
-    return {"flowrl_path": pkg, "flowrl_commit": commit + ("+dirty" if dirty else "")}
+    last = git("log", "-1", "--format=%h", "--", "flowrl")
+    return {"flowrl_path": pkg, "flowrl_commit": commit + ("+dirty" if dirty else "")
+            + (f", flowrl/ last changed in {last}" if last else "")}
 
 
 def child(args) -> None:
@@ -374,7 +377,8 @@ def report(runs: list[dict], meta: Mapping[str, Any]) -> None:
            "learner busy", "queue mean/size", "bound by"], rows,
         title=f"IMPALA, {workers} Ray workers, learner slower than samplers ({label}): per "
               f"run over {meta.get('updates')} learner updates; steps = env steps trained on "
-              "per worker index; lag = learner version - behaviour version, in updates")
+              "per worker index; lag = learner version - behaviour version, in learner "
+              f"updates ({meta.get('sgd_iter', '?')} per train batch)")
 
     keys = ["max_min_ratio", "min_share", "lag_mean", "lag_p95", "lag_max", "steps_per_s",
             "trained_per_s", "learner_util", "queue_mean"]

@@ -191,8 +191,10 @@ def test_impala_fairness_reports_worker_shares_lag_and_the_bottleneck_per_run(ca
             run(1, [12000, 0, 0], (3.0, 2, 8, 9), 4.0),
             run(2, [4000, 4000, 2000], (20.0, 20, 30, 40), 12.0),
             {"system": "flowrl-w3", "seed": 3, "valid": False, "ok": False, "result": None}]
-    impala_fairness.report(runs, {"workers": 3, "updates": 200, "label": "before"})
+    impala_fairness.report(runs, {"workers": 3, "updates": 200, "label": "before",
+                                  "sgd_iter": 8})
     out = capsys.readouterr().out
+    assert "over 200 learner updates" in out and "(8 per train batch)" in out
     assert "label before; flowrl imported from: /old/flowrl (commit ee894dc)" in out
     per_run = {ln.split("|")[0].strip(): [c.strip() for c in ln.split("|")]
                for ln in out.splitlines() if ln[:1].isdigit()}
