@@ -6,13 +6,18 @@ trained on, and how far behind the learner is the policy that sampled them? Run
 it once against the code before a change and once after (``--label before`` /
 ``--label after``; ``PYTHONPATH`` picks the flowrl measured) and compare.
 
+Systems: ``flowrl-w3`` (the workers' fragments gathered on the driver) and
+``flowrl-agg1-w3`` (through one aggregator actor, ``num_aggregation_workers=1``,
+which gathers from the workers with one request in flight each); ``--aggregators``
+picks them (0 is the first).
+
 Setup: flowrl IMPALA on the Ray backend, ``--workers`` (default 3) remote workers,
 CartPole-v1 (``--sleep-ms`` > 0 adds a fixed sleep per env step, as in
 ``impala_throughput.py``), ``--envs`` (default 10) envs per worker stepped as one
 vector, fragment 50 (so one sample is 500 env steps, one train batch), model
 ``--hidden`` (default 512 512), RLlib 1.x defaults otherwise
-(``learner_queue_size`` 16, 2 requests in flight per worker, weights to the
-producing worker after every update). The learner is made the bottleneck by the
+(``learner_queue_size`` 16, ``--in-flight`` 2 requests in flight per worker,
+weights to the producing worker after every update). The learner is made the bottleneck by the
 bigger network together with ``--sgd-iter`` (default 8) passes over each train
 batch (IMPALA's ``num_sgd_iter``: one update per pass). The network alone does not
 do it on CPU: per env step, a worker's sampling (one batched forward per vector
@@ -49,7 +54,7 @@ Every seed runs in a fresh process on an idle CPU (``benchmarks/harness.py``); r
 JSON goes to ``benchmarks/results/impala_fairness[-LABEL]-<UTC time>.json`` and the
 printed report names the flowrl that was imported (path and git commit).
 
-    python benchmarks/impala_fairness.py --label after         # 3 seeds, ~3 min idle
+    python benchmarks/impala_fairness.py --label after         # 2 systems x 3 seeds
     PYTHONPATH=/path/to/old/checkout python benchmarks/impala_fairness.py --label before
     python benchmarks/impala_fairness.py --quick --no-idle-wait  # smoke, 1 seed
 """
@@ -79,8 +84,16 @@ VERSION_KEY = "__probe_version__"
 LABEL_RE = re.compile(r"^[A-Za-z0-9_.-]+$")
 
 
-def system_for(workers: int) -> str:
-    return f"flowrl-w{workers}"
+SYSTEM_RE = re.compile(r"^flowrl(?:-agg(\d+))?-w(\d+)$")
+
+
+def system_for(workers: int, aggregators: int = 0) -> str:
+    """``flowrl-wN`` (gathering on the driver) or ``flowrl-aggK-wN`` (K aggregators).
+
+    >>> system_for(3), system_for(3, 1), SYSTEM_RE.match("flowrl-agg1-w3").groups()
+    ('flowrl-w3', 'flowrl-agg1-w3', ('1', '3'))
+    """
+    return f"flowrl-w{workers}" if aggregators == 0 else f"flowrl-agg{aggregators}-w{workers}"
 
 
 # -- instrumentation (built in the child: importing this module imports no flowrl) --------
@@ -261,8 +274,11 @@ def flowrl_origin() -> dict[str, str]:
 
 
 def child(args) -> None:
-    workers = args.workers
-    out: dict[str, Any] = {"ray_init_s": start_ray(workers + 2), **flowrl_origin()}
+    m = SYSTEM_RE.match(args.child)
+    if not m:
+        raise SystemExit(f"unknown system {args.child!r}: expected flowrl-wN or flowrl-aggK-wN")
+    aggregators, workers = int(m.group(1) or 0), int(m.group(2))
+    out: dict[str, Any] = {"ray_init_s": start_ray(workers + aggregators + 2), **flowrl_origin()}
     from flowrl.algorithms import IMPALA, IMPALAConfig
 
     policy_class = probe_policy_class()
@@ -279,7 +295,9 @@ def child(args) -> None:
                           rollout_fragment_length=args.fragment,
                           train_batch_size=args.train_batch, num_sgd_iter=args.sgd_iter,
                           learner_queue_size=args.queue_size, model=tuple(args.hidden),
-                          num_cpus_per_worker=0, backend="ray", seed=args.seed)
+                          max_sample_requests_in_flight_per_worker=args.in_flight,
+                          num_aggregation_workers=aggregators, num_cpus_per_worker=0,
+                          backend="ray", seed=args.seed)
     algo = ProbeIMPALA(config)
     try:
         out["worker_indices"] = tag_workers(algo.workers)[1:]
@@ -346,7 +364,6 @@ def bottleneck(result: Mapping[str, Any]) -> str:
 def report(runs: list[dict], meta: Mapping[str, Any]) -> None:
     """Per-run and per-system tables of the fairness, lag and throughput figures."""
     workers = int(meta["workers"])
-    system = system_for(workers)
     origins = sorted({(r["result"].get("flowrl_path", "?"), r["result"].get("flowrl_commit", "?"))
                       for r in runs if r.get("valid") and r.get("result")})
     label = meta.get("label") or "(no label)"
@@ -354,14 +371,13 @@ def report(runs: list[dict], meta: Mapping[str, Any]) -> None:
           + ("; ".join(f"{p} (commit {c})" for p, c in origins) or "no valid run"))
 
     rows = []
-    for r in runs:
-        if r.get("system") != system:
-            continue
+    for r in sorted(runs, key=lambda r: (r.get("system", ""), r.get("seed", 0))):
+        head = [r.get("system", "?"), str(r.get("seed", "?"))]
         res = r.get("result") or {}
         if not r.get("valid") or not res:
-            rows.append([str(r.get("seed", "?")), "no result"] + ["-"] * (workers + 9))
+            rows.append(head + ["no result"] + ["-"] * (workers + 9))
             continue
-        rows.append([str(r.get("seed", "?")), "ok"]
+        rows.append(head + ["ok"]
                     + [fmt_cell(res.get(f"steps_w{i}"), "{:,}") for i in range(1, workers + 1)]
                     + [max_min_cell(res, workers),
                        fmt_cell(res.get("lag_mean"), "{:.1f}"),
@@ -372,11 +388,12 @@ def report(runs: list[dict], meta: Mapping[str, Any]) -> None:
                        fmt_cell(res.get("queue_mean"), "{:.1f}")
                        + f"/{res.get('queue_size', '?')}", bottleneck(res)])
     harness.print_table(
-        ["seed", "run"] + [f"steps w{i}" for i in range(1, workers + 1)]
+        ["system", "seed", "run"] + [f"steps w{i}" for i in range(1, workers + 1)]
         + ["max/min", "lag mean", "lag p50", "lag p95", "lag max", "env steps/s",
            "learner busy", "queue mean/size", "bound by"], rows,
-        title=f"IMPALA, {workers} Ray workers, learner slower than samplers ({label}): per "
-              f"run over {meta.get('updates')} learner updates; steps = env steps trained on "
+        title=f"IMPALA, {workers} Ray workers (aggK: through K aggregators), learner slower "
+              f"than samplers ({label}): per run over {meta.get('updates')} learner updates; "
+              "steps = env steps trained on "
               "per worker index; lag = learner version - behaviour version, in learner "
               f"updates ({meta.get('sgd_iter', '?')} per train batch)")
 
@@ -407,6 +424,10 @@ def main(argv=None) -> None:
     p.add_argument("--label", default=None,
                    help="goes into the result file name, e.g. before / after")
     p.add_argument("--workers", type=int, default=3)
+    p.add_argument("--aggregators", type=int, nargs="+", default=[0, 1],
+                   help="systems: 0 gathers on the driver, K > 0 through K aggregator actors")
+    p.add_argument("--in-flight", type=int, default=2,
+                   help="max_sample_requests_in_flight_per_worker")
     p.add_argument("--updates", type=int, default=200, help="measured window, learner updates")
     p.add_argument("--warmup-updates", type=int, default=48,
                    help="learner updates before the window")
@@ -431,7 +452,7 @@ def main(argv=None) -> None:
         child(args)
         return
     s = harness.settings_from(args)
-    settings = {"workers": args.workers, "updates": args.updates,
+    settings = {"workers": args.workers, "in_flight": args.in_flight, "updates": args.updates,
                 "warmup_updates": args.warmup_updates, "sgd_iter": args.sgd_iter,
                 "hidden": args.hidden, "envs": args.envs, "queue_size": args.queue_size,
                 "sleep_ms": args.sleep_ms, "fragment": args.fragment,
@@ -444,13 +465,15 @@ def main(argv=None) -> None:
     if not args.report:
         print(f"flowrl: {meta['flowrl_path']} (commit {meta['flowrl_commit']}); CartPole-v1"
               f"{f' + {args.sleep_ms:g} ms/step' if args.sleep_ms > 0 else ''}, "
-              f"{args.workers} Ray workers x {args.envs} envs, fragment {args.fragment}, "
+              f"{args.workers} Ray workers x {args.envs} envs, {args.in_flight} requests in "
+              f"flight each, fragment {args.fragment}, "
               f"train batch {args.train_batch}, model {args.hidden}, {args.sgd_iter} learner "
               f"passes per batch, queue {args.queue_size}; {args.updates} updates after "
               f"{args.warmup_updates}; {os.cpu_count()} cores", flush=True)
     name = BENCHMARK if args.label is None else f"{BENCHMARK}-{args.label}"
-    runs, _ = harness.run_all(name, os.path.abspath(__file__), [system_for(args.workers)], s,
-                              child_args, meta)
+    systems = [system_for(args.workers, k) for k in args.aggregators]
+    runs, _ = harness.run_all(name, os.path.abspath(__file__), systems, s, child_args,
+                              {**meta, "aggregators": args.aggregators})
     if args.report:
         meta = json.loads(args.report.read_text())["meta"]
     report(runs, meta)
