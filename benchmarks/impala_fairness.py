@@ -17,25 +17,27 @@ CartPole-v1 (``--sleep-ms`` > 0 adds a fixed sleep per env step, as in
 vector, fragment 50 (so one sample is 500 env steps, one train batch), model
 ``--hidden`` (default 512 512), RLlib 1.x defaults otherwise
 (``learner_queue_size`` 16, ``--in-flight`` 2 requests in flight per worker,
-weights to the producing worker after every update). The learner is made the bottleneck by the
-bigger network together with ``--sgd-iter`` (default 8) passes over each train
-batch (IMPALA's ``num_sgd_iter``: one update per pass). The network alone does not
-do it on CPU: per env step, a worker's sampling (one batched forward per vector
-step, the env, the sampler) costs about as much CPU as one learner pass (checked
-with a ``RolloutWorker``'s own ``sample`` and ``learn_on_batch`` at these
-settings), and with one env per worker sampling costs more. Each run checks that
-the learner was the bottleneck: the table gives the learner's busy fraction and
-the mean number of train batches waiting in its queue after each result (full is
-``learner_queue_size``); a learner that keeps its queue near full has more data
-than it can train on (the ``bound by`` column says which side limited the run).
+weights to the producing worker after every update). The learner is made the
+bottleneck by the bigger network together with ``--sgd-iter`` (default 8) passes
+over each train batch (IMPALA's ``num_sgd_iter``: one update per pass). The
+network alone does not do it on CPU: per env step, a worker's sampling (one
+batched forward per vector step, the env, the sampler) costs about as much CPU as
+one learner pass (checked with a ``RolloutWorker``'s own ``sample`` and
+``learn_on_batch`` at these settings), and with one env per worker sampling costs
+more. Each run checks that the learner was the bottleneck: the table gives the
+learner's busy fraction and the mean number of train batches waiting in its queue
+after each result (full is ``learner_queue_size``); a learner that keeps its
+queue near full has more data than it can train on (the ``bound by`` column says
+which side limited the run).
 
 Instrumentation lives in this script and uses only public API (it runs unchanged
 on older flowrl, e.g. ``ee894dc``): a subclass of ``IMPALAPolicy`` counts the
 learner's updates (its version: the number of ``learn_on_batch`` calls), puts the
 version into the weights it hands out and records the version of the weights it
-received; every batch a worker samples gets ``behaviour_version`` and
-``worker_index`` columns. The subclass does not opt in to numpy replicas, so the
-remote workers act through the real policy (its numpy path) rather than a replica.
+received; every batch a worker samples gets ``behaviour_version``,
+``worker_index`` and ``fragment`` (a per-worker count) columns. The subclass does
+not opt in to numpy replicas, so the remote workers act through the real policy
+(its numpy path) rather than a replica.
 
 A run trains ``--warmup-updates`` learner updates (a backlog builds up), then counts
 over the next ``--updates`` updates (a window in learner updates, so every run
