@@ -176,7 +176,7 @@ def test_compiled_graph_reports_each_system_against_ordinary_actor_calls(capsys)
 def test_impala_fairness_reports_worker_shares_lag_and_the_bottleneck_per_run(capsys):
     import impala_fairness
 
-    def run(seed, steps, lag, queue_mean, **extra):
+    def run(seed, steps, lag, queue_mean):
         total = sum(steps)
         figures = {f"steps_w{i}": n for i, n in enumerate(steps, 1)}
         figures.update({f"share_w{i}": n / total for i, n in enumerate(steps, 1)})
@@ -186,7 +186,7 @@ def test_impala_fairness_reports_worker_shares_lag_and_the_bottleneck_per_run(ca
                        lag_mean=lag[0], lag_p50=lag[1], lag_p95=lag[2], lag_max=lag[3],
                        steps_per_s=1000.0, trained_per_s=990.0, learner_util=0.97,
                        queue_mean=queue_mean, queue_size=16, flowrl_path="/old/flowrl",
-                       flowrl_commit="ee894dc", **extra), "seed": seed}
+                       flowrl_commit="ee894dc"), "seed": seed}
     runs = [run(0, [6000, 3000, 3000], (10.5, 10, 17, 23), 15.2),
             run(1, [12000, 0, 0], (3.0, 2, 8, 9), 4.0),
             run(2, [4000, 4000, 2000], (20.0, 20, 30, 40), 12.0),
