@@ -214,11 +214,11 @@ def test_impala_fairness_reports_worker_shares_lag_and_the_bottleneck_per_run(ca
 def test_impala_fairness_probe_tags_rows_and_counts_each_fragment_once_with_its_lag():
     import types
 
+    import impala_fairness as fb
     import numpy as np
+
     from flowrl.batch import DEFAULT_POLICY_ID
     from flowrl.workers import RolloutWorker
-
-    import impala_fairness as fb
     probe = fb.probe_policy_class()
 
     def worker(index):
