@@ -10,11 +10,11 @@
 # Expected duration on 2 idle cores: about 3 h in all (startup 2, sampling 5,
 # local_overhead 5, ray_overhead 25 (3 seeds: 15) and --paired 15, compiled_graph 7,
 # profile_ppo 5, ppo_cartpole --matched 25 and --tuned 25, impala_throughput 10,
-# async_cartpole 15, apex_throughput 10, replay 2, dqn_cartpole 20, multi_agent_sampling 3,
-# ddppo_cartpole 8, chaos 12 minutes; the targeted ones are upper bounds, reached
-# when runs use their whole budget). Idle waits add to it on a machine that is not
-# idle. --quick --no-idle-wait (a smoke run of every script, results under
-# benchmarks/results/smoke/) takes about 20 min.
+# impala_fairness 8, async_cartpole 15, apex_throughput 10, replay 2, dqn_cartpole 20,
+# multi_agent_sampling 3, ddppo_cartpole 8, chaos 12 minutes; the targeted ones are
+# upper bounds, reached when runs use their whole budget). Idle waits add to it on a
+# machine that is not idle. --quick --no-idle-wait (a smoke run of every script,
+# results under benchmarks/results/smoke/) takes about 20 min.
 #
 #   bash benchmarks/run_all.sh                            # everything
 #   bash benchmarks/run_all.sh replay dqn_cartpole        # a subset, by name
@@ -41,6 +41,7 @@ BENCHMARKS=(
   "ppo_cartpole-matched|ppo_cartpole --matched"
   "ppo_cartpole-tuned|ppo_cartpole --tuned"
   "impala_throughput|impala_throughput"
+  "impala_fairness|impala_fairness"
   "async_cartpole|async_cartpole"
   "apex_throughput|apex_throughput"
   "replay|replay"

@@ -9,6 +9,7 @@ script under ``benchmarks/`` and refuse an unknown name.
 from __future__ import annotations
 
 import argparse
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -170,3 +171,79 @@ def test_compiled_graph_reports_each_system_against_ordinary_actor_calls(capsys)
     assert "2.50x [2.00x-3.00x]" in cells and "1.00x [1.00x-1.00x]" in cells
     assert cells[-1] == "0.20 [0.20-0.20]"
     assert cells.count("-") == 5  # no figures given: flowrl items/s, compiled-2, +graph
+
+
+def test_impala_fairness_reports_worker_shares_lag_and_the_bottleneck_per_run(capsys):
+    import impala_fairness
+
+    def run(seed, steps, lag, queue_mean):
+        total = sum(steps)
+        figures = {f"steps_w{i}": n for i, n in enumerate(steps, 1)}
+        figures.update({f"share_w{i}": n / total for i, n in enumerate(steps, 1)})
+        return {**_run("flowrl-w3", **figures, min_share=min(steps) / total,
+                       # as saved: an infinite ratio is null in the JSON
+                       max_min_ratio=max(steps) / min(steps) if min(steps) else None,
+                       lag_mean=lag[0], lag_p50=lag[1], lag_p95=lag[2], lag_max=lag[3],
+                       steps_per_s=1000.0, trained_per_s=990.0, learner_util=0.97,
+                       queue_mean=queue_mean, queue_size=16, flowrl_path="/old/flowrl",
+                       flowrl_commit="ee894dc"), "seed": seed}
+    runs = [run(0, [6000, 3000, 3000], (10.5, 10, 17, 23), 15.2),
+            run(1, [12000, 0, 0], (3.0, 2, 8, 9), 4.0),
+            run(2, [4000, 4000, 2000], (20.0, 20, 30, 40), 12.0),
+            {"system": "flowrl-w3", "seed": 3, "valid": False, "ok": False, "result": None}]
+    impala_fairness.report(runs, {"workers": 3, "updates": 200, "label": "before",
+                                  "sgd_iter": 8})
+    out = capsys.readouterr().out
+    assert "over 200 learner updates" in out and "(8 per train batch)" in out
+    assert "label before; flowrl imported from: /old/flowrl (commit ee894dc)" in out
+    rows = [[c.strip() for c in ln.split("|")] for ln in out.splitlines()
+            if ln.startswith("flowrl-w3")]
+    per_run = {cells[1]: cells[2:] for cells in rows if cells[2] in ("ok", "no result")}
+    assert per_run["0"] == ["ok", "6,000", "3,000", "3,000", "2.00", "10.5", "10", "17",
+                            "23", "1,000", "0.97", "15.2/16", "learner"]
+    assert per_run["1"][1:5] == ["12,000", "0", "0", "inf"]     # a worker got nothing
+    assert per_run["1"][-1] == "samplers"                        # its queue stayed short
+    assert per_run["3"][:2] == ["no result", "-"]
+    cells = next(cells for cells in rows if cells[1].endswith("runs"))
+    assert cells[1] == "3 runs"
+    assert cells[2] == "2.00 [2.00-2.00]"   # max/min: the inf run is left out
+    assert cells[3] == "0.20 [0.00-0.25]"   # min share: all three runs
+    assert cells[4] == "10.5 [3.0-20.0]" and cells[6] == "23 [9-40]"
+
+
+def test_impala_fairness_probe_tags_rows_and_counts_each_fragment_once_with_its_lag():
+    import types
+
+    import impala_fairness as fb
+    import numpy as np
+
+    from flowrl.batch import DEFAULT_POLICY_ID
+    from flowrl.workers import RolloutWorker
+    probe = fb.probe_policy_class()
+
+    def worker(index):
+        return RolloutWorker(env="CartPole-v1", policy=probe, num_envs=2,
+                             rollout_fragment_length=10, worker_index=index, seed=0,
+                             policy_config={"hidden_sizes": (8,)})
+    learner, sampler = worker(0), worker(2)
+    assert fb.tag_workers(types.SimpleNamespace(
+        foreach_worker=lambda fn: [fn(w) for w in (learner, sampler)])) == [0, 2]
+    sampler.set_weights(learner.get_weights())
+    first = sampler.sample()
+    assert set(first[fb.VERSION_COL]) == {0} and set(first[fb.WORKER_COL]) == {2}
+    learner.learn_on_batch(first)
+    learner.learn_on_batch(first)  # a second pass over the same batch
+    sampler.set_weights(learner.get_weights())
+    second = sampler.sample()
+    learner.learn_on_batch(second)
+    policy = learner.get_policy()
+    assert policy.version == 3 and sampler.get_policy().behaviour_version == 2
+    assert policy.records == [(0, {2: 20}, {0: 20}), (1, {}, {1: 20}), (2, {2: 20}, {0: 20})]
+    figures = fb.window_figures(policy.records, 1, 3, workers=2)
+    assert (figures["steps_w1"], figures["steps_w2"], figures["updates"]) == (0, 20, 2)
+    assert figures["lag_mean"] == 0.5 and figures["max_min_ratio"] == math.inf
+    assert np.all(first[fb.FRAGMENT_COL] == 1) and np.all(second[fb.FRAGMENT_COL] == 2)
+    weights = learner.get_weights()[DEFAULT_POLICY_ID]
+    del weights[fb.VERSION_KEY]
+    with pytest.raises(RuntimeError, match="weights without '__probe_version__'"):
+        sampler.get_policy().set_weights(weights)
