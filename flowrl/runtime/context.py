@@ -40,7 +40,7 @@ class RunContext:
     executor: concurrent.futures.ThreadPoolExecutor = field(
         default_factory=lambda: concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="flowrl-io"))
-    background: set = field(default_factory=set)  # Pull tasks not yet done
+    background: set = field(default_factory=set)  # Pull tasks not yet done or taken
     stopping: bool = False
     local_worker: Any = None  # what get_global_worker() returns in driver-side operators
 
@@ -106,14 +106,17 @@ class Pull:
         await asyncio.sleep(0)
         if not self.task.done():
             return False, None
-        task, self.task = self.task, None
-        return True, task.result()
+        return True, self._take().result()
 
     async def next(self) -> Any:
         if self.task is not None:
-            task, self.task = self.task, None
-            return await task
+            return await self._take()
         return await self.agen.__anext__()
+
+    def _take(self) -> asyncio.Task:
+        task, self.task = self.task, None
+        self.ctx.background.discard(task)
+        return task
 
     def _start(self) -> asyncio.Task:
         background = self.ctx.background

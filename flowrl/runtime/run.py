@@ -231,6 +231,8 @@ class _Resources:
                 self.in_loop(asyncio.gather(*ctx.background, return_exceptions=True))
             for agen in reversed(self.driver.agens):
                 self._close(agen)
+            if not loop.is_closed():  # then the async generators user code started
+                self.in_loop(loop.shutdown_asyncgens())
         finally:
             try:
                 self.driver.stop()
