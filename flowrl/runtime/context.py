@@ -41,7 +41,6 @@ class RunContext:
         default_factory=lambda: concurrent.futures.ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="flowrl-io"))
     background: set = field(default_factory=set)  # Pull tasks not yet done or taken
-    stopping: bool = False
     local_worker: Any = None  # what get_global_worker() returns in driver-side operators
 
 

@@ -223,7 +223,6 @@ class _Resources:
     def release(self) -> None:
         """Cancel pending tasks, close the node iterators, release hosts, end threads and loop."""
         ctx, loop = self.ctx, self.loop
-        ctx.stopping = True
         try:
             if ctx.background and not loop.is_closed():
                 for task in list(ctx.background):
