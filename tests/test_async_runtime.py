@@ -22,7 +22,7 @@ import flowrl
 from flowrl import Concurrently, OperatorError, Plan
 from flowrl.ops import Dequeue
 from flowrl.runtime import concurrency
-from flowrl.runtime.context import Pull, RunContext, _RUN, call_blocking
+from flowrl.runtime.context import _RUN, Pull, RunContext, call_blocking
 
 
 @pytest.fixture(params=["local", pytest.param("ray", marks=pytest.mark.ray)])

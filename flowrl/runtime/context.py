@@ -80,9 +80,10 @@ class Pull:
 
     ``await poll()`` gives the loop one turn, then returns ``(True, item)`` when an
     item is ready (the pull's task has finished: one that waits on nothing outside
-    the process finishes in its first turn), else ``(False, None)`` and the task keeps running in the
-    background; ``await next()`` waits for the item. End of stream raises
-    ``StopAsyncIteration``.
+    the process finishes in its first turn), else ``(False, None)`` while the task
+    keeps running in the background; ``await next()`` waits for the item. End of
+    stream raises ``StopAsyncIteration``. The task is in ``ctx.background`` from
+    its start until it is taken (or, if never taken, until it is done).
     """
 
     __slots__ = ("ctx", "agen", "task")
