@@ -3,7 +3,8 @@
 ``async def`` operators and async-generator sources await real things here
 (``asyncio.sleep(0.01)``, an ``asyncio.Queue`` fed by another task, a timeout), on
 inputs that are not always ready, on both backends. A ``"*"`` round-robin weight
-with nothing ready must wait, not spin.
+with nothing ready must wait, not spin. Stopping a run cancels the coroutines still
+waiting; their errors name their node; a blocking call leaves the loop free.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import time
 import pytest
 
 import flowrl
-from flowrl import Concurrently, Plan
+from flowrl import Concurrently, OperatorError, Plan
 from flowrl.ops import Dequeue
 from flowrl.runtime import concurrency
+from flowrl.runtime.context import _RUN, Pull, RunContext, call_blocking
 
 
 @pytest.fixture(params=["local", pytest.param("ray", marks=pytest.mark.ray)])
@@ -58,7 +60,6 @@ async def trickle(n, delay=0.005):
 
 
 def test_async_operator_after_a_synchronous_source():
-    # The hand-advanced fast path used to call this outside any loop.
     with Plan(flowrl.from_iterable(lambda: range(6)).for_each(slow_double)).compile() as run:
         assert run.take(10) == [0, 2, 4, 6, 8, 10]
 
@@ -131,9 +132,9 @@ class CountingPolls:
         self.calls = 0
         original = concurrency.Pull.poll
 
-        def poll(pull):
+        async def poll(pull):
             self.calls += 1
-            return original(pull)
+            return await original(pull)
 
         monkeypatch.setattr(concurrency.Pull, "poll", poll)
 
@@ -195,3 +196,120 @@ def test_an_always_ready_input_does_not_starve_a_waiting_queue(backend, mode):
         feeder.start()
         seen = run.take(3)  # bounded by the per-test timeout: a starved queue hangs here
     assert seen == ["late-0", "late-1", "late-2"]
+
+
+def test_user_coroutines_run_in_a_task_of_the_runs_own_loop():
+    seen = []
+
+    async def where(x):
+        await asyncio.sleep(0)
+        seen.append((asyncio.get_running_loop(), asyncio.current_task() is not None))
+        return x
+
+    with Plan(flowrl.from_iterable(lambda: range(3)).for_each(where)).compile() as run:
+        assert run.take(5) == [0, 1, 2]
+        assert seen == [(run.loop, True)] * 3
+
+
+def test_stop_cancels_the_coroutines_still_waiting():
+    events = []
+
+    async def never_answers(x):
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            events.append(f"operator cancelled on {x}")
+            raise
+
+    async def stalls():
+        try:
+            yield "first"
+            await asyncio.Event().wait()
+        finally:
+            events.append("source closed")
+
+    stuck = flowrl.from_iterable(lambda: [7]).for_each(never_answers)
+    ready = flowrl.from_iterable(lambda: [1, 2, 3])
+    run = Plan(Concurrently([stuck, flowrl.from_iterable(stalls), ready],
+                            mode="async")).compile()
+    assert sorted(run.take(4), key=str) == [1, 2, 3, "first"]
+    assert len(run.ctx.background) == 2  # the two waiting pulls are tasks of the loop
+    run.stop()
+    assert sorted(events) == ["operator cancelled on 7", "source closed"]
+    assert not run.ctx.background and run.loop.is_closed()
+
+
+def test_errors_of_async_operators_and_sources_name_their_node(backend):
+    async def fails_later(x):
+        await asyncio.sleep(0.001)
+        if x == 2:
+            raise ValueError(f"bad {x}")
+        return x
+
+    async def source():
+        yield 1
+        await asyncio.sleep(0.001)
+        raise KeyError("gone")
+
+    s = flowrl.from_range(4, 1).gather_sync().for_each(fails_later, name="late")
+    run = Plan(s).compile(backend=backend)
+    with pytest.raises(OperatorError, match=r"'late'.*ValueError: bad 2"):
+        run.take(10)
+    run = Plan(flowrl.from_iterable(source, name="src")).compile()
+    assert next(run) == 1
+    with pytest.raises(OperatorError, match=r"'src'.*KeyError: 'gone'") as info:
+        next(run)
+    assert info.value.node_id == "src"
+
+
+def test_a_blocking_call_leaves_the_loop_free():
+    """call_blocking waits on the run's executor thread: a coroutine on the loop can
+    still run meanwhile (here it is the one that ends the wait)."""
+    released = threading.Event()
+
+    async def blocks(x):
+        return await call_blocking(lambda: released.wait(timeout=60) and x)
+
+    async def releases(x):
+        await asyncio.sleep(0.01)
+        released.set()
+        return -x
+
+    a = flowrl.from_iterable(lambda: [5]).for_each(blocks)
+    b = flowrl.from_iterable(lambda: [5]).for_each(releases)
+    with Plan(Concurrently([a, b], mode="async")).compile() as run:
+        assert sorted(run.take(2)) == [-5, 5]
+
+
+def test_a_poll_reports_what_is_ready_after_one_loop_turn():
+    """Pull.poll: an input that waits on nothing outside is ready after one turn; one
+    that waits stays a background task until it is done, then gives its item once."""
+    loop = asyncio.new_event_loop()
+    ctx = RunContext(loop)
+    gate = asyncio.Event()
+
+    async def ready():
+        yield "now"
+
+    async def gated():
+        await gate.wait()
+        yield "later"
+
+    async def main():
+        now, later = Pull(ctx, ready()), Pull(ctx, gated())
+        states = [await now.poll(), len(ctx.background), await later.poll(),
+                  len(ctx.background)]
+        gate.set()
+        await later.task
+        states += [len(ctx.background), await later.poll(), later.task]
+        return states
+
+    token = _RUN.set(ctx)
+    try:
+        states = loop.run_until_complete(main())
+        loop.run_until_complete(loop.shutdown_asyncgens())
+    finally:
+        _RUN.reset(token)
+        loop.close()
+        ctx.executor.shutdown()
+    assert states == [(True, "now"), 0, (False, None), 1, 0, (True, "later"), None]

@@ -1,4 +1,5 @@
-"""Runtime behaviour on the local backend: queues, stopping, release, async operators."""
+"""Runtime behaviour: queues, stopping, release, async operators, named errors from
+fused stages (on both backends) and code the local backend cannot give each shard."""
 
 from __future__ import annotations
 
@@ -6,12 +7,20 @@ import asyncio
 import queue
 import threading
 import time
+import traceback
 
 import pytest
 
 import flowrl
-from flowrl import Concurrently, FlowError, OperatorError, Plan
+from flowrl import Concurrently, ConfigError, FlowError, OperatorError, Plan
 from flowrl.ops import Dequeue, Enqueue
+
+
+@pytest.fixture(params=["local", pytest.param("ray", marks=pytest.mark.ray)])
+def backend(request):
+    if request.param == "ray":
+        request.getfixturevalue("ray_session")
+    return request.param
 
 
 class Numbers(flowrl.ShardHost):
@@ -144,3 +153,111 @@ def test_sync_source_segment_reports_every_node():
     assert [stats[n]["items_out"] for n in ("src", "even", "pairs", "flat")] == [10, 5, 3, 5]
     assert (stats["pairs"]["items_in"], stats["flat"]["items_in"]) == (5, 3)
     assert set(stats["flat"]["fused_with"]) == {"src", "even", "pairs", "flat"}
+
+
+# ---------------------------------------------------------------- fused stages' errors
+def halve_even(x):
+    if x == 3:
+        raise ValueError(f"odd input {x}")
+    return x // 2
+
+
+def test_a_fused_map_error_names_its_node_and_the_users_function(backend):
+    s = (flowrl.from_range(6, 2, name="src").for_each(lambda x: x + 1, name="inc")
+         .for_each(halve_even, name="halve").filter(lambda x: True, name="all"))
+    run = Plan(s.gather_sync()).compile(backend=backend)
+    with pytest.raises(OperatorError, match=r"'halve' \(halve\) raised ValueError: "
+                                            r"odd input 3") as info:
+        run.take(10)
+    err = info.value
+    assert (err.node_id, err.label) == ("halve", "halve")
+    cause = err.remote_traceback or "".join(traceback.format_exception(err.__cause__))
+    assert "in halve_even" in cause and "odd input 3" in cause
+
+
+def test_a_driver_side_fused_map_error_names_its_node_and_the_users_function():
+    s = (flowrl.from_range(6, 2).gather_sync().for_each(lambda x: x + 1, name="inc")
+         .for_each(halve_even, name="halve"))
+    with Plan(s).compile() as run, pytest.raises(OperatorError, match=r"'halve'") as info:
+        run.take(10)
+    assert "in halve_even" in "".join(traceback.format_exception(info.value.__cause__))
+
+
+def lazily_failing(x):
+    """A generator function: the KeyError comes when its result is iterated."""
+    yield x
+    yield {}["missing"]
+
+
+@pytest.mark.parametrize("where", ["shards", "aggregator"])
+def test_lazy_errors_of_shard_side_combine_and_flatten_name_their_node(backend, where):
+    combined = flowrl.from_range(4, 2).combine(lazily_failing, name="pairs")
+    flattened = flowrl.from_range(4, 2).for_each(lambda x: [x], name="wrap").flatten(
+        name="flat").combine(lazily_failing, name="after")
+    if where == "aggregator":
+        combined = flowrl.from_range(4, 2).aggregate(
+            1, lambda g: g.combine(lazily_failing, name="pairs"))
+        flattened = flowrl.from_range(4, 2).aggregate(
+            1, lambda g: g.for_each(lazily_failing, name="wrap").flatten(name="flat"))
+    for stream, node in [(combined, "pairs"), (flattened, "after" if where == "shards"
+                                                else "flat")]:
+        run = Plan(stream.gather_sync()).compile(backend=backend)
+        with pytest.raises(OperatorError, match=rf"'{node}'.*KeyError") as info:
+            run.take(10)
+        assert info.value.node_id == node
+
+
+@pytest.mark.parametrize("upstream", [
+    lambda: flowrl.from_iterable(lambda: range(4)),  # fused into one sync segment
+    lambda: flowrl.from_range(4, 2).gather_sync()], ids=["sync_segment", "after_gather"])
+def test_lazy_errors_of_driver_side_combine_and_flatten_name_their_node(upstream):
+    for stream, node in [(upstream().combine(lazily_failing, name="pairs"), "pairs"),
+                         (upstream().for_each(lazily_failing).flatten(name="flat"), "flat")]:
+        with Plan(stream).compile() as run, pytest.raises(
+                OperatorError, match=rf"'{node}'.*KeyError") as info:
+            run.take(10)
+        assert info.value.node_id == node
+
+
+# ------------------------------------------------------ code the local backend ships
+class LockedCounter:
+    """Stateful, and holds a lock: it cannot be pickled, so Ray could not ship it."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.n = 0
+
+    def __call__(self, x):
+        with self.lock:
+            self.n += 1
+            return self.n
+
+
+def test_an_unpicklable_shard_side_callable_is_refused_naming_its_node():
+    counter = LockedCounter()
+    stream = flowrl.from_range(4, 2, name="src").for_each(counter, name="count")
+    with pytest.raises(ConfigError, match=r"'count' \(count\) runs shard-side.*cannot be "
+                                          r"pickled: TypeError.*lock.*make it picklable"):
+        Plan(stream.gather_sync()).compile(backend="local")
+    assert counter.n == 0  # not shared across the shards: never called
+
+
+def test_an_unpicklable_aggregator_callable_is_refused_naming_its_node():
+    stream = flowrl.from_range(4, 2).aggregate(
+        1, lambda g: g.for_each(LockedCounter(), name="agg_count"))
+    with pytest.raises(ConfigError, match=r"'agg_count' \(agg_count\) runs shard-side"):
+        Plan(stream.gather_async()).compile(backend="local")
+
+
+def test_a_picklable_stateful_callable_gets_one_state_per_shard():
+    class Count:
+        def __init__(self):
+            self.n = 0
+
+        def __call__(self, x):
+            self.n += 1
+            return self.n
+
+    stream = flowrl.from_range(6, 2).for_each(Count())
+    with Plan(stream.gather_sync()).compile(backend="local") as run:
+        assert run.take(10) == [1, 1, 2, 2, 3, 3]

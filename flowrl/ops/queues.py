@@ -36,7 +36,6 @@ class Enqueue:
     """
 
     flowrl_kind = "sink"
-    _flowrl_loop_free = True  # awaits only futures of the run's loop: may be hand-advanced
 
     def __init__(self, queue: queue_mod.Queue, *, check: Callable[[], bool] | None = None,
                  timeout: float | None = None, label: str | None = None):
@@ -93,6 +92,4 @@ def Dequeue(queue: queue_mod.Queue, check: Callable[[], bool] | None = None, *,
                                  check=check, timeout=timeout, label=label)
                 continue
             yield item
-
-    items._flowrl_loop_free = True  # awaits only futures of the run's loop
     return from_iterable(items, name=name)

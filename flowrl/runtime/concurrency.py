@@ -8,35 +8,32 @@ Policy:
   and a turn found nothing ready, wait (awaited) until one of them has an item.
 - ``async``: whichever input is ready; ready inputs are served in rotation from
   the one after the last served, so none starves. When none is ready, wait for the
-  first to become ready (awaited on the event loop, never polled). While some
-  input waits on the loop (a queue, a Ray reply, a timer), every item served from
-  an always-ready input is followed by one loop turn, so the waiting input is
-  woken; ``"*"`` inputs of ``round_robin`` get the same turn after each round.
+  first to become ready (awaited on the event loop, never polled). Every poll of
+  an input gives the loop a turn (see :class:`~flowrl.runtime.context.Pull`), so
+  an input waiting on the loop (a queue, a Ray reply, a timer) is woken even while
+  another input is always ready; ``"*"`` inputs of ``round_robin`` are polled, so
+  they get the same turns.
 - ``duplicate``: one upstream, ``n`` branch buffers. A branch that needs a new item
   pulls it (one pull at a time) and appends it to every other live branch's
   buffer; it waits while some other branch is ``max_lag`` items behind.
 
-State: per input a :class:`Pull` (its one outstanding request); per splitter the
+State: per input a :class:`Pull` (its one outstanding request, a task of the run's
+loop once polled); per splitter the
 branch buffers, which branches are closed, and the futures of waiting branches.
 """
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 from collections import deque
 from typing import Any, AsyncIterator
 
-from flowrl.runtime.context import Pull, RunContext, first_completed, next_turn
+from flowrl.runtime.context import Pull, RunContext
 from flowrl.runtime.stats import NodeStats
 
 STAR_LIMIT = 1000
-
-
-def _waiting(pulls) -> bool:
-    """Whether some input's pull is a task waiting on the loop (which only a loop turn
-    can wake: a thread's queue put, a Ray reply, a timer)."""
-    return any(p.task is not None and not p.task.done() for p in pulls)
 
 
 def stochastic_round(w: float, rng: random.Random) -> int:
@@ -60,7 +57,7 @@ async def round_robin(ctx: RunContext, inputs: list[AsyncIterator[Any]], weights
             if w == "*":
                 for _ in range(STAR_LIMIT):
                     try:
-                        ready, item = pull.poll()
+                        ready, item = await pull.poll()
                     except StopAsyncIteration:
                         active.remove(i)
                         break
@@ -83,13 +80,11 @@ async def round_robin(ctx: RunContext, inputs: list[AsyncIterator[Any]], weights
                 if i in emit:
                     st.items_out += 1
                     yield item
-        if moved and _waiting(pulls[i] for i in active if weights[i] == "*"):
-            await next_turn()
-        elif not moved and active and all(weights[i] == "*" for i in active):
+        if not moved and active and all(weights[i] == "*" for i in active):
             # Only "*" inputs are left and none had anything ready: wait for one.
-            tasks = [pulls[i].task for i in active if pulls[i].task is not None]
+            tasks = [pulls[i].task for i in active if pulls[i].waiting()]
             if tasks:
-                await first_completed(ctx, tasks)
+                await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
 
 
 async def async_union(ctx: RunContext, inputs: list[AsyncIterator[Any]], emit: set[int],
@@ -105,7 +100,7 @@ async def async_union(ctx: RunContext, inputs: list[AsyncIterator[Any]], emit: s
             if pull is None:
                 continue
             try:
-                ready, item = pull.poll()
+                ready, item = await pull.poll()
             except StopAsyncIteration:
                 del pulls[i]
                 continue
@@ -116,13 +111,11 @@ async def async_union(ctx: RunContext, inputs: list[AsyncIterator[Any]], emit: s
                 if i in emit:
                     st.items_out += 1
                     yield item
-                if _waiting(pulls.values()):
-                    await next_turn()
                 break
         if not served and pulls:
-            tasks = [p.task for p in pulls.values() if p.task is not None]
+            tasks = [p.task for p in pulls.values() if p.waiting()]
             if tasks:
-                await first_completed(ctx, tasks)
+                await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
 
 
 class Splitter:

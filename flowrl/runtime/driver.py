@@ -28,7 +28,7 @@ from flowrl.graph.node import Node
 from flowrl.metrics import MetricsContext
 from flowrl.runtime.backend import Backend, Request, Shard, lost_reason
 from flowrl.runtime.concurrency import Splitter, async_union, round_robin
-from flowrl.runtime.context import RunContext, into_loop
+from flowrl.runtime.context import RunContext
 from flowrl.runtime.stages import _DROP, FusedStage, ShuffleBuffer, compose_map, operator_error
 from flowrl.runtime.stats import NodeStats
 
@@ -318,11 +318,7 @@ class Driver:
         source = self._open_source(node)
         if hasattr(source, "__aiter__"):
             it = source.__aiter__()
-            ctx = self.ctx
-            user_code = not getattr(node.params["factory"], "_flowrl_loop_free", False)
             while True:
-                if user_code:
-                    await into_loop(ctx)
                 try:
                     x = await it.__anext__()
                 except StopAsyncIteration:
@@ -405,12 +401,8 @@ class Driver:
 
     async def _op_for_each_async(self, node: Node, st: NodeStats):
         fn = node.params["fn"]
-        ctx = self.ctx
-        user_code = not getattr(fn, "_flowrl_loop_free", False)
         async for x in self._input(node):
             st.items_in += 1
-            if user_code:
-                await into_loop(ctx)
             try:
                 y = await fn(x)
             except Exception as e:

@@ -3,7 +3,8 @@
 Policy: every shard host and every aggregator gets its own copy of the code
 shipped to it, made as Ray ships it to an actor (a cloudpickle round trip, see
 :func:`own_copy`), so a stateful callable (``ConcatBatches``) keeps one state per
-shard or aggregator, as it does on Ray. A request runs when it is waited for. ``wait_all`` runs the requests in
+shard or aggregator, as it does on Ray; code that cannot be pickled is refused
+with a ConfigError naming its node, as Ray refuses it. A request runs when it is waited for. ``wait_all`` runs the requests in
 the order given (deterministic). ``wait_any`` picks which shard completes next
 with a seeded ``random.Random``, so async gathers really interleave shards in a
 reproducible completion order rather than draining shard 0 first. Shard code
@@ -21,9 +22,11 @@ import pickle
 import random
 from collections import deque
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Iterable
 
 import cloudpickle
+
+from flowrl.errors import ConfigError
 
 from flowrl.runtime.shard_host import ItemsHost, ShardHost
 from flowrl.metrics import _CURRENT as _METRICS
@@ -42,13 +45,21 @@ class LocalBackend(Backend):
         return ItemsHost(source, repeat)
 
     def make_aggregator_host(self, spec: Any) -> Any:
+        from flowrl.graph.plan import collect
         from flowrl.runtime.aggregator import AggregatorHost
-        return AggregatorHost(own_copy(spec), backend="local")
+
+        ids = spec.plan.ids
+        parts = [(ids[n], n.label, n.params) for n in collect(spec.node) if n in ids]
+        parts += [part for _, stage, *_ in spec.members for part in _stage_parts(stage)]
+        node = spec.node
+        return AggregatorHost(own_copy(spec, parts, (ids[node], node.label)), backend="local")
 
     def install(self, shards: list[Shard], replacing: bool = False) -> None:
         with shard_side():
             for s in shards:
-                s.host.flowrl_install(s.key, own_copy(s.stage))
+                parts = _stage_parts(s.stage)
+                s.host.flowrl_install(s.key, own_copy(s.stage, parts,
+                                                      (s.stage.source_id, s.stage.source_label)))
 
     def submit(self, shard: Shard, n: int) -> Request:
         req = Request(shard, n)
@@ -133,11 +144,15 @@ class _ShipUnpickler(pickle.Unpickler):
         return self.hosts[pid]
 
 
-def own_copy(obj: Any) -> Any:
+def own_copy(obj: Any, parts: Iterable[tuple[str, str, Any]] = (),
+             where: tuple[str, str] = ("?", "shipped code")) -> Any:
     """A copy of ``obj`` as an actor would receive it, in-process ShardHosts shared.
 
-    Code that cannot be pickled could not be shipped to an actor either; it is
-    returned as is (shared), since the local backend has no process to ship to.
+    Code that cannot be pickled could not be shipped to an actor either, and
+    sharing one instance across shards would give a stateful callable one state
+    for all of them: a ConfigError instead, naming the first of ``parts`` (node
+    id, label, the node's parameters) that does not pickle, or the node ``where``
+    (id, label) when each part does on its own.
 
     >>> class Count:
     ...     def __init__(self): self.n = 0
@@ -146,12 +161,40 @@ def own_copy(obj: Any) -> Any:
     1
     >>> copy = own_copy(c); copy(0), c.n
     (2, 1)
+    >>> import threading
+    >>> own_copy(threading.Lock(), [("src.count", "count", {"fn": threading.Lock()})])
+    Traceback (most recent call last):
+    ...
+    flowrl.errors.ConfigError: 'src.count' (count) runs shard-side, ...
     """
+    try:
+        return _round_trip(obj)
+    except Exception as e:  # noqa: BLE001 - any pickling failure is reported the same
+        error = e
+    for node_id, label, value in parts:
+        try:
+            _ShipPickler(io.BytesIO(), []).dump(value)
+        except Exception as e:  # noqa: BLE001
+            raise _unshippable(node_id, label, e) from e
+    raise _unshippable(*where, error) from error
+
+
+def _round_trip(obj: Any) -> Any:
     hosts: list[Any] = []
     buf = io.BytesIO()
-    try:
-        _ShipPickler(buf, hosts).dump(obj)
-        buf.seek(0)
-        return _ShipUnpickler(buf, hosts).load()
-    except Exception:  # noqa: BLE001 - unpicklable: nothing to ship, keep the original
-        return obj
+    _ShipPickler(buf, hosts).dump(obj)
+    buf.seek(0)
+    return _ShipUnpickler(buf, hosts).load()
+
+
+def _stage_parts(stage: Any) -> list[tuple[str, str, Any]]:
+    return [(step.node_id, step.label, step.params) for step in stage.steps]
+
+
+def _unshippable(node_id: str, label: str, e: BaseException) -> ConfigError:
+    return ConfigError(
+        f"{node_id!r} ({label}) runs shard-side, where each shard gets its own copy of "
+        f"it (on the local backend as on Ray), but it cannot be pickled: "
+        f"{type(e).__name__}: {e}; make it picklable (a module-level function or class "
+        "without locks, threads, open files or sockets), or build the unpicklable part "
+        "per shard inside it (e.g. on its first call)")

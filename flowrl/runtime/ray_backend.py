@@ -81,7 +81,7 @@ from flowrl.errors import ConfigError, FlowError, OperatorError, WorkerError
 from flowrl.runtime.shard_host import ItemsHost
 from flowrl.runtime.aggregator import AggregatorHost
 from flowrl.runtime.backend import Backend, Request, Shard, host_lost
-from flowrl.runtime.context import blocks_here, call_blocking
+from flowrl.runtime.context import call_blocking
 from flowrl.runtime.ray_submit import direct_call
 
 #: Actor options of the hosts the runtime creates for item sources.
@@ -323,16 +323,12 @@ class RayBackend(Backend):
         for r in heads:
             if r.done:
                 return
-        done = None
-        if not blocks_here():
-            # The blocking wait would go to the I/O thread: a non-blocking sweep first
-            # usually finds something ready and saves the two thread hand-offs. Called
-            # here, a blocking wait for one returns at once when one is ready, and one
-            # Ray call per item is cheaper than a sweep that often finds nothing.
-            requests = [r for q in queues for r in q]
-            refs = [r.ref for r in requests]
-            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-            done = _in_order(requests, ready) if ready else None
+        # The blocking wait goes to the I/O thread: a non-blocking sweep first
+        # usually finds something ready and saves the two thread hand-offs.
+        requests = [r for q in queues for r in q]
+        refs = [r.ref for r in requests]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+        done = _in_order(requests, ready) if ready else None
         deadline = None  # unknown: check every shard below
         while not done:
             left = self._time_left(heads)

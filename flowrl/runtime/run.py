@@ -1,12 +1,13 @@
 """``Run``: a compiled plan executing on a backend, consumed as an iterator.
 
-Policy: ``next(run)`` advances the output iterator by hand first and enters the
-event loop only when something really suspends or a user coroutine is about to
-run (see ``runtime/context.py``), or when background tasks (pending async inputs)
-need the loop to make progress. Any
-error stops the run and releases what it created before it propagates;
-``stop()`` is idempotent and releases exactly what this run created: its stages
-on hosts it adopted, and the hosts it made.
+Policy: the run owns one asyncio event loop; ``next(run)`` runs the output
+iterator's ``__anext__()`` to completion on it (``loop.run_until_complete``), so
+between two ``next`` calls the loop stands still and its background tasks (pulls
+of polled inputs) wait with it. A plan that is one synchronous segment needs no
+loop: ``next(run)`` is a plain ``next()`` on its generator. Any error stops the
+run and releases what it created before it propagates; ``stop()`` is idempotent,
+cancels the background tasks, closes the node iterators and releases exactly
+what this run created: its stages on hosts it adopted, and the hosts it made.
 
 State: the event loop and :class:`RunContext`, the :class:`Driver` (hosts,
 shards, node iterators, stats), the run's :class:`MetricsContext`, and whether it
@@ -28,7 +29,7 @@ from flowrl.errors import ConfigError
 from flowrl.graph.compile import compile_plan
 from flowrl.metrics import _CURRENT as _METRICS
 from flowrl.metrics import MetricsContext
-from flowrl.runtime.context import _RUN, RunContext, finish, try_now
+from flowrl.runtime.context import _RUN, RunContext
 from flowrl.runtime.driver import Driver
 
 if TYPE_CHECKING:
@@ -74,10 +75,6 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
-
-
-async def _await(aw: Any) -> Any:
-    return await aw
 
 
 class Run:
@@ -129,37 +126,20 @@ class Run:
         return self
 
     def __next__(self) -> Any:
-        # The hot path: no helper objects, the hand-advance inlined.
         if self._stopped:
             raise StopIteration
-        ctx = self.ctx
-        run_token = _RUN.set(ctx)
+        run_token = _RUN.set(self.ctx)
         metrics_token = _METRICS.set(self.metrics)
         sync = self._sync
-        if sync is not None:  # one synchronous segment: no event loop involved
-            t = perf()
-            try:
-                return next(sync.items or sync.open())
-            except BaseException:
-                self.stop()
-                raise
-            finally:
-                sync.counter.busy += perf() - t
-                _METRICS.reset(metrics_token)
-                _RUN.reset(run_token)
         try:
-            aw = self._out.__anext__()
-            if ctx.background:
-                return self._res.in_loop(_await(aw))
-            ctx.by_hand = True
-            try:
-                first = aw.send(None)
-            except StopIteration as e:
-                return e.value
-            finally:
-                ctx.by_hand = False
-            return self._res.in_loop(finish(aw, first))
-        except StopAsyncIteration:
+            if sync is not None:  # one synchronous segment: no event loop involved
+                t = perf()
+                try:
+                    return next(sync.items or sync.open())
+                finally:
+                    sync.counter.busy += perf() - t
+            return self._res.in_loop(anext(self._out))
+        except (StopIteration, StopAsyncIteration):
             self.stop()
             raise StopIteration from None
         except BaseException:
@@ -228,8 +208,9 @@ class _Resources:
         self.backend = backend
         self.helper: concurrent.futures.ThreadPoolExecutor | None = None
 
-    def in_loop(self, coro: Any) -> Any:
-        """Run ``coro`` to completion on the run's loop."""
+    def in_loop(self, aw: Any) -> Any:
+        """Run awaitable ``aw`` to completion on the run's loop."""
+        coro = _complete(aw)
         if _running_loop() is None:
             return self.loop.run_until_complete(coro)
         # A run nested inside another run's step (an in-process aggregator): the
@@ -242,7 +223,6 @@ class _Resources:
     def release(self) -> None:
         """Cancel pending tasks, close the node iterators, release hosts, end threads and loop."""
         ctx, loop = self.ctx, self.loop
-        ctx.stopping = True
         try:
             if ctx.background and not loop.is_closed():
                 for task in list(ctx.background):
@@ -250,6 +230,8 @@ class _Resources:
                 self.in_loop(asyncio.gather(*ctx.background, return_exceptions=True))
             for agen in reversed(self.driver.agens):
                 self._close(agen)
+            if not loop.is_closed():  # then the async generators user code started
+                self.in_loop(loop.shutdown_asyncgens())
         finally:
             try:
                 self.driver.stop()
@@ -266,9 +248,11 @@ class _Resources:
             agen.close()
             return
         try:
-            aw = agen.aclose()
-            ready, value = try_now(self.ctx, aw)
-            if not ready:
-                self.in_loop(finish(aw, value))
+            self.in_loop(agen.aclose())
         except (RuntimeError, StopAsyncIteration, GeneratorExit):
             pass  # already finished or closing: nothing left to release
+
+
+async def _complete(aw: Any) -> Any:
+    """``aw`` as a coroutine (``run_until_complete`` wants a coroutine or a future)."""
+    return await aw

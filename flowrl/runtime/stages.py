@@ -5,7 +5,8 @@ operators as a :class:`~flowrl.graph.compile.StageSpec`; the runtime turns it in
 one :class:`FusedStage`, shipped once to every shard host (pickled with
 cloudpickle for Ray). The driver runs a synchronous source and the operators after
 it as a FusedStage too. Consecutive one-to-one operators (``for_each``/``filter``)
-are fused into a single function call per item (:func:`compose_map`). Whatever
+are fused into a single function call per item (:func:`compose_map`, a loop over
+the run's functions). Whatever
 raises is re-raised as an :class:`~flowrl.errors.OperatorError` naming the node,
 with the cause chained. :class:`ShuffleBuffer` is the one buffer shuffle behind
 ``local_shuffle`` and the driver's ``shuffle``.
@@ -43,37 +44,33 @@ def compose_map(steps: list[Step], context: Callable[[], Any] | None = None,
 
     ``context()`` supplies the source actor for ``zip_with_source_actor``; when
     ``drops`` is given, ``drops[k]`` counts the items step ``k`` filtered out.
-
-    The function is generated as straight-line code (one call per step, a step
-    counter instead of a try block per step) because it runs once per item on the
-    hot path; the counter names the failing step in the OperatorError.
+    Whatever a step raises becomes an OperatorError naming that step's node, with
+    the cause (and its traceback through the user's function) chained.
 
     >>> f = compose_map([Step("for_each", "a", "inc", {"fn": lambda x: x + 1}),
     ...                  Step("filter", "b", "even", {"fn": lambda x: x % 2 == 0})])
     >>> f(1), f(2) is _DROP
     (2, True)
     """
-    env: dict[str, Any] = {"_DROP": _DROP, "_steps": steps, "_error": operator_error,
-                           "_drops": drops, "_context": context}
-    lines = ["def fused(x):", "    k = 0", "    try:"]
-    for k, step in enumerate(steps):
-        lines.append(f"        k = {k}")
-        if step.op == "zip_with_source_actor":
-            lines.append("        x = (_context(), x)")
-        elif step.op == "filter":
-            env[f"_f{k}"] = step.params["fn"]
-            lines.append(f"        if not _f{k}(x):")
-            if drops is not None:
-                lines.append(f"            _drops[{k}] += 1")
-            lines.append("            return _DROP")
-        else:
-            env[f"_f{k}"] = step.params["fn"]
-            lines.append(f"        x = _f{k}(x)")
-    lines += ["    except Exception as e:",
-              "        raise _error(_steps[k].node_id, _steps[k].label, e) from e",
-              "    return x"]
-    exec(compile("\n".join(lines), "<flowrl fused map>", "exec"), env)  # noqa: S102
-    return env["fused"]
+    calls = [(k, step, step.op, step.params.get("fn")) for k, step in enumerate(steps)]
+
+    def fused(x: Any) -> Any:
+        for k, step, op, fn in calls:
+            try:
+                if op == "zip_with_source_actor":
+                    x = (context(), x)
+                elif op == "filter":
+                    if not fn(x):
+                        if drops is not None:
+                            drops[k] += 1
+                        return _DROP
+                else:
+                    x = fn(x)
+            except Exception as e:
+                raise operator_error(step.node_id, step.label, e) from e
+        return x
+
+    return fused
 
 
 def _map(items: Iterator[Any], fn: Callable[[Any], Any]) -> Iterator[Any]:
@@ -98,11 +95,7 @@ def _batch(items: Iterator[Any], n: int, cell: list[int]) -> Iterator[list]:
 
 def _flatten(items: Iterator[Any], step: Step, cell: list[int]) -> Iterator[Any]:
     for x in items:
-        try:
-            inner = iter(x)
-        except TypeError as e:
-            raise operator_error(step.node_id, step.label, e) from e
-        for y in inner:
+        for y in _named(x, step):
             cell[0] += 1
             yield y
 
@@ -114,9 +107,26 @@ def _combine(items: Iterator[Any], step: Step, cell: list[int]) -> Iterator[Any]
             out = fn(x)
         except Exception as e:
             raise operator_error(step.node_id, step.label, e) from e
-        for y in out:
+        for y in _named(out, step):
             cell[0] += 1
             yield y
+
+
+def _named(iterable: Any, step: Step) -> Iterator[Any]:
+    """The items of ``iterable``, with what iterating it raises (a generator raises
+    lazily) as an OperatorError naming ``step``'s node."""
+    try:
+        it = iter(iterable)
+    except TypeError as e:
+        raise operator_error(step.node_id, step.label, e) from e
+    while True:
+        try:
+            y = next(it)
+        except StopIteration:
+            return
+        except Exception as e:
+            raise operator_error(step.node_id, step.label, e) from e
+        yield y
 
 
 class ShuffleBuffer:
