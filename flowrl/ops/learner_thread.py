@@ -230,11 +230,9 @@ class LearnerThread(threading.Thread):
 
     def _driven(self) -> bool:
         """Whether the idle clock runs now: the driver is inside the feeding run
-        (its loop turning, or the plan advanced by hand), or no run is known."""
+        (``next(run)`` turns its loop), or no run is known."""
         run = self._driver
-        # by_hand: a runtime that advances a plan's first step without turning its loop
-        # (hand-stepped coroutines); where next(run) always turns the loop it is absent.
-        return run is None or run.loop.is_running() or getattr(run, "by_hand", False)
+        return run is None or run.loop.is_running()
 
     def _take(self, q: queue.Queue, what: str) -> Any:
         idle = 0.0
