@@ -14,6 +14,7 @@ import pytest
 from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
 from flowrl.policies import A2CPolicy, APPOPolicy, DQNPolicy, IMPALAPolicy, PGPolicy, PPOPolicy
+from flowrl.policies.numpy_acting import NumpyMLP, max_rows
 from flowrl.policies.replica import (REPLICA_STATE, NumpyActingPolicy, acting_replica,
                                      set_policy_state)
 from flowrl.workers import RolloutWorker, WorkerConfig, WorkerSet
@@ -72,6 +73,51 @@ def test_every_built_in_actor_critic_policy_has_a_replica_with_its_settings(cls)
             replica.postprocess_trajectories(batch, [3, 6], [0.0, 2.0])[k],
             real.postprocess_trajectories(batch, [3, 6], [0.0, 2.0])[k])
     assert not replica.materialized
+
+
+WIDE = [256, 256]
+#: The most rows one numpy forward of a (256, 256) model takes (the old torch boundary).
+WIDE_ROWS = max_rows(NumpyMLP([(np.zeros((256, 256), np.float32), None, None)]))
+BATCH_SIZES = sorted({1, 7, 8, 9, WIDE_ROWS - 1, WIDE_ROWS, WIDE_ROWS + 1,
+                      2 * WIDE_ROWS + 3, 300} - {0})
+
+
+@pytest.mark.parametrize("cls", [PGPolicy, PPOPolicy, IMPALAPolicy, APPOPolicy])
+@pytest.mark.parametrize("spaces", ["box-discrete", "box-gaussian"])
+@pytest.mark.parametrize("explore", [True, False])
+def test_replica_equals_the_real_policy_bit_for_bit_at_every_batch_size(cls, spaces, explore):
+    # A fast path that agrees only below some batch size is a bug: test the sizes
+    # around the old boundary, one after another on the same random streams.
+    real, replica = pair(cls, spaces, hidden_sizes=WIDE)
+    assert WIDE_ROWS == 3
+    for step, n in enumerate(BATCH_SIZES):
+        x = observations(spaces, n, seed=step)
+        a_real, e_real = real.compute_actions(x, explore)
+        a_rep, e_rep = replica.compute_actions(x, explore)
+        np.testing.assert_array_equal(a_rep, a_real, err_msg=f"{n} rows")
+        assert sorted(e_rep) == sorted(e_real)
+        for k in e_real:
+            np.testing.assert_array_equal(e_rep[k], e_real[k], err_msg=f"{k}, {n} rows")
+        np.testing.assert_array_equal(replica.value(x), real.value(x), err_msg=f"{n} rows")
+        np.testing.assert_array_equal(e_real[SB.VF_PREDS], real.value(x))
+    assert not replica.materialized
+
+
+@pytest.mark.parametrize("dueling", [True, False])
+def test_dqn_q_values_and_greedy_actions_do_not_depend_on_the_batch_size(dueling):
+    # DQN has no replica; its acting path must not switch with the batch size either:
+    # a batch's Q-values are those of its numpy-sized pieces, bit for bit.
+    policy = DQNPolicy(BOX4, gym.spaces.Discrete(3), seed=0, dueling=dueling,
+                       hidden_sizes=WIDE, hiddens=WIDE)
+    policy.set_epsilon(0.0)
+    for n in BATCH_SIZES:
+        x = observations("box-discrete", n, seed=n)
+        pieces = np.concatenate([policy.q_values(x[i:i + WIDE_ROWS])
+                                 for i in range(0, n, WIDE_ROWS)])
+        np.testing.assert_array_equal(policy.q_values(x), pieces, err_msg=f"{n} rows")
+        actions, extra = policy.compute_actions(x, explore=False)
+        np.testing.assert_array_equal(actions, pieces.argmax(axis=1), err_msg=f"{n} rows")
+        np.testing.assert_array_equal(extra[SB.ACTION_DIST_INPUTS], pieces)
 
 
 def test_only_classes_that_opt_in_in_their_own_body_get_a_replica():

@@ -31,7 +31,7 @@ from torch import nn
 from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
 from flowrl.policies.numpy_forward import (NumpyMLP, ParameterGuard, SnapshotCache,
-                                           max_rows, obs_rows)
+                                           in_chunks, max_rows, obs_rows)
 from flowrl.policies.torch_policy import _adam, _to_numpy_tree, _to_torch_tree
 
 SB = SampleBatch
@@ -150,6 +150,10 @@ class _NumpyQNetwork:
         return self
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
+        """``Q(s, ·)`` for ``(B, obs_dim)`` rows, ``max_rows`` rows per forward."""
+        return in_chunks(self._forward, x, self.max_rows)
+
+    def _forward(self, x: np.ndarray) -> np.ndarray:
         z = self.parts["torso"](x)
         a = self.parts["advantage"](z)
         value = self.parts["value"]
@@ -167,8 +171,8 @@ class DQNPolicy:
     ``epsilon_timesteps``), ``worker_side_prioritization`` (postprocessed rows get
     a ``priorities`` column ``|δ| + prioritized_replay_eps``), ``seed``,
     ``numpy_inference`` (Q-values for acting through numpy views of the online
-    network for small batches (``NUMPY_MAX_MACS``), the default; False forces
-    torch; see :mod:`flowrl.policies.numpy_forward`). Exploration is the same
+    network at every batch size, in ``NUMPY_MAX_MACS`` chunks, the default; False
+    forces torch; see :mod:`flowrl.policies.numpy_forward`). Exploration is the same
     either way: it only reads the Q-values.
 
     >>> p = DQNPolicy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), seed=0)
@@ -278,13 +282,13 @@ class DQNPolicy:
             obs = obs.copy()
         return torch.as_tensor(obs, dtype=torch.float32)
 
-    def _numpy_snapshot(self, rows: int) -> "_NumpyQNetwork | None":
-        return self._numpy_cache.get(self.model, rows) if self.numpy_inference else None
+    def _numpy_snapshot(self) -> "_NumpyQNetwork | None":
+        return self._numpy_cache.get(self.model) if self.numpy_inference else None
 
     def q_values(self, obs_batch) -> np.ndarray:
         """``Q(s, ·)`` of the online network, shape ``(B, num_actions)`` (through numpy
-        for small batches of the built-in network, see ``numpy_inference``)."""
-        snap = self._numpy_snapshot(len(obs_batch))
+        for the built-in network at every batch size, see ``numpy_inference``)."""
+        snap = self._numpy_snapshot()
         if snap is not None:
             return snap(obs_rows(obs_batch, self._obs_dim,
                                  isinstance(self.observation_space, gym.spaces.Discrete)))

@@ -47,7 +47,8 @@ import gymnasium as gym
 import numpy as np
 
 from flowrl.batch import SampleBatch
-from flowrl.policies.numpy_acting import NumpyMLP, Postprocessing, act, max_rows, obs_rows
+from flowrl.policies.numpy_acting import (NumpyMLP, Postprocessing, act, in_chunks, max_rows,
+                                          obs_rows)
 
 SB = SampleBatch
 
@@ -221,10 +222,7 @@ class NumpyActingPolicy(Postprocessing):
         return self._real is None and self._pi is not None and self.numpy_inference
 
     def _forward(self, mlp: NumpyMLP, x: np.ndarray) -> np.ndarray:
-        m = self._max_rows
-        if len(x) <= m:
-            return mlp(x)
-        return np.concatenate([mlp(x[i:i + m]) for i in range(0, len(x), m)])
+        return in_chunks(mlp, x, self._max_rows)
 
     def compute_actions(self, obs_batch, explore: bool = True, *,
                         vf_preds: bool = True) -> tuple[np.ndarray, dict]:

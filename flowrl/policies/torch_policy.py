@@ -16,8 +16,8 @@ Weights (:meth:`get_weights`) are a dict of parameter name to numpy array; state
 PPO's KL coefficient), all as numpy/plain Python so it pickles and checkpoints.
 
 Acting (:meth:`TorchPolicy.compute_actions`, :meth:`TorchPolicy.value`) runs the
-built-in model in numpy for small batches (:mod:`flowrl.policies.numpy_forward`);
-learning always runs in torch. Postprocessing (GAE) is numpy, from
+built-in model in numpy at every batch size (:mod:`flowrl.policies.numpy_forward`)
+unless ``numpy_inference=False``; learning always runs in torch. Postprocessing (GAE) is numpy, from
 :class:`~flowrl.policies.numpy_acting.Postprocessing`. A subclass that sets
 ``numpy_replica = True`` in its own body gets torch-free replicas on remote
 rollout workers (:mod:`flowrl.policies.replica`, which says what such a
@@ -41,8 +41,8 @@ from flowrl.policies.adam import FusedAdam, make_adam
 from flowrl.policies.distributions import Categorical, DiagGaussian
 from flowrl.policies.maths import explained_variance
 from flowrl.policies.numpy_acting import Postprocessing, act
-from flowrl.policies.numpy_forward import (NumpyMLP, ParameterGuard, SnapshotCache, max_rows,
-                                           obs_rows)
+from flowrl.policies.numpy_forward import (NumpyMLP, ParameterGuard, SnapshotCache, in_chunks,
+                                           max_rows, obs_rows)
 from flowrl.policies.sgd import minibatch_sgd
 
 SB = SampleBatch
@@ -207,8 +207,8 @@ class TorchPolicy(Postprocessing):
     (Adam), ``gamma``, ``lambda_`` (GAE), ``grad_clip`` (global norm, ``None`` for
     none), ``num_sgd_iter`` epochs of minibatch SGD of ``sgd_minibatch_size`` rows
     per :meth:`learn_on_batch` (``None``: the whole batch at once), ``seed``,
-    ``numpy_inference`` (act through numpy for small batches, the default; False
-    forces torch: see :meth:`compute_actions`).
+    ``numpy_inference`` (act through numpy, the default; False forces torch: see
+    :meth:`compute_actions`).
 
     >>> from flowrl.policies import PGPolicy
     >>> p = PGPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), seed=0)
@@ -309,13 +309,12 @@ class TorchPolicy(Postprocessing):
             obs = obs.copy()
         return torch.as_tensor(obs.reshape(len(obs), self._obs_dim), dtype=torch.float32)
 
-    def _numpy_snapshot(self, rows: int, part: str = "guard") -> "_NumpyActorCritic | None":
-        """The numpy view of :attr:`model` for a batch of ``rows``, or None for the
-        torch path (switched off, a large batch, or a model that is not the built-in
-        one). Rebuilt whenever a parameter was replaced (see :mod:`numpy_forward`);
-        ``part="acting_guard"`` checks only what acting without values reads."""
-        return (self._numpy_cache.get(self.model, rows, part) if self.numpy_inference
-                else None)
+    def _numpy_snapshot(self, part: str = "guard") -> "_NumpyActorCritic | None":
+        """The numpy view of :attr:`model`, or None for the torch path (switched off,
+        or a model that is not the built-in one). Rebuilt whenever a parameter was
+        replaced (see :mod:`numpy_forward`); ``part="acting_guard"`` checks only
+        what acting without values reads."""
+        return self._numpy_cache.get(self.model, part) if self.numpy_inference else None
 
     def _obs_array(self, obs) -> np.ndarray:
         return obs_rows(obs, self._obs_dim, self._discrete_obs)
@@ -330,15 +329,16 @@ class TorchPolicy(Postprocessing):
         ``vf_preds`` out (one forward less: the samplers then fill that column with
         one :meth:`value` call per fragment, under the same weights).
 
-        With ``numpy_inference`` (the default) and the built-in model, small batches
-        (``NUMPY_MAX_MACS`` in :mod:`flowrl.policies.numpy_forward`: below 64 rows
-        for 64-unit layers) run the same float32 maths in numpy over views
-        of the live parameters (:mod:`flowrl.policies.numpy_forward`) and sample
-        with the policy's own seeded numpy generator (saved in :meth:`get_state`);
-        otherwise one torch forward samples with :attr:`generator`. Both paths draw
-        from the same distributions.
+        With ``numpy_inference`` (the default) and the built-in model, every batch
+        runs the same float32 maths in numpy over views of the live parameters
+        (:mod:`flowrl.policies.numpy_forward`; large batches in chunks of
+        ``NUMPY_MAX_MACS``-sized forwards) and samples with the policy's own seeded
+        numpy generator (saved in :meth:`get_state`): exactly what its numpy
+        replica (:mod:`flowrl.policies.replica`) computes, whatever the batch size.
+        Otherwise (``numpy_inference=False`` or another model) one torch forward
+        samples with :attr:`generator`. Both paths draw from the same distributions.
         """
-        snap = self._numpy_snapshot(len(obs_batch), "guard" if vf_preds else "acting_guard")
+        snap = self._numpy_snapshot("guard" if vf_preds else "acting_guard")
         if snap is not None:
             return self._compute_actions_numpy(snap, obs_batch, explore, vf_preds)
         with torch.inference_mode():
@@ -358,20 +358,23 @@ class TorchPolicy(Postprocessing):
     def _compute_actions_numpy(self, snap: _NumpyActorCritic, obs_batch, explore: bool,
                                vf_preds: bool) -> tuple[np.ndarray, dict]:
         x = self._obs_array(obs_batch)
-        actions, extra = act(snap.pi(x), snap.log_std, explore, self._action_rng,
-                             tuple(self.action_space.shape or ()))
+        actions, extra = act(in_chunks(snap.pi, x, snap.max_rows), snap.log_std, explore,
+                             self._action_rng, tuple(self.action_space.shape or ()))
         if vf_preds:
-            extra[SB.VF_PREDS] = (snap.vf(x)[:, 0] if snap.vf is not None
-                                  else np.zeros(len(x), np.float32))
+            extra[SB.VF_PREDS] = self._numpy_values(snap, x)
         return actions, extra
+
+    @staticmethod
+    def _numpy_values(snap: _NumpyActorCritic, x: np.ndarray) -> np.ndarray:
+        if snap.vf is None:
+            return np.zeros(len(x), np.float32)
+        return in_chunks(snap.vf, x, snap.max_rows)[:, 0]
 
     def value(self, obs_batch) -> np.ndarray:
         """``V(s)`` for a batch of observations, shape ``(B,)`` (zeros without a critic)."""
-        snap = self._numpy_snapshot(len(obs_batch))
+        snap = self._numpy_snapshot()
         if snap is not None:
-            if snap.vf is None:
-                return np.zeros(len(obs_batch), np.float32)
-            return snap.vf(self._obs_array(obs_batch))[:, 0]
+            return self._numpy_values(snap, self._obs_array(obs_batch))
         with torch.inference_mode():
             return self.model.value(self._obs_tensor(obs_batch)).numpy()
 
