@@ -32,7 +32,7 @@ from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
 from flowrl.policies.numpy_forward import (NumpyMLP, ParameterGuard, SnapshotCache,
                                            in_chunks, max_rows, obs_rows)
-from flowrl.policies.torch_policy import _adam, _to_numpy_tree, _to_torch_tree
+from flowrl.policies.torch_policy import _to_numpy_tree, _to_torch_tree, make_adam
 
 SB = SampleBatch
 #: Column of postprocessed DQN rows: γ^k for the k rewards summed, 0 after a termination.
@@ -233,7 +233,7 @@ class DQNPolicy:
         self.target_model.load_state_dict(self.model.state_dict())
         for p in self.target_model.parameters():
             p.requires_grad_(False)
-        self._optimizer: Any = None  # see the optimizer property
+        self._optimizer: torch.optim.Adam | None = None  # see the optimizer property
         self._rng = np.random.default_rng(seed)
         self.timesteps = 0
         self.fixed_epsilon: float | None = None
@@ -242,11 +242,12 @@ class DQNPolicy:
 
     # -- exploration ---------------------------------------------------------------
     @property
-    def optimizer(self) -> Any:
-        """Adam over the online network (:func:`~flowrl.policies.adam.make_adam`),
-        created on first use, as ``TorchPolicy.optimizer``."""
+    def optimizer(self) -> torch.optim.Adam:
+        """A ``torch.optim.Adam`` over the online network
+        (:func:`~flowrl.policies.torch_policy.make_adam`), created on first use, as
+        ``TorchPolicy.optimizer``."""
         if self._optimizer is None:
-            self._optimizer = _adam(self.model.parameters(), self.lr)
+            self._optimizer = make_adam(self.model.parameters(), self.lr)
         return self._optimizer
 
     def cur_epsilon(self) -> float:
@@ -394,7 +395,8 @@ class DQNPolicy:
         self.optimizer.step()
         return {"loss": float(loss.detach()), "mean_q": float(q.detach().mean()),
                 "mean_td_error": float(td.detach().abs().mean()), "grad_gnorm": float(norm),
-                "cur_lr": self.lr, "cur_epsilon": self.cur_epsilon()}
+                "cur_lr": self.optimizer.param_groups[0]["lr"],
+                "cur_epsilon": self.cur_epsilon()}
 
     def update_target(self) -> None:
         """Copy the online network's weights into the target network."""

@@ -37,7 +37,6 @@ from torch import nn
 
 from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
-from flowrl.policies.adam import FusedAdam, make_adam
 from flowrl.policies.distributions import Categorical, DiagGaussian
 from flowrl.policies.maths import explained_variance
 from flowrl.policies.numpy_acting import Postprocessing, act
@@ -109,13 +108,18 @@ class _NumpyActorCritic:
         return self
 
 
-def _adam(params, lr: float) -> "FusedAdam | torch.optim.Adam":
-    """Adam through torch's fused kernel (one kernel for all parameters: for small
-    MLPs on CPU the per-parameter Python loop of the default implementation
-    dominates a step; ``benchmarks/profile_ppo.py`` splits an iteration's time into
-    SGD and the rest), without importing ``torch._dynamo``: see
-    :mod:`flowrl.policies.adam`."""
-    return make_adam(params, lr)
+def make_adam(params, lr: float) -> torch.optim.Adam:
+    """The built-in policies' optimizer: ``torch.optim.Adam(params, lr=lr,
+    fused=True)`` (betas ``(0.9, 0.999)``, ``eps=1e-8``; ``fused`` is a public
+    constructor flag, valid on CPU as on GPU: one kernel updates every parameter
+    instead of a loop over them; ``benchmarks/profile_ppo.py`` splits an
+    iteration's time into SGD and the rest).
+
+    >>> opt = make_adam(nn.Linear(2, 1).parameters(), 0.01)
+    >>> isinstance(opt, torch.optim.Optimizer), opt.defaults["lr"], opt.defaults["fused"]
+    (True, 0.01, True)
+    """
+    return torch.optim.Adam(params, lr=lr, fused=True)
 
 
 def _to_numpy_tree(x: Any) -> Any:
@@ -278,25 +282,24 @@ class TorchPolicy(Postprocessing):
             self.generator.manual_seed(seed)
         else:
             self.generator.seed()
-        self._optimizer: FusedAdam | torch.optim.Adam | None = None  # see the optimizer property
+        self._optimizer: torch.optim.Adam | None = None  # see the optimizer property
         self._towers: list[tuple[nn.Module, torch.device]] = [(self.model, torch.device("cpu"))]
         self._params: tuple[nn.Module, list[nn.Parameter]] | None = None  # (model, its parameters)
 
     @property
-    def optimizer(self) -> "FusedAdam | torch.optim.Adam":
-        """Adam over :attr:`model`'s parameters, created on first use.
-
-        Lazy so that a policy that only acts, as in every remote rollout worker,
-        builds no optimizer state (and, where ``torch.optim.Adam`` is the fallback,
-        never imports ``torch._dynamo``; see :mod:`flowrl.policies.adam`).
+    def optimizer(self) -> torch.optim.Adam:
+        """A ``torch.optim.Adam`` over :attr:`model`'s parameters (:func:`make_adam`),
+        created on first use, so that a policy that only acts builds no optimizer
+        state. A real ``torch.optim.Optimizer``: LR schedulers attach to it, and
+        :meth:`learn_on_batch` reports its current ``lr`` as ``cur_lr``.
 
         >>> from flowrl.policies import PGPolicy
-        >>> p = PGPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), seed=0)
-        >>> p._optimizer is None, type(p.optimizer).__name__
-        (True, 'FusedAdam')
+        >>> p = PGPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), lr=0.01, seed=0)
+        >>> p._optimizer is None, type(p.optimizer).__name__, p.optimizer.defaults["lr"]
+        (True, 'Adam', 0.01)
         """
         if self._optimizer is None:
-            self._optimizer = _adam(self.model.parameters(), self.lr)
+            self._optimizer = make_adam(self.model.parameters(), self.lr)
         return self._optimizer
 
     # -- acting ----------------------------------------------------------------
@@ -531,7 +534,7 @@ class TorchPolicy(Postprocessing):
             sgd_minibatch_size=(self.sgd_minibatch_size if sgd_minibatch_size is None
                                 else sgd_minibatch_size),
             rng=self._np_rng if rng is None else rng, step=self.sgd_step)
-        stats["cur_lr"] = self.lr
+        stats["cur_lr"] = self.optimizer.param_groups[0]["lr"]  # as a scheduler set it
         source = loaded.source
         if self.use_critic and source is not None and SB.VALUE_TARGETS in source:
             stats["vf_explained_var"] = explained_variance(
@@ -629,4 +632,4 @@ class TorchPolicy(Postprocessing):
         self._asp_base = base
 
 
-__all__ = ["TorchPolicy", "ActorCriticModel", "LoadedBatch"]
+__all__ = ["TorchPolicy", "ActorCriticModel", "LoadedBatch", "make_adam"]
