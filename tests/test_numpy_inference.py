@@ -193,6 +193,29 @@ def test_never_stale_when_parameters_or_modules_are_replaced():
     assert (pg.value(x) != 0).all()
 
 
+def test_parameter_guard_premise_nn_module_keeps_its_tables_in_private_dicts():
+    # ParameterGuard (numpy_forward.py) reads nn.Module's private ``_modules`` and
+    # ``_parameters`` dicts, the one private torch API left in flowrl/policies
+    # (a walk through named_parameters() on every acting call would cost more than
+    # the forward it guards). This fails loudly if torch stops keeping a module's
+    # parameters and children there, or stops routing assignments through them.
+    premise = ("nn.Module no longer keeps its children in _modules and its parameters in "
+               "_parameters: rewrite ParameterGuard (flowrl/policies/numpy_forward.py) "
+               "over public APIs (named_children / named_parameters)")
+    seq = nn.Sequential(nn.Linear(2, 3), nn.Tanh())
+    assert isinstance(seq._modules, dict) and list(seq._modules.values()) == list(seq.children()), \
+        premise
+    lin = seq[0]
+    assert isinstance(lin._parameters, dict), premise
+    assert [id(p) for p in lin._parameters.values()] == [id(p) for p in lin.parameters(
+        recurse=False)], premise
+    new_bias = nn.Parameter(torch.zeros(3))
+    lin.bias = new_bias
+    assert lin._parameters["bias"] is new_bias, premise
+    seq[1] = nn.ReLU()
+    assert type(seq._modules["1"]) is nn.ReLU, premise
+
+
 def test_acting_without_values_checks_only_the_policy_network_yet_is_never_stale():
     p = PPOPolicy(BOX, gym.spaces.Box(-2, 2, (2,)), seed=0)
     x = obs(5)

@@ -48,6 +48,11 @@ class ParameterGuard:
     entry (replacing one is noticed), not their contents: a guard for a use
     that does not read them, cheaper to check.
 
+    It reads each module's ``_modules`` and ``_parameters`` dicts, which are
+    private to torch (a public walk per acting call would cost more than the
+    forward it guards); ``tests/test_numpy_inference.py`` fails loudly, naming
+    this class, if torch stops keeping a module's children and parameters there.
+
     >>> g = ParameterGuard(nn.Linear(2, 2))
     >>> g.intact()
     True
