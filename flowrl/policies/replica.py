@@ -112,8 +112,7 @@ def acting_replica(policy_class: Any) -> NumpyActing | None:
     methods (:data:`ACTING_METHODS`), its model, and pass ``gamma``, ``lambda_``
     ``numpy_inference`` and ``hidden_sizes`` through to it unchanged (the replica
     reads those from the config, and the parameters from the weights). With
-    ``numpy_inference=False`` in the config the worker builds the real policy (see
-    :class:`NumpyActingPolicy`).
+    ``numpy_inference=False`` in the config the factory builds the real policy.
 
     >>> from flowrl.policies import PPOPolicy, TorchPolicy
     >>> acting_replica(PPOPolicy).qualname, acting_replica(TorchPolicy)
@@ -149,7 +148,8 @@ class NumpyActingPolicy(Postprocessing):
     ``postprocess_trajectories``, :meth:`get_weights`, :meth:`set_weights`,
     :meth:`get_state`, :meth:`set_state`, :meth:`materialize`, ``materialized``
     and the settings acting reads (``observation_space``, ``action_space``,
-    ``seed``, ``gamma``, ``lambda_``, ``numpy_inference``, ``use_critic``). Once
+    ``seed``, ``gamma``, ``lambda_``, ``use_critic``; ``numpy_inference`` is
+    always True, as the factory builds the real policy otherwise). Once
     materialized, the acting, weights and state methods call the real policy, so
     the two never disagree about weights or random streams.
 
