@@ -106,7 +106,8 @@ def _worker_facts(worker) -> tuple:
     worker.sample()
     with open("/proc/self/status") as f:
         rss = next((int(line.split()[1]) // 1024 for line in f if line.startswith("VmRSS")), None)
-    return type(worker.get_policy()).__name__, sorted(sys_.modules), rss
+    # policy_map: get_policy() would build the real policy in a replica's place
+    return type(worker.policy_map["default_policy"]).__name__, sorted(sys_.modules), rss
 
 
 def worker_modules() -> None:

@@ -51,7 +51,7 @@ def test_numpy_path_equals_torch_path(action_space):
         if p.model.log_std is not None:
             p.model.log_std.fill_(-0.5)
     x = obs(9)
-    assert p._numpy_snapshot(len(x)) is not None
+    assert p._numpy_snapshot() is not None
     (a_np, e_np), (a_t, e_t) = both_paths(p, x, explore=False)
     np.testing.assert_allclose(a_np, a_t, atol=1e-5)   # the mode
     assert a_np.dtype == a_t.dtype
@@ -76,7 +76,7 @@ def test_numpy_path_samples_the_categorical_distribution():
         p.model.pi[-1].weight.zero_()
         p.model.pi[-1].bias.copy_(torch.log(torch.tensor([0.2, 0.3, 0.5])))
     x = np.zeros((50, 4), np.float32)
-    assert p._numpy_snapshot(len(x)) is not None
+    assert p._numpy_snapshot() is not None
     counts = sum(np.bincount(p.compute_actions(x)[0], minlength=3) for _ in range(200))
     expected = np.array([0.2, 0.3, 0.5]) * 200 * 50
     chi2 = float(((counts - expected) ** 2 / expected).sum())
@@ -193,6 +193,29 @@ def test_never_stale_when_parameters_or_modules_are_replaced():
     assert (pg.value(x) != 0).all()
 
 
+def test_parameter_guard_premise_nn_module_keeps_its_tables_in_private_dicts():
+    # ParameterGuard (numpy_forward.py) reads nn.Module's private ``_modules`` and
+    # ``_parameters`` dicts, the one private torch API left in flowrl/policies
+    # (a walk through named_parameters() on every acting call would cost more than
+    # the forward it guards). This fails loudly if torch stops keeping a module's
+    # parameters and children there, or stops routing assignments through them.
+    premise = ("nn.Module no longer keeps its children in _modules and its parameters in "
+               "_parameters: rewrite ParameterGuard (flowrl/policies/numpy_forward.py) "
+               "over public APIs (named_children / named_parameters)")
+    seq = nn.Sequential(nn.Linear(2, 3), nn.Tanh())
+    assert isinstance(seq._modules, dict) and list(seq._modules.values()) == list(seq.children()), \
+        premise
+    lin = seq[0]
+    assert isinstance(lin._parameters, dict), premise
+    assert [id(p) for p in lin._parameters.values()] == [id(p) for p in lin.parameters(
+        recurse=False)], premise
+    new_bias = nn.Parameter(torch.zeros(3))
+    lin.bias = new_bias
+    assert lin._parameters["bias"] is new_bias, premise
+    seq[1] = nn.ReLU()
+    assert type(seq._modules["1"]) is nn.ReLU, premise
+
+
 def test_acting_without_values_checks_only_the_policy_network_yet_is_never_stale():
     p = PPOPolicy(BOX, gym.spaces.Box(-2, 2, (2,)), seed=0)
     x = obs(5)
@@ -220,7 +243,7 @@ def test_acting_without_values_checks_only_the_policy_network_yet_is_never_stale
     fresh_acting()
 
 
-def test_custom_models_and_large_batches_use_torch():
+def test_custom_models_use_torch_and_large_batches_stay_on_numpy():
     class Custom(ActorCriticModel):
         def dist_inputs(self, obs):
             return 2.0 * super().dist_inputs(obs)
@@ -228,16 +251,22 @@ def test_custom_models_and_large_batches_use_torch():
     p = PPOPolicy(BOX, gym.spaces.Discrete(2), seed=0)
     x = obs(4)
     p.model = Custom(4, 2, [16], gaussian=False, use_critic=True)
-    assert p._numpy_snapshot(4) is None
+    assert p._numpy_snapshot() is None
     assert_fresh(p, x)
     p.model.pi = nn.Sequential(nn.Linear(4, 2), nn.Softplus())  # not a plain Linear/Tanh MLP
     assert NumpyMLP.build(p.model.pi) is None
+    # a batch larger than one numpy forward takes is still numpy, in chunks: the
+    # torch generator never moves, the numpy one does
     q = PPOPolicy(BOX, gym.spaces.Discrete(2), seed=0)
     rows = (NUMPY_MAX_MACS - 1) // (64 * 64)   # the largest layer is 64 x 64
-    assert q._numpy_snapshot(rows) is not None
-    assert q._numpy_snapshot(rows + 1) is None
+    assert q._numpy_snapshot().max_rows == rows
+    torch_state = q.generator.get_state().clone()
+    numpy_state = q._action_rng.bit_generator.state
+    q.compute_actions(obs(2 * rows + 3))
+    assert torch.equal(q.generator.get_state(), torch_state)
+    assert q._action_rng.bit_generator.state != numpy_state
     off = PPOPolicy(BOX, gym.spaces.Discrete(2), seed=0, numpy_inference=False)
-    assert off._numpy_snapshot(4) is None
+    assert off._numpy_snapshot() is None
 
 
 def test_policy_config_switches_a_worker_to_torch():

@@ -9,7 +9,7 @@ import torch
 
 from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
-from flowrl.policies import A2CPolicy, PGPolicy, PPOPolicy
+from flowrl.policies import A2CPolicy, DQNPolicy, PGPolicy, PPOPolicy
 
 SB = SampleBatch
 BOX_OBS = gym.spaces.Box(-1.0, 1.0, (4,), np.float32)
@@ -182,3 +182,37 @@ def test_bad_hyperparameters_raise_config_error(kwargs, field):
 def test_unsupported_space():
     with pytest.raises(ConfigError, match="action space"):
         PGPolicy(BOX_OBS, gym.spaces.MultiBinary(3))
+
+
+@pytest.mark.parametrize("make", [
+    lambda: PPOPolicy(BOX_OBS, DISCRETE, lr=0.01, seed=0),
+    lambda: DQNPolicy(BOX_OBS, DISCRETE, lr=0.01, seed=0),
+], ids=["ppo", "dqn"])
+def test_the_optimizer_is_a_torch_optimizer_that_lr_schedulers_drive(make):
+    policy = make()
+    opt = policy.optimizer
+    assert isinstance(opt, torch.optim.Optimizer)
+    assert opt.defaults["lr"] == 0.01 and opt.param_groups[0]["lr"] == 0.01
+    scheduler = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+    if isinstance(policy, DQNPolicy):
+        x = np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32)
+        batch = SampleBatch({SB.OBS: x, SB.ACTIONS: np.zeros(8, np.int64),
+                             SB.REWARDS: np.ones(8, np.float32), SB.NEXT_OBS: x,
+                             "n_step_discount": np.full(8, 0.9, np.float32)})
+    else:
+        batch = fixed_batch(policy, n=64)
+    before = policy.get_weights()
+    assert policy.learn_on_batch(batch)["cur_lr"] == 0.01
+    assert any(not np.array_equal(v, before[k]) for k, v in policy.get_weights().items())
+    scheduler.step()
+    assert opt.param_groups[0]["lr"] == 0.005 and opt.defaults["lr"] == 0.01
+    assert policy.learn_on_batch(batch)["cur_lr"] == 0.005
+    # the optimizer state (Adam's moments and step count) round-trips through get_state
+    clone = make()
+    clone.set_state(policy.get_state())
+    saved, restored = opt.state_dict(), clone.optimizer.state_dict()
+    assert restored["param_groups"][0]["lr"] == 0.005
+    assert saved["state"].keys() == restored["state"].keys() and saved["state"]
+    for key, moments in saved["state"].items():
+        for name, value in moments.items():
+            assert torch.equal(restored["state"][key][name], value), (key, name)

@@ -19,7 +19,6 @@ import torch
 
 from flowrl.batch import SampleBatch as SB
 from flowrl.policies import PPOPolicy
-from flowrl.policies.adam import make_adam
 
 
 def _batch(n: int, seed: int) -> SB:
@@ -38,7 +37,7 @@ def _batch(n: int, seed: int) -> SB:
 def _reference_sgd(model, batch: SB, *, epochs, size, seed, lr, clip, vf_clip, vf_coeff,
                    kl_coeff, ent_coeff, grad_clip):
     """Every minibatch gathered by index, every loss term in the graph."""
-    opt = make_adam(model.parameters(), lr)
+    opt = torch.optim.Adam(model.parameters(), lr=lr, fused=True)
     t = {k: torch.as_tensor(v) for k, v in batch.items()}
     rng = np.random.default_rng(seed)
     for _ in range(epochs):

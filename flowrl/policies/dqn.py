@@ -31,8 +31,8 @@ from torch import nn
 from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
 from flowrl.policies.numpy_forward import (NumpyMLP, ParameterGuard, SnapshotCache,
-                                           max_rows, obs_rows)
-from flowrl.policies.torch_policy import _adam, _to_numpy_tree, _to_torch_tree
+                                           in_chunks, max_rows, obs_rows)
+from flowrl.policies.torch_policy import _to_numpy_tree, _to_torch_tree, make_adam
 
 SB = SampleBatch
 #: Column of postprocessed DQN rows: γ^k for the k rewards summed, 0 after a termination.
@@ -150,6 +150,10 @@ class _NumpyQNetwork:
         return self
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
+        """``Q(s, ·)`` for ``(B, obs_dim)`` rows, ``max_rows`` rows per forward."""
+        return in_chunks(self._forward, x, self.max_rows)
+
+    def _forward(self, x: np.ndarray) -> np.ndarray:
         z = self.parts["torso"](x)
         a = self.parts["advantage"](z)
         value = self.parts["value"]
@@ -167,8 +171,8 @@ class DQNPolicy:
     ``epsilon_timesteps``), ``worker_side_prioritization`` (postprocessed rows get
     a ``priorities`` column ``|δ| + prioritized_replay_eps``), ``seed``,
     ``numpy_inference`` (Q-values for acting through numpy views of the online
-    network for small batches (``NUMPY_MAX_MACS``), the default; False forces
-    torch; see :mod:`flowrl.policies.numpy_forward`). Exploration is the same
+    network at every batch size, in ``NUMPY_MAX_MACS`` chunks, the default; False
+    forces torch; see :mod:`flowrl.policies.numpy_forward`). Exploration is the same
     either way: it only reads the Q-values.
 
     >>> p = DQNPolicy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), seed=0)
@@ -229,7 +233,7 @@ class DQNPolicy:
         self.target_model.load_state_dict(self.model.state_dict())
         for p in self.target_model.parameters():
             p.requires_grad_(False)
-        self._optimizer: Any = None  # see the optimizer property
+        self._optimizer: torch.optim.Adam | None = None  # see the optimizer property
         self._rng = np.random.default_rng(seed)
         self.timesteps = 0
         self.fixed_epsilon: float | None = None
@@ -238,11 +242,12 @@ class DQNPolicy:
 
     # -- exploration ---------------------------------------------------------------
     @property
-    def optimizer(self) -> Any:
-        """Adam over the online network (:func:`~flowrl.policies.adam.make_adam`),
-        created on first use, as ``TorchPolicy.optimizer``."""
+    def optimizer(self) -> torch.optim.Adam:
+        """A ``torch.optim.Adam`` over the online network
+        (:func:`~flowrl.policies.torch_policy.make_adam`), created on first use, as
+        ``TorchPolicy.optimizer``."""
         if self._optimizer is None:
-            self._optimizer = _adam(self.model.parameters(), self.lr)
+            self._optimizer = make_adam(self.model.parameters(), self.lr)
         return self._optimizer
 
     def cur_epsilon(self) -> float:
@@ -278,13 +283,13 @@ class DQNPolicy:
             obs = obs.copy()
         return torch.as_tensor(obs, dtype=torch.float32)
 
-    def _numpy_snapshot(self, rows: int) -> "_NumpyQNetwork | None":
-        return self._numpy_cache.get(self.model, rows) if self.numpy_inference else None
+    def _numpy_snapshot(self) -> "_NumpyQNetwork | None":
+        return self._numpy_cache.get(self.model) if self.numpy_inference else None
 
     def q_values(self, obs_batch) -> np.ndarray:
         """``Q(s, ·)`` of the online network, shape ``(B, num_actions)`` (through numpy
-        for small batches of the built-in network, see ``numpy_inference``)."""
-        snap = self._numpy_snapshot(len(obs_batch))
+        for the built-in network at every batch size, see ``numpy_inference``)."""
+        snap = self._numpy_snapshot()
         if snap is not None:
             return snap(obs_rows(obs_batch, self._obs_dim,
                                  isinstance(self.observation_space, gym.spaces.Discrete)))
@@ -390,7 +395,8 @@ class DQNPolicy:
         self.optimizer.step()
         return {"loss": float(loss.detach()), "mean_q": float(q.detach().mean()),
                 "mean_td_error": float(td.detach().abs().mean()), "grad_gnorm": float(norm),
-                "cur_lr": self.lr, "cur_epsilon": self.cur_epsilon()}
+                "cur_lr": self.optimizer.param_groups[0]["lr"],
+                "cur_epsilon": self.cur_epsilon()}
 
     def update_target(self) -> None:
         """Copy the online network's weights into the target network."""

@@ -1,7 +1,7 @@
 """Acting in numpy, without torch: the built-in MLPs' forward, action sampling from
 their outputs, and GAE postprocessing.
 
-:class:`~flowrl.policies.TorchPolicy` acts through these for small batches (its
+:class:`~flowrl.policies.TorchPolicy` acts through these (its
 :mod:`~flowrl.policies.numpy_forward` snapshot is views of its torch parameters)
 and inherits :class:`Postprocessing`; the torch-free replicas remote rollout
 workers act with (:mod:`flowrl.policies.replica`) use nothing else. Importing
@@ -24,12 +24,12 @@ from flowrl.policies.maths import discounted_returns, gae
 SB = SampleBatch
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 
-#: The numpy path serves a batch only while ``rows x in x out`` of its largest layer
-#: stays below this: OpenBLAS computes such products on the calling thread, where
-#: larger ones start its thread pool, which competes with the sampler for the cores
-#: (and spins under load). :class:`~flowrl.policies.TorchPolicy` sends larger
-#: batches through torch; :class:`~flowrl.policies.replica.NumpyActingPolicy`
-#: splits them into chunks.
+#: One numpy forward takes at most as many rows as keep ``rows x in x out`` of its
+#: largest layer below this (:func:`max_rows`): OpenBLAS computes such products on
+#: the calling thread, where larger ones start its thread pool, which competes with
+#: the sampler for the cores (and spins under load). Larger batches run in chunks
+#: of that many rows (:func:`in_chunks`), in the real policies and their replicas
+#: alike, so the results never depend on which of them acts.
 NUMPY_MAX_MACS = 1 << 18
 
 
@@ -115,6 +115,20 @@ def max_rows(*mlps: "NumpyMLP | None") -> int:
     """
     macs = max([1] + [m.macs_per_row for m in mlps if m is not None])
     return (NUMPY_MAX_MACS - 1) // macs
+
+
+def in_chunks(forward, x: np.ndarray, rows: int) -> np.ndarray:
+    """``forward(x)`` computed ``rows`` rows at a time and concatenated: how every
+    numpy forward runs, whatever the batch size (see ``NUMPY_MAX_MACS``). A row's
+    result depends only on where the chunk boundaries fall, which depend only on
+    the batch size, so the real policy and its replica agree bit for bit.
+
+    >>> in_chunks(lambda a: a * 2, np.arange(5.0)[:, None], 2)[:, 0].tolist()
+    [0.0, 2.0, 4.0, 6.0, 8.0]
+    """
+    if len(x) <= rows:
+        return forward(x)
+    return np.concatenate([forward(x[i:i + rows]) for i in range(0, len(x), rows)])
 
 
 def obs_rows(obs, obs_dim: int, discrete: bool) -> np.ndarray:
@@ -325,4 +339,5 @@ class Postprocessing:
 
 
 __all__ = ["NUMPY_MAX_MACS", "NumpyMLP", "Postprocessing", "act", "categorical_mode",
-           "categorical_sample", "gaussian_logp", "max_rows", "obs_rows", "one_hot"]
+           "categorical_sample", "gaussian_logp", "in_chunks", "max_rows", "obs_rows",
+           "one_hot"]

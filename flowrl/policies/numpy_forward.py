@@ -34,8 +34,8 @@ from torch import nn
 # The torch-free parts live in numpy_acting (remote rollout workers use them
 # without importing torch); they are re-exported here.
 from flowrl.policies.numpy_acting import (NUMPY_MAX_MACS, NumpyMLP, categorical_mode,
-                                          categorical_sample, gaussian_logp, max_rows,
-                                          obs_rows, one_hot)
+                                          categorical_sample, gaussian_logp, in_chunks,
+                                          max_rows, obs_rows, one_hot)
 
 
 class ParameterGuard:
@@ -47,6 +47,11 @@ class ParameterGuard:
     views see them). Submodules in ``skip`` are recorded only as their parent's
     entry (replacing one is noticed), not their contents: a guard for a use
     that does not read them, cheaper to check.
+
+    It reads each module's ``_modules`` and ``_parameters`` dicts, which are
+    private to torch (a public walk per acting call would cost more than the
+    forward it guards); ``tests/test_numpy_inference.py`` fails loudly, naming
+    this class, if torch stops keeping a module's children and parameters there.
 
     >>> g = ParameterGuard(nn.Linear(2, 2))
     >>> g.intact()
@@ -102,8 +107,7 @@ class SnapshotCache:
     ``build(model)`` makes a snapshot (an object with ``guard`` (a
     :class:`ParameterGuard` of ``model``) and ``max_rows``) or returns None for a
     model numpy cannot run; such a model is remembered so it is not inspected
-    again. :meth:`get` gives the snapshot for a batch of ``rows``, or None for
-    the torch path. A snapshot may carry further guards for uses that read only
+    again. :meth:`get` gives the snapshot, or None for the torch path. A snapshot may carry further guards for uses that read only
     part of the model (see ``part``).
     """
 
@@ -114,11 +118,13 @@ class SnapshotCache:
         self.snap = None
         self.unsupported: nn.Module | None = None
 
-    def get(self, model: nn.Module, rows: int, part: str = "guard"):
-        """The snapshot of ``model`` when it serves ``rows`` rows, else None.
+    def get(self, model: nn.Module, part: str = "guard"):
+        """The snapshot of ``model``, or None when numpy cannot run it.
 
         ``part`` names the snapshot's guard to check: ``"guard"`` (the whole model)
         or a narrower one the snapshot defines; a stale one rebuilds the snapshot.
+        A snapshot serves every batch size (in ``max_rows`` chunks, see
+        :func:`~flowrl.policies.numpy_acting.in_chunks`).
         """
         snap = self.snap
         if snap is None or snap.guard.module is not model or not getattr(snap, part).intact():
@@ -128,8 +134,9 @@ class SnapshotCache:
             if snap is None:
                 self.unsupported = model
                 return None
-        return snap if rows <= snap.max_rows else None
+        return snap
 
 
 __all__ = ["NUMPY_MAX_MACS", "NumpyMLP", "ParameterGuard", "SnapshotCache", "categorical_mode",
-           "categorical_sample", "gaussian_logp", "max_rows", "obs_rows", "one_hot"]
+           "categorical_sample", "gaussian_logp", "in_chunks", "max_rows", "obs_rows",
+           "one_hot"]

@@ -1,38 +1,44 @@
 """Torch-free replicas of the built-in policies, which remote rollout workers act with.
 
 Why. A remote rollout worker only acts: one small forward per env step, a value
-forward per fragment, GAE. Importing torch costs a fresh process about 1.5 s of
-CPU, and on a 2-core machine the workers' imports are most of a Ray backend's
-worker start-up (``benchmarks/startup.py`` times it). So for the built-in policies
-(those that set ``numpy_replica = True`` in their own class body) a
-:class:`~flowrl.workers.WorkerSet` builds its remote workers with
-:class:`NumpyActingPolicy` replicas (:func:`acting_replica` makes the factory):
+forward per fragment, GAE. Importing torch is a large share of a fresh worker
+process's start-up (``benchmarks/startup.py`` measures it, with and without
+replicas). So for the built-in policies (those that set ``numpy_replica = True``
+in their own class body) a :class:`~flowrl.workers.WorkerSet` builds its remote
+workers with :class:`NumpyActingPolicy` replicas (:func:`acting_replica` makes
+the factory). ``tests/test_numpy_acting.py`` checks that premise: a Ray worker
+built with replicas has no torch in ``sys.modules`` after sampling.
 
-- acting, values, postprocessing and weights run in numpy, with the same maths,
-  seeds and random streams as :class:`~flowrl.policies.TorchPolicy`'s numpy path,
-  on batches of any size (larger ones in ``NUMPY_MAX_MACS`` chunks, so OpenBLAS
-  stays on the calling thread);
-- anything else (``learn_on_batch``, ``compute_gradients``, an attribute only
-  the real policy has) *materializes* the replica once: it imports
-  torch, builds the real policy with the same arguments, hands it the current
-  weights and the numpy random generators, and from then on forwards every call
-  to it. Nothing a worker was asked for behaves differently; only the first such
-  call pays the import.
+What a replica is. Acting, values, postprocessing, weights and checkpoint state
+run in numpy, with the same maths, seeds and random streams as
+:class:`~flowrl.policies.TorchPolicy`'s numpy path, which serves every batch size
+the same way (in ``NUMPY_MAX_MACS`` chunks): the replica's actions, log-probs and
+values are the real policy's, bit for bit. That surface (:data:`ACTING_METHODS`,
+``get_state``/``set_state``) is all a replica has. Whatever needs the real policy
+(``learn_on_batch``, ``compute_gradients``, a user's ``foreach_policy`` function,
+an attribute only the real class has) gets it through one explicit call,
+:meth:`NumpyActingPolicy.materialize`: it imports torch, builds the real policy
+with the same arguments and hands it the replica's weights, settings and numpy
+random generators. :meth:`~flowrl.workers.RolloutWorker.get_policy` does this and
+puts the real policy in the replica's place, so the worker acts with it from then
+on. Any other attribute of a replica is an AttributeError that says so.
 
-Checkpoints. A replica that acts itself answers ``get_state`` with what acting
-uses, and nothing that needs torch: its weights and its numpy generators' states,
-marked :data:`REPLICA_STATE` (a worker that only acts has no optimizer state, and
-its torch generator and learning settings, such as PPO's ``kl_coeff``, are the
-ones it was built with). :func:`set_policy_state` restores such a state into a
-replica or, when the restoring run has the real policy there, into that policy's
-weights and numpy generators. A full policy state (from a materialized replica,
-or a checkpoint written before replicas had their own) materializes the replica
-that gets it, as before.
+Checkpoints. A replica answers ``get_state`` with what acting uses, and nothing
+that needs torch: its weights and its numpy generators' states, marked
+:data:`REPLICA_STATE` (a worker that only acts has no optimizer state, and its
+torch generator and learning settings, such as PPO's ``kl_coeff``, are the ones
+it was built with). :func:`set_policy_state` restores such a state into a replica
+or, when the restoring run has the real policy there, into that policy's weights
+and numpy generators. A full policy state (from a real policy) needs the real
+policy: a replica's ``set_state`` refuses it by name, and
+:meth:`~flowrl.workers.RolloutWorker.set_state` materializes the replica for it.
 
 Until its first ``set_weights`` (a WorkerSet syncs the local worker's weights to
 every remote worker it starts) a replica has no weights of its own, and acting
-materializes it. ``WorkerConfig(numpy_replicas=False)`` gives remote workers the
-real policy from the start (A3C does: its workers compute gradients at once).
+or ``get_weights`` is a ConfigError. With ``numpy_inference=False`` in the
+config, or spaces numpy does not act on, the factory builds the real policy.
+``WorkerConfig(numpy_replicas=False)`` gives remote workers the real policy from
+the start (A3C does: its workers compute gradients at once).
 """
 
 from __future__ import annotations
@@ -47,12 +53,15 @@ import gymnasium as gym
 import numpy as np
 
 from flowrl.batch import SampleBatch
-from flowrl.policies.numpy_acting import NumpyMLP, Postprocessing, act, max_rows, obs_rows
+from flowrl.errors import ConfigError
+from flowrl.policies.numpy_acting import (NumpyMLP, Postprocessing, act, in_chunks, max_rows,
+                                          obs_rows)
 
 SB = SampleBatch
 
-#: What a replica does itself; everything else materializes it. A class that sets
-#: ``numpy_replica = True`` must keep TorchPolicy's own versions of these.
+#: The real class's methods a replica implements itself (with ``get_state``,
+#: ``set_state``); a class that sets ``numpy_replica = True`` must keep
+#: TorchPolicy's own versions of these.
 ACTING_METHODS = ("compute_actions", "value", "postprocess_trajectory",
                   "postprocess_trajectories", "_with_advantages", "get_weights", "set_weights")
 #: The constructor arguments a replica reads (the rest it keeps for materializing).
@@ -75,7 +84,15 @@ class NumpyActing:
     defaults: tuple  # ((setting, default), ...) of the class's constructor
 
     def __call__(self, observation_space: gym.Space, action_space: gym.Space,
-                 **kwargs: Any) -> "NumpyActingPolicy":
+                 **kwargs: Any) -> Any:
+        """A :class:`NumpyActingPolicy`, or the real policy when numpy would not act:
+        ``numpy_inference=False`` in ``kwargs``, or spaces other than ``Box`` and
+        ``Discrete`` (the real class then names what it does not support)."""
+        numpy_inference = kwargs.get("numpy_inference", dict(self.defaults)["numpy_inference"])
+        spaces = (gym.spaces.Box, gym.spaces.Discrete)
+        if not (numpy_inference and isinstance(observation_space, spaces)
+                and isinstance(action_space, spaces)):
+            return self.policy_class()(observation_space, action_space, **kwargs)
         return NumpyActingPolicy(self, observation_space, action_space, kwargs)
 
     def policy_class(self) -> type:
@@ -95,8 +112,7 @@ def acting_replica(policy_class: Any) -> NumpyActing | None:
     methods (:data:`ACTING_METHODS`), its model, and pass ``gamma``, ``lambda_``
     ``numpy_inference`` and ``hidden_sizes`` through to it unchanged (the replica
     reads those from the config, and the parameters from the weights). With
-    ``numpy_inference=False`` in the config the worker builds the real policy (see
-    :class:`NumpyActingPolicy`).
+    ``numpy_inference=False`` in the config the factory builds the real policy.
 
     >>> from flowrl.policies import PPOPolicy, TorchPolicy
     >>> acting_replica(PPOPolicy).qualname, acting_replica(TorchPolicy)
@@ -116,12 +132,6 @@ def acting_replica(policy_class: Any) -> NumpyActing | None:
                        bool(policy_class.use_critic), defaults)
 
 
-#: Attributes a replica keeps itself; setting any other one materializes it.
-_OWN = frozenset({"_factory", "_kwargs", "_real", "observation_space", "action_space", "seed",
-                  "gamma", "lambda_", "numpy_inference", "use_critic", "_np_rng",
-                  "_action_rng", "_obs_dim", "_discrete_obs", "_action_shape", "_gaussian",
-                  "_num_outputs", "_weights", "_pi", "_vf", "_log_std", "_max_rows",
-                  "_hidden"})
 _LAYER_KEY = re.compile(r"(pi|vf)\.(\d+)\.(weight|bias)$")
 
 
@@ -129,11 +139,19 @@ class NumpyActingPolicy(Postprocessing):
     """A replica of a built-in policy that acts in numpy; see the module docstring.
 
     Built by a :class:`NumpyActing` factory with the real class's constructor
-    arguments, which it keeps to build the real policy when asked for more than
-    acting (:meth:`materialize`). Its random generators are the real policy's
-    (``seed``: ``default_rng(seed)`` for minibatch shuffles, ``default_rng([seed,
-    1])`` for actions) and go to the real policy when it materializes; unlike the
-    real policy it samples every batch, however large, from the numpy generator.
+    arguments, which it keeps to build the real policy on request
+    (:meth:`materialize`). Its random generators are the real policy's (``seed``:
+    ``default_rng(seed)`` for minibatch shuffles, ``default_rng([seed, 1])`` for
+    actions) and go to the real policy when it is built.
+
+    Its surface: :meth:`compute_actions`, :meth:`value`, ``postprocess_trajectory``,
+    ``postprocess_trajectories``, :meth:`get_weights`, :meth:`set_weights`,
+    :meth:`get_state`, :meth:`set_state`, :meth:`materialize`, ``materialized``
+    and the settings acting reads (``observation_space``, ``action_space``,
+    ``seed``, ``gamma``, ``lambda_``, ``use_critic``; ``numpy_inference`` is
+    always True, as the factory builds the real policy otherwise). Once
+    materialized, the acting, weights and state methods call the real policy, so
+    the two never disagree about weights or random streams.
 
     >>> from flowrl.policies import PPOPolicy
     >>> box, two = gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2)
@@ -143,14 +161,14 @@ class NumpyActingPolicy(Postprocessing):
     >>> obs = np.ones((4, 3), np.float32)
     >>> bool((replica.compute_actions(obs)[0] == real.compute_actions(obs)[0]).all())
     True
-    >>> replica.materialized, round(replica.kl_coeff, 2), replica.materialized
+    >>> replica.materialized, round(replica.materialize().kl_coeff, 2), replica.materialized
     (False, 0.2, True)
     """
 
     def __init__(self, factory: NumpyActing, observation_space: gym.Space,
                  action_space: gym.Space, kwargs: dict[str, Any]):
         setting = {**dict(factory.defaults), **{k: kwargs[k] for k in _SETTINGS if k in kwargs}}
-        object.__setattr__(self, "_real", None)
+        self._real: Any = None
         self._factory, self._kwargs = factory, dict(kwargs)
         self.observation_space, self.action_space = observation_space, action_space
         self.seed = seed = kwargs.get("seed")
@@ -162,11 +180,6 @@ class NumpyActingPolicy(Postprocessing):
         self._action_rng = np.random.default_rng(None if seed is None else [seed, 1])
         self._weights = self._pi = self._vf = self._log_std = None
         self._max_rows = 0
-        spaces = (gym.spaces.Box, gym.spaces.Discrete)
-        if not (self.numpy_inference and isinstance(observation_space, spaces)
-                and isinstance(action_space, spaces)):
-            self.materialize()  # torch acting asked for, or the real class reports the space
-            return
         self._discrete_obs = isinstance(observation_space, gym.spaces.Discrete)
         self._obs_dim = (int(observation_space.n) if self._discrete_obs
                          else int(np.prod(observation_space.shape)))
@@ -175,16 +188,29 @@ class NumpyActingPolicy(Postprocessing):
         self._num_outputs = (int(np.prod(self._action_shape)) if self._gaussian
                              else int(action_space.n))
 
+    def __getattr__(self, name: str) -> Any:
+        # Python calls this only for a name the replica does not define. It never
+        # forwards: it only says where the attribute is.
+        factory = self.__dict__.get("_factory")
+        if name.startswith("__") or factory is None:
+            raise AttributeError(name)
+        raise AttributeError(
+            f"{type(self).__name__} (the numpy replica of {factory.qualname}) has no attribute "
+            f"{name!r}: a replica only acts; the real {factory.qualname} is "
+            "replica.materialize(), and RolloutWorker.get_policy() returns it")
+
     # -- the real policy ---------------------------------------------------------
     @property
     def materialized(self) -> bool:
-        """Whether the real policy has been built (every call now goes to it)."""
+        """Whether the real policy has been built (acting, weights and state now go to it)."""
         return self._real is not None
 
     def materialize(self) -> Any:
-        """The real policy, built on first call: the class with this replica's
-        constructor arguments, then this replica's weights (if it has any) and its
-        numpy random generators."""
+        """The real policy, built on first call (importing torch): the class with this
+        replica's constructor arguments, then this replica's weights (if it has any),
+        settings (``gamma``, ``lambda_``, ``numpy_inference``) and numpy random
+        generators. :meth:`~flowrl.workers.RolloutWorker.get_policy` calls it and
+        puts the real policy in the replica's place."""
         real = self._real
         if real is None:
             real = self._factory.policy_class()(self.observation_space, self.action_space,
@@ -192,45 +218,33 @@ class NumpyActingPolicy(Postprocessing):
             if self._weights is not None:
                 real.set_weights(self._weights)
             real._np_rng, real._action_rng = self._np_rng, self._action_rng
-            # as set on the replica
             real.gamma, real.lambda_ = self.gamma, self.lambda_
             real.numpy_inference = self.numpy_inference
-            object.__setattr__(self, "_real", real)
+            self._real = real
         return real
 
-    def __getattr__(self, name: str) -> Any:
-        # Only reached for what a replica does not have (e.g. learn_on_batch, kl_coeff).
-        if name.startswith("__") or name in _OWN:
-            raise AttributeError(name)
-        return getattr(self.materialize(), name)
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        # Own attributes stay here (and reach the real policy too, once there is
-        # one); any other one is the real policy's.
-        real = self._real
-        if real is not None:
-            setattr(real, name, value)
-        if name in _OWN:
-            object.__setattr__(self, name, value)
-        elif real is None:
-            setattr(self.materialize(), name, value)
+    def _acts_itself(self, what: str) -> bool:
+        """True while acting runs here; False once materialized (the real policy acts).
+        A ConfigError before the first :meth:`set_weights`."""
+        if self._real is not None:
+            return False
+        if self._pi is None:
+            name = self._factory.qualname
+            raise ConfigError(
+                f"{type(self).__name__}.{what}: this numpy replica of {name} has no weights "
+                f"yet; call set_weights first (a WorkerSet syncs them to every worker it "
+                f"starts), or use the real {name} (replica.materialize())")
+        return True
 
     # -- acting ------------------------------------------------------------------
-    def _acts_itself(self) -> bool:
-        """Whether acting runs here: not materialized, weights loaded, numpy asked for."""
-        return self._real is None and self._pi is not None and self.numpy_inference
-
     def _forward(self, mlp: NumpyMLP, x: np.ndarray) -> np.ndarray:
-        m = self._max_rows
-        if len(x) <= m:
-            return mlp(x)
-        return np.concatenate([mlp(x[i:i + m]) for i in range(0, len(x), m)])
+        return in_chunks(mlp, x, self._max_rows)
 
     def compute_actions(self, obs_batch, explore: bool = True, *,
                         vf_preds: bool = True) -> tuple[np.ndarray, dict]:
         """As :meth:`flowrl.policies.TorchPolicy.compute_actions`, in numpy."""
-        if not self._acts_itself():
-            return self.materialize().compute_actions(obs_batch, explore, vf_preds=vf_preds)
+        if not self._acts_itself("compute_actions"):
+            return self._real.compute_actions(obs_batch, explore, vf_preds=vf_preds)
         x = obs_rows(obs_batch, self._obs_dim, self._discrete_obs)
         actions, extra = act(self._forward(self._pi, x), self._log_std, explore,
                              self._action_rng, self._action_shape)
@@ -245,72 +259,92 @@ class NumpyActingPolicy(Postprocessing):
 
     def value(self, obs_batch) -> np.ndarray:
         """``V(s)`` for a batch of observations, shape ``(B,)`` (zeros without a critic)."""
-        if not self._acts_itself():
-            return self.materialize().value(obs_batch)
+        if not self._acts_itself("value"):
+            return self._real.value(obs_batch)
         return self._values(obs_rows(obs_batch, self._obs_dim, self._discrete_obs))
 
     # -- weights -----------------------------------------------------------------
     def get_weights(self) -> dict[str, np.ndarray]:
         """Model parameters as ``{name: numpy array}`` (copies), named as the real
         policy's ``state_dict``."""
-        if self._real is not None or self._weights is None:
-            return self.materialize().get_weights()
+        if not self._acts_itself("get_weights"):
+            return self._real.get_weights()
         return {k: v.copy() for k, v in self._weights.items()}
 
     def set_weights(self, weights: dict[str, np.ndarray]) -> None:
-        """Load weights from ``get_weights`` of the real class. Weights this replica
-        cannot lay out as its MLPs go to the real policy, which names what is wrong."""
-        if self._real is None:
-            parsed = self._layout(weights)
-            if parsed is not None:
-                self._weights, (self._pi, self._vf, self._log_std) = parsed
-                self._max_rows = max_rows(self._pi, self._vf)
-                return
-        self.materialize().set_weights(weights)
-
-    # -- checkpoints -------------------------------------------------------------
-    def get_state(self) -> dict[str, Any]:
-        """For checkpoints: while acting itself, its weights and numpy generators'
-        states marked :data:`REPLICA_STATE` (the real policy is not built); once
-        materialized, or before it has weights, the real policy's state."""
-        if self._real is not None or self._weights is None:
-            return self.materialize().get_state()
-        return {REPLICA_STATE: True, "weights": self.get_weights(),
-                "np_rng": self._np_rng.bit_generator.state,
-                "action_rng": self._action_rng.bit_generator.state}
-
-    def set_state(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`get_state` of a replica or of the real class returned
-        (the latter materializes this replica)."""
-        if is_replica_state(state):
-            _restore_acting_state(self, state)
-        else:
-            self.materialize().set_state(state)
-
-    def _layout(self, weights: dict[str, np.ndarray]):
-        """``(weights as float32 copies, (pi, vf, log_std))``, or None when the names or
-        shapes are not those of the built-in model for these spaces."""
+        """Load weights from ``get_weights`` of the real class; a ConfigError names
+        what does not fit the built-in model for these spaces and settings."""
+        if self._real is not None:
+            self._real.set_weights(weights)
+            return
+        shapes = self._weight_shapes()
+        where = f"{type(self).__name__}({self._factory.qualname}).set_weights"
+        missing, extra = sorted(set(shapes) - set(weights)), sorted(set(weights) - set(shapes))
+        if missing or extra:
+            raise ConfigError(f"{where}: missing {missing}, unexpected {extra}; weights come "
+                              "from another model")
+        for k, v in weights.items():
+            if tuple(np.shape(v)) != shapes[k]:
+                raise ConfigError(f"{where}: {k!r} has shape {np.shape(v)}, expected "
+                                  f"{shapes[k]}")
         own = {k: np.array(v, np.float32) for k, v in weights.items()}
-        if self._weights is not None and (own.keys() != self._weights.keys() or any(
-                v.shape != self._weights[k].shape for k, v in own.items())):
-            return None
         layers: dict[str, dict[int, dict[str, np.ndarray]]] = {"pi": {}, "vf": {}}
         for key, value in own.items():
             match = _LAYER_KEY.match(key)
             if match is not None:
                 net, index, kind = match.groups()
                 layers[net].setdefault(int(index), {})[kind] = value
-            elif key != "log_std":
-                return None
-        log_std = own.get("log_std")
-        if (log_std is not None) != self._gaussian or bool(layers["vf"]) != self.use_critic:
-            return None
-        pi = _mlp_of(layers["pi"], [self._obs_dim, *self._hidden, self._num_outputs])
-        vf = _mlp_of(layers["vf"], [self._obs_dim, *self._hidden, 1]) if self.use_critic else None
-        if pi is None or (self.use_critic and vf is None) or (
-                log_std is not None and log_std.shape != (self._num_outputs,)):
-            return None
-        return own, (pi, vf, log_std)
+        self._pi = _mlp_of(layers["pi"], self._sizes(self._num_outputs))
+        self._vf = _mlp_of(layers["vf"], self._sizes(1)) if self.use_critic else None
+        self._log_std = own.get("log_std")
+        self._weights = own
+        self._max_rows = max_rows(self._pi, self._vf)
+
+    def _sizes(self, out: int) -> list[int]:
+        return [self._obs_dim, *self._hidden, out]
+
+    def _weight_shapes(self) -> dict[str, tuple]:
+        """``{name: shape}`` of the built-in model's ``state_dict`` (``ActorCriticModel``:
+        ``Linear`` layers at even indices of ``pi`` and ``vf``, ``log_std`` when
+        Gaussian) for these spaces and ``hidden_sizes``."""
+        shapes: dict[str, tuple] = {}
+        nets = [("pi", self._num_outputs)] + ([("vf", 1)] if self.use_critic else [])
+        for net, out in nets:
+            sizes = self._sizes(out)
+            for i, (fan_in, fan_out) in enumerate(zip(sizes, sizes[1:])):
+                shapes[f"{net}.{2 * i}.weight"] = (fan_out, fan_in)
+                shapes[f"{net}.{2 * i}.bias"] = (fan_out,)
+        if self._gaussian:
+            shapes["log_std"] = (self._num_outputs,)
+        return shapes
+
+    # -- checkpoints -------------------------------------------------------------
+    def get_state(self) -> dict[str, Any]:
+        """For checkpoints: its weights and numpy generators' states marked
+        :data:`REPLICA_STATE` (the real policy is not built); once materialized, the
+        real policy's state."""
+        if not self._acts_itself("get_state"):
+            return self._real.get_state()
+        return {REPLICA_STATE: True, "weights": self.get_weights(),
+                "np_rng": self._np_rng.bit_generator.state,
+                "action_rng": self._action_rng.bit_generator.state}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`get_state` of a replica returned (of the real class, once
+        materialized). A real policy's full state (optimizer, torch generator, ...)
+        needs the real policy: a ConfigError says to materialize first
+        (:meth:`~flowrl.workers.RolloutWorker.set_state` does)."""
+        if self._real is not None:
+            set_policy_state(self._real, state)
+        elif is_replica_state(state):
+            _restore_acting_state(self, state)
+        else:
+            name = self._factory.qualname
+            raise ConfigError(
+                f"{type(self).__name__}.set_state: this is a full {name} state (optimizer, "
+                f"torch generator, ...), which a numpy replica cannot hold; restore it into "
+                f"the real {name}: replica.materialize().set_state(state) "
+                "(RolloutWorker.set_state does this)")
 
 
 def is_replica_state(state: Any) -> bool:

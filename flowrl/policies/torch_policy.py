@@ -16,8 +16,8 @@ Weights (:meth:`get_weights`) are a dict of parameter name to numpy array; state
 PPO's KL coefficient), all as numpy/plain Python so it pickles and checkpoints.
 
 Acting (:meth:`TorchPolicy.compute_actions`, :meth:`TorchPolicy.value`) runs the
-built-in model in numpy for small batches (:mod:`flowrl.policies.numpy_forward`);
-learning always runs in torch. Postprocessing (GAE) is numpy, from
+built-in model in numpy at every batch size (:mod:`flowrl.policies.numpy_forward`)
+unless ``numpy_inference=False``; learning always runs in torch. Postprocessing (GAE) is numpy, from
 :class:`~flowrl.policies.numpy_acting.Postprocessing`. A subclass that sets
 ``numpy_replica = True`` in its own body gets torch-free replicas on remote
 rollout workers (:mod:`flowrl.policies.replica`, which says what such a
@@ -37,12 +37,11 @@ from torch import nn
 
 from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
-from flowrl.policies.adam import FusedAdam, make_adam
 from flowrl.policies.distributions import Categorical, DiagGaussian
 from flowrl.policies.maths import explained_variance
 from flowrl.policies.numpy_acting import Postprocessing, act
-from flowrl.policies.numpy_forward import (NumpyMLP, ParameterGuard, SnapshotCache, max_rows,
-                                           obs_rows)
+from flowrl.policies.numpy_forward import (NumpyMLP, ParameterGuard, SnapshotCache, in_chunks,
+                                           max_rows, obs_rows)
 from flowrl.policies.sgd import minibatch_sgd
 
 SB = SampleBatch
@@ -109,13 +108,18 @@ class _NumpyActorCritic:
         return self
 
 
-def _adam(params, lr: float) -> "FusedAdam | torch.optim.Adam":
-    """Adam through torch's fused kernel (one kernel for all parameters: for small
-    MLPs on CPU the per-parameter Python loop of the default implementation
-    dominates a step; ``benchmarks/profile_ppo.py`` splits an iteration's time into
-    SGD and the rest), without importing ``torch._dynamo``: see
-    :mod:`flowrl.policies.adam`."""
-    return make_adam(params, lr)
+def make_adam(params, lr: float) -> torch.optim.Adam:
+    """The built-in policies' optimizer: ``torch.optim.Adam(params, lr=lr,
+    fused=True)`` (betas ``(0.9, 0.999)``, ``eps=1e-8``; ``fused`` is a public
+    constructor flag, valid on CPU as on GPU: one kernel updates every parameter
+    instead of a loop over them; ``benchmarks/profile_ppo.py`` splits an
+    iteration's time into SGD and the rest).
+
+    >>> opt = make_adam(nn.Linear(2, 1).parameters(), 0.01)
+    >>> isinstance(opt, torch.optim.Optimizer), opt.defaults["lr"], opt.defaults["fused"]
+    (True, 0.01, True)
+    """
+    return torch.optim.Adam(params, lr=lr, fused=True)
 
 
 def _to_numpy_tree(x: Any) -> Any:
@@ -207,8 +211,8 @@ class TorchPolicy(Postprocessing):
     (Adam), ``gamma``, ``lambda_`` (GAE), ``grad_clip`` (global norm, ``None`` for
     none), ``num_sgd_iter`` epochs of minibatch SGD of ``sgd_minibatch_size`` rows
     per :meth:`learn_on_batch` (``None``: the whole batch at once), ``seed``,
-    ``numpy_inference`` (act through numpy for small batches, the default; False
-    forces torch: see :meth:`compute_actions`).
+    ``numpy_inference`` (act through numpy, the default; False forces torch: see
+    :meth:`compute_actions`).
 
     >>> from flowrl.policies import PGPolicy
     >>> p = PGPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), seed=0)
@@ -278,25 +282,24 @@ class TorchPolicy(Postprocessing):
             self.generator.manual_seed(seed)
         else:
             self.generator.seed()
-        self._optimizer: FusedAdam | torch.optim.Adam | None = None  # see the optimizer property
+        self._optimizer: torch.optim.Adam | None = None  # see the optimizer property
         self._towers: list[tuple[nn.Module, torch.device]] = [(self.model, torch.device("cpu"))]
         self._params: tuple[nn.Module, list[nn.Parameter]] | None = None  # (model, its parameters)
 
     @property
-    def optimizer(self) -> "FusedAdam | torch.optim.Adam":
-        """Adam over :attr:`model`'s parameters, created on first use.
-
-        Lazy so that a policy that only acts, as in every remote rollout worker,
-        builds no optimizer state (and, where ``torch.optim.Adam`` is the fallback,
-        never imports ``torch._dynamo``; see :mod:`flowrl.policies.adam`).
+    def optimizer(self) -> torch.optim.Adam:
+        """A ``torch.optim.Adam`` over :attr:`model`'s parameters (:func:`make_adam`),
+        created on first use, so that a policy that only acts builds no optimizer
+        state. A real ``torch.optim.Optimizer``: LR schedulers attach to it, and
+        :meth:`learn_on_batch` reports its current ``lr`` as ``cur_lr``.
 
         >>> from flowrl.policies import PGPolicy
-        >>> p = PGPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), seed=0)
-        >>> p._optimizer is None, type(p.optimizer).__name__
-        (True, 'FusedAdam')
+        >>> p = PGPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), lr=0.01, seed=0)
+        >>> p._optimizer is None, type(p.optimizer).__name__, p.optimizer.defaults["lr"]
+        (True, 'Adam', 0.01)
         """
         if self._optimizer is None:
-            self._optimizer = _adam(self.model.parameters(), self.lr)
+            self._optimizer = make_adam(self.model.parameters(), self.lr)
         return self._optimizer
 
     # -- acting ----------------------------------------------------------------
@@ -309,13 +312,12 @@ class TorchPolicy(Postprocessing):
             obs = obs.copy()
         return torch.as_tensor(obs.reshape(len(obs), self._obs_dim), dtype=torch.float32)
 
-    def _numpy_snapshot(self, rows: int, part: str = "guard") -> "_NumpyActorCritic | None":
-        """The numpy view of :attr:`model` for a batch of ``rows``, or None for the
-        torch path (switched off, a large batch, or a model that is not the built-in
-        one). Rebuilt whenever a parameter was replaced (see :mod:`numpy_forward`);
-        ``part="acting_guard"`` checks only what acting without values reads."""
-        return (self._numpy_cache.get(self.model, rows, part) if self.numpy_inference
-                else None)
+    def _numpy_snapshot(self, part: str = "guard") -> "_NumpyActorCritic | None":
+        """The numpy view of :attr:`model`, or None for the torch path (switched off,
+        or a model that is not the built-in one). Rebuilt whenever a parameter was
+        replaced (see :mod:`numpy_forward`); ``part="acting_guard"`` checks only
+        what acting without values reads."""
+        return self._numpy_cache.get(self.model, part) if self.numpy_inference else None
 
     def _obs_array(self, obs) -> np.ndarray:
         return obs_rows(obs, self._obs_dim, self._discrete_obs)
@@ -330,15 +332,16 @@ class TorchPolicy(Postprocessing):
         ``vf_preds`` out (one forward less: the samplers then fill that column with
         one :meth:`value` call per fragment, under the same weights).
 
-        With ``numpy_inference`` (the default) and the built-in model, small batches
-        (``NUMPY_MAX_MACS`` in :mod:`flowrl.policies.numpy_forward`: below 64 rows
-        for 64-unit layers) run the same float32 maths in numpy over views
-        of the live parameters (:mod:`flowrl.policies.numpy_forward`) and sample
-        with the policy's own seeded numpy generator (saved in :meth:`get_state`);
-        otherwise one torch forward samples with :attr:`generator`. Both paths draw
-        from the same distributions.
+        With ``numpy_inference`` (the default) and the built-in model, every batch
+        runs the same float32 maths in numpy over views of the live parameters
+        (:mod:`flowrl.policies.numpy_forward`; large batches in chunks of
+        ``NUMPY_MAX_MACS``-sized forwards) and samples with the policy's own seeded
+        numpy generator (saved in :meth:`get_state`): exactly what its numpy
+        replica (:mod:`flowrl.policies.replica`) computes, whatever the batch size.
+        Otherwise (``numpy_inference=False`` or another model) one torch forward
+        samples with :attr:`generator`. Both paths draw from the same distributions.
         """
-        snap = self._numpy_snapshot(len(obs_batch), "guard" if vf_preds else "acting_guard")
+        snap = self._numpy_snapshot("guard" if vf_preds else "acting_guard")
         if snap is not None:
             return self._compute_actions_numpy(snap, obs_batch, explore, vf_preds)
         with torch.inference_mode():
@@ -358,20 +361,23 @@ class TorchPolicy(Postprocessing):
     def _compute_actions_numpy(self, snap: _NumpyActorCritic, obs_batch, explore: bool,
                                vf_preds: bool) -> tuple[np.ndarray, dict]:
         x = self._obs_array(obs_batch)
-        actions, extra = act(snap.pi(x), snap.log_std, explore, self._action_rng,
-                             tuple(self.action_space.shape or ()))
+        actions, extra = act(in_chunks(snap.pi, x, snap.max_rows), snap.log_std, explore,
+                             self._action_rng, tuple(self.action_space.shape or ()))
         if vf_preds:
-            extra[SB.VF_PREDS] = (snap.vf(x)[:, 0] if snap.vf is not None
-                                  else np.zeros(len(x), np.float32))
+            extra[SB.VF_PREDS] = self._numpy_values(snap, x)
         return actions, extra
+
+    @staticmethod
+    def _numpy_values(snap: _NumpyActorCritic, x: np.ndarray) -> np.ndarray:
+        if snap.vf is None:
+            return np.zeros(len(x), np.float32)
+        return in_chunks(snap.vf, x, snap.max_rows)[:, 0]
 
     def value(self, obs_batch) -> np.ndarray:
         """``V(s)`` for a batch of observations, shape ``(B,)`` (zeros without a critic)."""
-        snap = self._numpy_snapshot(len(obs_batch))
+        snap = self._numpy_snapshot()
         if snap is not None:
-            if snap.vf is None:
-                return np.zeros(len(obs_batch), np.float32)
-            return snap.vf(self._obs_array(obs_batch))[:, 0]
+            return self._numpy_values(snap, self._obs_array(obs_batch))
         with torch.inference_mode():
             return self.model.value(self._obs_tensor(obs_batch)).numpy()
 
@@ -528,7 +534,7 @@ class TorchPolicy(Postprocessing):
             sgd_minibatch_size=(self.sgd_minibatch_size if sgd_minibatch_size is None
                                 else sgd_minibatch_size),
             rng=self._np_rng if rng is None else rng, step=self.sgd_step)
-        stats["cur_lr"] = self.lr
+        stats["cur_lr"] = self.optimizer.param_groups[0]["lr"]  # as a scheduler set it
         source = loaded.source
         if self.use_critic and source is not None and SB.VALUE_TARGETS in source:
             stats["vf_explained_var"] = explained_variance(
@@ -626,4 +632,4 @@ class TorchPolicy(Postprocessing):
         self._asp_base = base
 
 
-__all__ = ["TorchPolicy", "ActorCriticModel", "LoadedBatch"]
+__all__ = ["TorchPolicy", "ActorCriticModel", "LoadedBatch", "make_adam"]

@@ -17,6 +17,16 @@ plus ``i``; workers differ from each other and every run repeats.
 
 Per-policy results (``learn_on_batch``, ``compute_gradients``, ``get_weights``)
 are dicts keyed by policy id for single- and multi-agent workers alike.
+
+Numpy replicas. A remote worker of a :class:`~flowrl.workers.WorkerSet` may hold
+torch-free replicas of the built-in policies (:mod:`flowrl.policies.replica`) in
+its ``policy_map``: sampling, weights and ``get_state``/``set_state`` use them
+as they are. Everything that needs the real policy goes through
+:meth:`RolloutWorker.get_policy` (``learn_on_batch``, ``compute_gradients``,
+``apply_gradients``, ``foreach_policy``, ``foreach_trainable_policy``, a full
+policy state in ``set_state``), which builds it once
+(:meth:`~flowrl.policies.replica.NumpyActingPolicy.materialize`) and puts it in
+the replica's place: the worker acts with it from then on.
 """
 
 from __future__ import annotations
@@ -31,7 +41,7 @@ import gymnasium as gym
 from flowrl.batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
 from flowrl.errors import ConfigError
 from flowrl.graph.shard_host import ShardHost
-from flowrl.policies.replica import set_policy_state
+from flowrl.policies.replica import NumpyActingPolicy, is_replica_state, set_policy_state
 from flowrl.workers.multi_agent_env import MultiAgentEnv
 from flowrl.workers.multi_agent_sampler import (Episode, MultiAgentSampler, as_mapping_fn,
                                                 spaces_match)
@@ -263,20 +273,33 @@ class RolloutWorker(ShardHost):
 
     # -- policies ----------------------------------------------------------------
     def get_policy(self, policy_id: str = DEFAULT_POLICY_ID):
-        """The policy object for ``policy_id``."""
+        """The policy object for ``policy_id``: the real policy, also where the worker
+        acted through a numpy replica, which it then replaces (see the module
+        docstring; this imports torch in a worker that had not)."""
+        policy = self._acting_policy(policy_id, "get_policy")
+        if isinstance(policy, NumpyActingPolicy):
+            policy = self.policy_map[policy_id] = policy.materialize()
+            if isinstance(self.sampler, VectorSampler):  # the multi-agent one reads policy_map
+                self.sampler.policy = policy
+        return policy
+
+    def _acting_policy(self, policy_id: str, method: str):
+        """What acts for ``policy_id``: the policy, or its numpy replica."""
         try:
             return self.policy_map[policy_id]
         except KeyError:
-            raise ConfigError(f"RolloutWorker.get_policy({policy_id!r}): no such policy; "
+            raise ConfigError(f"RolloutWorker.{method}({policy_id!r}): no such policy; "
                               f"known: {sorted(self.policy_map)}") from None
 
     def foreach_policy(self, fn: Callable[..., Any], **kwargs: Any) -> list:
-        """``[fn(policy, policy_id, **kwargs) for every policy]``."""
-        return [fn(p, pid, **kwargs) for pid, p in self.policy_map.items()]
+        """``[fn(policy, policy_id, **kwargs) for every policy]``, each the real policy
+        (:meth:`get_policy`)."""
+        return [fn(self.get_policy(pid), pid, **kwargs) for pid in list(self.policy_map)]
 
     def foreach_trainable_policy(self, fn: Callable[..., Any], **kwargs: Any) -> list:
-        """``fn(policy, policy_id, **kwargs)`` for each policy in ``policies_to_train``."""
-        return [fn(self.policy_map[pid], pid, **kwargs) for pid in self.policies_to_train]
+        """``fn(policy, policy_id, **kwargs)`` for each policy in ``policies_to_train``,
+        each the real policy (:meth:`get_policy`)."""
+        return [fn(self.get_policy(pid), pid, **kwargs) for pid in self.policies_to_train]
 
     def apply(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(self, *args)``; runs a function on the worker (wherever it lives)."""
@@ -300,14 +323,14 @@ class RolloutWorker(ShardHost):
                        policies: Iterable[str] | None = None) -> dict[str, dict]:
         """Train ``policies`` (default: ``policies_to_train``) on their part of
         ``batch``: ``{pid: stats}`` for the policies that had rows."""
-        return {pid: self.policy_map[pid].learn_on_batch(b)
+        return {pid: self.get_policy(pid).learn_on_batch(b)
                 for pid, b in self._per_policy(batch, policies).items()}
 
     def compute_gradients(self, batch) -> tuple[dict[str, list], dict[str, dict]]:
         """``({pid: grads}, {pid: stats})`` for the trainable policies; weights unchanged."""
         grads, stats = {}, {}
         for pid, b in self._per_policy(batch).items():
-            grads[pid], stats[pid] = self.policy_map[pid].compute_gradients(b)
+            grads[pid], stats[pid] = self.get_policy(pid).compute_gradients(b)
         return grads, stats
 
     def apply_gradients(self, grads: dict[str, list]) -> None:
@@ -318,12 +341,12 @@ class RolloutWorker(ShardHost):
     def get_weights(self, policies: Iterable[str] | None = None) -> dict[str, dict]:
         """``{pid: weights}`` for ``policies`` (default: all)."""
         ids = self.policy_map if policies is None else policies
-        return {pid: self.get_policy(pid).get_weights() for pid in ids}
+        return {pid: self._acting_policy(pid, "get_weights").get_weights() for pid in ids}
 
     def set_weights(self, weights: dict[str, dict]) -> None:
         """Load ``{pid: weights}``; policies not mentioned keep theirs."""
         for pid, w in weights.items():
-            self.get_policy(pid).set_weights(w)
+            self._acting_policy(pid, "set_weights").set_weights(w)
 
     def get_state(self) -> dict[str, Any]:
         """Every policy's state (weights, optimizer, RNG) for checkpoints; a numpy
@@ -333,9 +356,12 @@ class RolloutWorker(ShardHost):
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`get_state` returned; a numpy replica's policy state goes
-        into a replica or the real policy alike (:func:`set_policy_state`)."""
+        into a replica or the real policy alike (:func:`set_policy_state`), a real
+        policy's state into the real policy (:meth:`get_policy`)."""
         for pid, s in state["policies"].items():
-            set_policy_state(self.get_policy(pid), s)
+            policy = (self._acting_policy(pid, "set_state") if is_replica_state(s)
+                      else self.get_policy(pid))
+            set_policy_state(policy, s)
         self.policies_to_train = list(state["policies_to_train"])
 
     def stop(self) -> None:
