@@ -166,6 +166,15 @@ def compile_plan(plan: Plan, *, ships: bool = False) -> Compiled:
 
     Raises ConfigError for a bad annotation and, with ``ships``, PlanError for a
     node whose shipped function or data does not pickle.
+
+    >>> import flowrl
+    >>> plan = flowrl.Plan(flowrl.from_range(4, 2, name="nums").for_each(abs).gather_sync())
+    >>> plan.graph.nodes["nums"]["num_cpus"] = 0.5
+    >>> compiled = compile_plan(plan)
+    >>> [[step.op for step in slot.stage.steps] for slot in compiled.slots[plan.output.node]]
+    [['for_each'], ['for_each']]
+    >>> [(source.label, options) for source, options in compiled.host_options.items()]
+    [('nums', {'num_cpus': 0.5})]
     """
     g = plan.graph
     order = topological_order(g)

@@ -10,7 +10,8 @@ stable readable id (the user's ``name=``, else parent id + op, de-duplicated wit
 that topological order, with these attributes:
 
 - ``op``, ``params`` (the operator's parameters), ``kind``, ``stream``
-  (``parallel``/``local``), ``num_shards``, ``label`` and ``detail`` (for display);
+  (``parallel``/``local``), ``num_shards``, ``num_outputs`` (copies of a
+  ``duplicate``), ``label`` and ``detail`` (for display);
 - ``placement``: ``shards``, ``aggregators`` or ``driver``, derived from the graph;
 - ``entry`` on an ``aggregate`` node: the id of its pipeline's input node;
 - ``node``: the :class:`~flowrl.graph.node.Node` that stream handles point at,
@@ -160,7 +161,7 @@ class Plan:
         for node in self.nodes:
             g.add_node(self.ids[node], op=node.op, params=node.params, label=node.label,
                        kind=node.kind, stream=node.stream, num_shards=node.num_shards,
-                       detail=_detail(node), node=node)
+                       num_outputs=node.num_outputs, detail=_detail(node), node=node)
             if node.op == AGGREGATE and node.params["entry"] in self.ids:
                 # (a pipeline that ignores its input has no entry: validate() names it)
                 g.nodes[self.ids[node]]["entry"] = self.ids[node.params["entry"]]
@@ -178,14 +179,6 @@ class Plan:
     @property
     def output_id(self) -> str:
         return self.ids[self.output.node]
-
-    def consumers(self) -> dict[tuple[Node, int], list[Node]]:
-        """For every (node, port) the nodes consuming it, in topological order."""
-        out: dict[tuple[Node, int], list[Node]] = {}
-        for node in self.nodes:
-            for parent, port in node.inputs:
-                out.setdefault((parent, port), []).append(node)
-        return out
 
     def to_dot(self, stats: dict[str, Any] | None = None) -> str:
         """Byte-stable DOT text, one cluster per placement; ``stats`` from ``Run.stats()``."""
