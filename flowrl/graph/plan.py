@@ -1,9 +1,26 @@
 """``Plan``: every node reachable from an output, as a validated networkx graph.
 
+``plan.graph`` (a ``networkx.MultiDiGraph``) is the plan's one intermediate
+representation: the compiler (``compile.py``) reads it and nothing else, so a
+user may inspect or annotate it between building and compiling.
+
 Building a Plan collects nodes backwards from the output stream, gives each a
 stable readable id (the user's ``name=``, else parent id + op, de-duplicated with
-``_2``, ``_3`` in topological order), records ``op``, ``label``, ``kind`` and
-``placement`` attributes, and runs every validation rule (see ``validate.py``).
+``_2``, ``_3`` in topological order), and adds one graph node per operator, in
+that topological order, with these attributes:
+
+- ``op``, ``params`` (the operator's parameters), ``kind``, ``stream``
+  (``parallel``/``local``), ``num_shards``, ``num_outputs`` (copies of a
+  ``duplicate``), ``label`` and ``detail`` (for display);
+- ``placement``: ``shards``, ``aggregators`` or ``driver``, derived from the graph;
+- ``entry`` on an ``aggregate`` node: the id of its pipeline's input node;
+- ``node``: the :class:`~flowrl.graph.node.Node` that stream handles point at,
+  which the runtime hands back to the operator implementations;
+- optional user annotations ``num_cpus`` and ``resources`` (see ``compile.py``).
+
+An edge ``u -> v`` carries ``port`` (which output of ``u``), ``index`` (which
+input of ``v``) and ``asynchronous`` (drawn dashed). Building runs every
+validation rule (see ``validate.py``).
 """
 
 from __future__ import annotations
@@ -70,24 +87,29 @@ def assign_ids(order: list[Node]) -> dict[Node, str]:
     return ids
 
 
-def _placements(order: list[Node]) -> dict[Node, str]:
-    placement: dict[Node, str] = {}
-    in_aggregator: set[Node] = set()
-    for node in order:
-        if node.op == AGGREGATE:
-            entry = node.params["entry"]
-            for sub in collect(node.inputs[0][0], boundary=frozenset({entry})):
-                in_aggregator.add(sub)
-    for node in order:
-        if node in in_aggregator or node.op == AGGREGATE:
-            placement[node] = "aggregators"
-        elif node.stream == LOCAL:
-            placement[node] = "driver"
+def _placements(g: "nx.MultiDiGraph") -> None:
+    """Set each node's ``placement``: where its operator runs.
+
+    An aggregate node and everything between its pipeline's input and itself run
+    on the aggregators; other local-stream nodes on the driver; parallel-stream
+    nodes where their shards live (on the aggregators when every input comes from
+    them, else on the shard hosts).
+    """
+    import networkx as nx
+    in_aggregator: set[str] = set()
+    for v, attrs in g.nodes(data=True):
+        if attrs["op"] == AGGREGATE and "entry" in attrs:
+            entry = attrs["entry"]
+            in_aggregator |= (nx.descendants(g, entry) & nx.ancestors(g, v)) | {entry, v}
+    for v, attrs in g.nodes(data=True):  # insertion order is topological
+        if v in in_aggregator:
+            attrs["placement"] = "aggregators"
+        elif attrs["stream"] == LOCAL:
+            attrs["placement"] = "driver"
         else:
-            parents = [placement[p] for p, _ in node.inputs]
-            placement[node] = ("aggregators" if parents and all(p == "aggregators" for p in parents)
-                               else "shards")
-    return placement
+            parents = [g.nodes[u]["placement"] for u in g.predecessors(v)]
+            attrs["placement"] = ("aggregators" if parents and all(
+                p == "aggregators" for p in parents) else "shards")
 
 
 def _detail(node: Node) -> str:
@@ -126,8 +148,9 @@ class Plan:
         self.nodes: list[Node] = collect(output.node, _boundary)
         self.ids: dict[Node, str] = ({n: _ids[n] for n in self.nodes} if _ids is not None
                                      else assign_ids(self.nodes))
-        self.placement = _placements(self.nodes)
         self.graph = self._build_graph()
+        #: Node -> its ``placement`` graph attribute (for the runtime's statistics).
+        self.placement = {n: self.graph.nodes[self.ids[n]]["placement"] for n in self.nodes}
         from flowrl.graph.validate import validate
         validate(self)
 
@@ -136,14 +159,18 @@ class Plan:
         import networkx as nx
         g = nx.MultiDiGraph(name=self.name)
         for node in self.nodes:
-            g.add_node(self.ids[node], op=node.op, label=node.label, kind=node.kind,
-                       stream=node.stream, placement=self.placement[node],
-                       num_shards=node.num_shards, detail=_detail(node))
+            g.add_node(self.ids[node], op=node.op, params=node.params, label=node.label,
+                       kind=node.kind, stream=node.stream, num_shards=node.num_shards,
+                       num_outputs=node.num_outputs, detail=_detail(node), node=node)
+            if node.op == AGGREGATE and node.params["entry"] in self.ids:
+                # (a pipeline that ignores its input has no entry: validate() names it)
+                g.nodes[self.ids[node]]["entry"] = self.ids[node.params["entry"]]
         for node in self.nodes:
-            for parent, port in node.inputs:
+            for index, (parent, port) in enumerate(node.inputs):
                 if parent in self.ids:
-                    g.add_edge(self.ids[parent], self.ids[node], port=port,
+                    g.add_edge(self.ids[parent], self.ids[node], port=port, index=index,
                                asynchronous=_is_async_edge(node))
+        _placements(g)
         return g
 
     def node_id(self, node: Node) -> str:
@@ -152,14 +179,6 @@ class Plan:
     @property
     def output_id(self) -> str:
         return self.ids[self.output.node]
-
-    def consumers(self) -> dict[tuple[Node, int], list[Node]]:
-        """For every (node, port) the nodes consuming it, in topological order."""
-        out: dict[tuple[Node, int], list[Node]] = {}
-        for node in self.nodes:
-            for parent, port in node.inputs:
-                out.setdefault((parent, port), []).append(node)
-        return out
 
     def to_dot(self, stats: dict[str, Any] | None = None) -> str:
         """Byte-stable DOT text, one cluster per placement; ``stats`` from ``Run.stats()``."""

@@ -82,10 +82,16 @@ class Backend:
     #: Seconds a remote host may leave a request unanswered (None: unbounded / in-process).
     remote_timeout_s: float | None = None
 
-    def make_item_host(self, source: Any, repeat: bool) -> Any:
+    def make_item_host(self, source: Any, repeat: bool, options: dict | None = None,
+                       label: str = "") -> Any:
+        """A host replaying ``source`` (forever if ``repeat``); ``options``: actor options
+        from the plan's annotations (``num_cpus``, ``resources``); ``label`` names it."""
         raise TypeError(f"{type(self).__name__} must implement make_item_host")
 
-    def make_aggregator_host(self, spec: Any) -> Any:
+    def make_aggregator_host(self, spec: Any, options: dict | None = None,
+                             label: str = "") -> Any:
+        """A host running an aggregator's sub-plan; ``options``/``label`` as
+        :meth:`make_item_host`."""
         raise TypeError(f"{type(self).__name__} must implement make_aggregator_host")
 
     def install(self, shards: list[Shard], replacing: bool = False) -> None:

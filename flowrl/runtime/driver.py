@@ -89,6 +89,8 @@ class Driver:
     def _make_hosts(self, src: Node) -> list[tuple[Any, bool]]:
         if src.op == "from_actors":
             return [(h, False) for h in src.params["hosts"]]
+        # actor options from the graph's num_cpus/resources annotations (compile.py)
+        options = self.compiled.host_options.get(src, {})
         if src.op == "aggregate":
             from flowrl.runtime.aggregator import AggregatorSpec
             hosts = []
@@ -99,10 +101,12 @@ class Driver:
                            for s in group]
                 spec = AggregatorSpec(self.plan, src, members, f"{self.key}/agg{j}",
                                       self.seed + j, self.backend.remote_timeout_s)
-                hosts.append((self.backend.make_aggregator_host(spec), True))
+                hosts.append((self.backend.make_aggregator_host(
+                    spec, options, label=f"{self.ids[src]}[{j}]"), True))
             return hosts
-        return [(self.backend.make_item_host(part, src.params["repeat"]), True)
-                for part in src.params["shards"]]
+        return [(self.backend.make_item_host(part, src.params["repeat"], options,
+                                             label=f"{self.ids[src]}[{i}]"), True)
+                for i, part in enumerate(src.params["shards"])]
 
     def _relayed(self, source: Node, restart: Any) -> Any:
         """A shippable stand-in for the driver-only ``restart`` of ``source``'s shards.

@@ -41,10 +41,14 @@ class LocalBackend(Backend):
         self.rng = random.Random(seed)
         self._queued: dict[int, deque[Request]] = {}
 
-    def make_item_host(self, source: Any, repeat: bool) -> Any:
+    # In-process hosts are no actors: the plan's resource annotations have nothing
+    # to apply to here (compile_plan has checked them all the same).
+    def make_item_host(self, source: Any, repeat: bool, options: dict | None = None,
+                       label: str = "") -> Any:
         return ItemsHost(source, repeat)
 
-    def make_aggregator_host(self, spec: Any) -> Any:
+    def make_aggregator_host(self, spec: Any, options: dict | None = None,
+                             label: str = "") -> Any:
         from flowrl.graph.plan import collect
         from flowrl.runtime.aggregator import AggregatorHost
 

@@ -16,7 +16,9 @@ Policy:
   Work that needs a real CPU budget belongs on user actors (``from_actors``),
   whose resources their creator chose. Aggregators are ``AggregatorHost`` actors
   with ``num_cpus=0`` pinned to the driver's node (hard node affinity); each runs
-  its sub-plan with this backend inside the actor. Actors the user passed in
+  its sub-plan with this backend inside the actor. A plan may annotate its graph
+  with ``num_cpus``/``resources`` for these hosts (``graph/compile.py``): they
+  become the actors' options, and placement keeps to the nodes that have them. Actors the user passed in
   (``from_actors``) are adopted: never killed, only this run's stage is
   uninstalled from them.
 - Requests. ``submit`` is ``host.flowrl_pull_<slot>.remote()`` for one item when
@@ -192,6 +194,20 @@ def _in_order(requests: list[RayRequest], ready) -> list[RayRequest]:
     return out
 
 
+def _nodes_offering(options: dict, label: str) -> list[str]:
+    """Ids of the alive nodes whose total resources cover ``options`` (an actor's
+    ``num_cpus``/``resources``); a ConfigError naming ``label`` if none does."""
+    wanted = {"CPU": options.get("num_cpus", 0), **options.get("resources", {})}
+    nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"] and all(
+        n["Resources"].get(name, 0) >= amount for name, amount in wanted.items()))
+    if not nodes:
+        raise ConfigError(
+            f"host {label} asks for num_cpus/resources {options} (annotations on plan.graph), "
+            "but no alive Ray node has that much in total; start Ray with those resources "
+            "(ray.init(resources={...}) or `ray start --resources`), or lower the annotation")
+    return nodes
+
+
 class RayBackend(Backend):
     """Shard hosts as Ray actors; see the module docstring for the policy."""
 
@@ -208,25 +224,36 @@ class RayBackend(Backend):
         self._aggregators: set[int] = set()
 
     # ------------------------------------------------------------------ hosts
-    def make_item_host(self, source: Any, repeat: bool) -> Any:
+    def make_item_host(self, source: Any, repeat: bool, options: dict | None = None,
+                       label: str = "") -> Any:
         # Round-robin over the nodes alive when the run starts, with hard affinity:
         # Ray's "SPREAD" and soft affinity are both best effort and were seen to put
         # every zero-CPU host on one node. A host whose node dies dies with it and
-        # surfaces as a WorkerError, like any other dead host.
+        # surfaces as a WorkerError, like any other dead host. ``options`` (the
+        # plan's num_cpus/resources annotations) narrow the round-robin to the nodes
+        # that have that much in total, so a pinned host can always be scheduled.
         if self._nodes is None:
             self._nodes = sorted(n["NodeID"] for n in ray.nodes() if n["Alive"])
-        node = self._nodes[self._item_hosts % len(self._nodes)]
+        nodes = self._nodes if not options else _nodes_offering(options, label)
+        node = nodes[self._item_hosts % len(nodes)]
         self._item_hosts += 1
         return remote_class(ItemsHost).options(
-            **ITEM_HOST_OPTIONS,
+            **{**ITEM_HOST_OPTIONS, **(options or {})},
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
         ).remote(source, repeat)
 
-    def make_aggregator_host(self, spec: Any) -> Any:
+    def make_aggregator_host(self, spec: Any, options: dict | None = None,
+                             label: str = "") -> Any:
+        # Beside the driver, unless ``options`` ask for what the driver's node does
+        # not have: then round-robin over the nodes that have it.
         here = ray.get_runtime_context().get_node_id()
+        node = here
+        if options:
+            nodes = _nodes_offering(options, label)
+            node = here if here in nodes else nodes[len(self._aggregators) % len(nodes)]
         host = remote_class(AggregatorHost).options(
-            num_cpus=0,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False),
+            **{"num_cpus": 0, **(options or {})},
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
         ).remote(spec, "ray")
         self._aggregators.add(id(host))
         return host

@@ -41,7 +41,9 @@ REMOTE_TIMEOUT_S = 600.0
 
 
 def uses_ray_actors(plan: "Plan") -> bool:
-    return any(n.op == "from_actors" and n.params["remote"] for n in plan.nodes)
+    """Whether ``plan.graph`` reads Ray actor handles (a remote ``from_actors``)."""
+    return any(attrs["op"] == "from_actors" and attrs["params"]["remote"]
+               for _, attrs in plan.graph.nodes(data=True))
 
 
 def check_remote_timeout(value: Any) -> None:
