@@ -7,9 +7,12 @@ as multisets with per-shard order checked, never by timing.
 from __future__ import annotations
 
 import collections
+import itertools
 import time
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import flowrl
 from flowrl import Concurrently, OperatorError, Plan
@@ -46,6 +49,15 @@ def make_hosts(backend, cls, arg_list):
         remote_cls = ray.remote(num_cpus=0)(cls)
         return [remote_cls.remote(*args) for args in arg_list]
     return [cls(*args) for args in arg_list]
+
+
+def assert_fair(shard_of_item, num_shards):
+    """Every prefix of the output gives each shard its equal share within one item."""
+    counts = [0] * num_shards
+    for t, s in enumerate(shard_of_item, 1):
+        counts[s] += 1
+        assert max(abs(c - t / num_shards) for c in counts) <= 1, (
+            f"after {t} items the shards have {counts}: {list(shard_of_item)}")
 
 
 def per_key_order(pairs):
@@ -89,6 +101,56 @@ def test_gather_async_is_a_multiset_with_per_shard_order(backend, num_async):
     out = run_all(flowrl.from_iterators(shards).gather_async(num_async=num_async), backend)
     assert sorted(out) == sorted(x for s in shards for x in s)
     assert per_key_order(out) == {s: list(range(6)) for s in range(3)}
+
+
+class Paced(flowrl.ShardHost):
+    """Yields ``(shard, 0), (shard, 1), ...`` forever, sleeping ``delays_ms[i % len]``
+    milliseconds before item ``i`` (shards of different, uneven speeds)."""
+
+    def __init__(self, shard, delays_ms):
+        self.shard, self.delays_ms = shard, delays_ms
+
+    def shard_items(self):
+        for i in itertools.count():
+            time.sleep(self.delays_ms[i % len(self.delays_ms)] / 1000)
+            yield self.shard, i
+
+
+def test_gather_async_is_fair_under_a_slow_consumer(backend):
+    """DESIGN "Gathers are fair": among results ready together the least recently
+    served shard goes first, so no shard is starved by faster ones.
+
+    The consumer is slower than every shard by construction, not by timing: on Ray,
+    before taking the next item it waits until each host has answered its pending
+    pulls (a ping, which an actor runs after the calls submitted before it)."""
+
+    def consumed(hosts):
+        if backend == "ray":
+            import ray
+            ray.get([h.flowrl_ping.remote() for h in hosts], timeout=60)
+
+    @settings(max_examples=3 if backend == "ray" else 25, deadline=None)
+    @given(delays=st.lists(st.lists(st.integers(0, 4), min_size=1, max_size=3),
+                           min_size=2, max_size=4),
+           num_async=st.integers(1, 3))
+    def check(delays, num_async):
+        hosts = make_hosts(backend, Paced, list(enumerate(delays)))
+        try:
+            stream = flowrl.from_actors(hosts).gather_async(num_async=num_async)
+            out = []
+            with Plan(stream).compile(backend=backend) as run:
+                for _ in range(4 * len(hosts)):
+                    out += run.take(1)
+                    consumed(hosts)
+        finally:
+            if backend == "ray":
+                import ray
+                for h in hosts:
+                    ray.kill(h)
+        assert all(seq == list(range(len(seq))) for seq in per_key_order(out).values())
+        assert_fair([s for s, _ in out], len(hosts))
+
+    check()
 
 
 def test_repeat_cycles_items(backend):
@@ -257,13 +319,11 @@ def test_driver_operator_error_names_the_node_and_chains_the_cause(backend):
     assert isinstance(info.value.__cause__, KeyError)
 
 
-def test_stop_mid_stream_is_prompt_and_final(backend):
+def test_stop_mid_stream_is_final(backend):
     run = Plan(flowrl.from_range(10, 2, repeat=True).gather_async(num_async=2)).compile(
         backend=backend)
     assert len(run.take(5)) == 5
-    start = time.monotonic()
-    run.stop()
-    assert time.monotonic() - start < 5
+    run.stop()  # returns (a hang fails on the test timeout) and ends the run
     assert run.take(3) == []
     run.stop()  # idempotent
 

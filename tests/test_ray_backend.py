@@ -72,10 +72,8 @@ def test_killed_actor_is_a_worker_error_naming_the_shard(ray_session):
     assert len(run.take(4)) == 4
     victim = run._driver.shards[next(iter(run._driver.shards))][1].host
     ray_session.kill(victim)
-    start = time.monotonic()
     with pytest.raises(WorkerError, match=r"from_range\[1\]"):
         run.take(10_000)
-    assert time.monotonic() - start < 10
     assert run.take(1) == []
 
 
@@ -106,9 +104,7 @@ def test_stop_kills_exactly_the_actors_the_run_created(ray_session, numbers):
             time.sleep(0.1)
         assert len(created) == 3 + 3 + 2
     finally:
-        start = time.monotonic()
-        run.stop()
-        assert time.monotonic() - start < 30  # bounded waits only: stop never hangs
+        run.stop()  # bounded waits only: a hang fails on the test timeout
     assert not created & alive_actor_ids()
     # the adopted user actors survive, with this run's stages uninstalled
     keys = ray_session.get([h.flowrl_installed_keys.remote() for h in numbers])
@@ -240,9 +236,11 @@ class Jittery(flowrl.ShardHost):
             i += 1
 
 
-def test_an_async_gather_pulled_by_hand_waits_once_per_item(ray_session, monkeypatch):
-    """Driven by hand, nothing else in the run can move, so each step is one blocking
-    ray.wait for one (no non-blocking sweep first), and items stay in shard order."""
+def test_an_async_gather_blocks_at_most_once_per_item(ray_session, monkeypatch):
+    """Replies sometimes ready and sometimes not: each wait is a non-blocking sweep, or
+    one bounded blocking wait for one shard that is followed by a sweep, and a
+    blocking wait happens only when nothing was ready (never one-at-a-time polling).
+    Items stay in shard order."""
     from flowrl.runtime import ray_backend
 
     remote = ray_session.remote(num_cpus=0)(Jittery)
@@ -252,7 +250,7 @@ def test_an_async_gather_pulled_by_hand_waits_once_per_item(ray_session, monkeyp
     real_wait = ray_backend.ray.wait
 
     def counting_wait(refs, num_returns=1, timeout=None, **kw):
-        waits.append((num_returns, timeout))
+        waits.append((len(refs), num_returns, timeout))
         return real_wait(refs, num_returns=num_returns, timeout=timeout, **kw)
 
     try:
@@ -268,5 +266,62 @@ def test_an_async_gather_pulled_by_hand_waits_once_per_item(ray_session, monkeyp
     for base in (0, 1000):
         mine = [x for x in items if base <= x < base + 1000]
         assert mine == sorted(mine) and len(mine) > 20
-    assert len(waits) == 200
-    assert all(n == 1 and timeout is not None and 0 < timeout <= 60 for n, timeout in waits)
+    sweeps = [w for w in waits if w[2] == 0]
+    blocking = [w for w in waits if w[2] != 0]
+    assert all(n == size for size, n, _ in sweeps)
+    assert all(n == 1 and 0 < timeout <= 60 for _, n, timeout in blocking)
+    assert 0 < len(blocking) <= 200
+    # a sweep comes before every blocking wait (which happens only when it found no
+    # shard ready) and after it (collecting every shard ready by then)
+    for i, w in enumerate(waits):
+        if w[2] != 0:
+            assert 0 < i < len(waits) - 1 and waits[i - 1][2] == waits[i + 1][2] == 0, i
+
+
+def test_an_async_gather_serves_every_shard_under_a_slow_consumer(ray_session):
+    """The issue's recipe: three shards, num_async=1, a consumer slower than them.
+
+    Every shard has answered before the next item is taken (each host's pending
+    pull runs before the ping sent after it), so all three are ready together at
+    every step: least recently served first makes it a rotation."""
+    from conformance import assert_fair
+
+    stream = flowrl.from_range(10 ** 9, num_shards=3).gather_async(num_async=1)
+    out = []
+    with Plan(stream).compile(backend="ray") as run:
+        hosts = [s.host for s in next(iter(run._driver.shards.values()))]
+        for _ in range(30):
+            out += run.take(1)
+            ray_session.get([h.flowrl_ping.remote() for h in hosts], timeout=60)
+            time.sleep(0.01)
+    third = 10 ** 9 // 3
+    assert_fair([min(x // third, 2) for x in out], 3)
+
+
+def test_collecting_stuck_results_shares_one_deadline(ray_session, monkeypatch):
+    """Three results that never come: failing them all waits remote_timeout_s in
+    total, not once per result."""
+    from flowrl.runtime import ray_backend
+    from flowrl.runtime.backend import Shard
+    from flowrl.runtime.ray_backend import RayBackend, RayRequest
+
+    clock = [1000.0]
+    timeouts = []
+
+    def never_ready(refs, timeout=None):  # a get that waits out its timeout
+        timeouts.append(timeout)
+        clock[0] += timeout
+        raise ray_session.exceptions.GetTimeoutError("not ready")
+
+    backend = RayBackend(remote_timeout_s=2.0)
+    monkeypatch.setattr(ray_backend, "_monotonic", lambda: clock[0])
+    requests = [RayRequest(Shard(None, "k", f"envs[{i}]", None), 1, object())
+                for i in range(3)]
+    monkeypatch.setattr(ray_backend.ray, "get", never_ready)
+    backend._collect(requests)
+    monkeypatch.undo()
+    assert clock[0] - 1000.0 <= 2.0 and timeouts[0] == 2.0
+    for i, r in enumerate(requests):
+        with pytest.raises(WorkerError, match=rf"shard host envs\[{i}\] has not answered "
+                                              r"a request for 2 s \(remote_timeout_s=2\)"):
+            r.result()

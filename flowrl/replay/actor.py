@@ -28,7 +28,7 @@ import numpy as np
 
 from flowrl.batch import MultiAgentBatch, SampleBatch
 from flowrl.errors import ConfigError, FlowError, WorkerError
-from flowrl.graph.shard_host import ShardHost
+from flowrl.runtime.shard_host import ShardHost
 from flowrl.replay.buffers import PrioritizedReplayBuffer, ReplayBuffer
 
 #: Column a rollout batch may carry with one initial priority per row

@@ -123,7 +123,8 @@ class Backend:
         raise TypeError(f"{type(self).__name__} must implement wait_all")
 
     async def wait_any(self, queues: list[Sequence[Request]]) -> None:
-        """Return once the first request of some queue is done.
+        """Return once the first request of some queue is done, with every first
+        request that is ready by then marked done (the driver chooses among them).
 
         ``queues`` holds one queue per shard with a pending request: that shard's
         pending requests in submission order (the order they complete in).

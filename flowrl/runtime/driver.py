@@ -549,7 +549,15 @@ class Driver:
         return self._completions(node, st, 1)
 
     async def _completions(self, node: Node, st: NodeStats, num_async: int):
-        """Items in completion order, ``num_async`` requests in flight per shard.
+        """Items as they complete, ``num_async`` requests in flight per shard, served
+        least recently served shard first.
+
+        Each pass waits until some shard has answered (the backend's ``wait_any``
+        marks every answered request done), then serves one done request per shard,
+        the shards in the order they were last served (never-served first, in shard
+        order), and resubmits to each; then it looks again. So under a consumer
+        slower than the shards every shard is served once per pass (a rotation),
+        and no shard waits behind another however fast that one answers.
 
         A lost host's replacement starts while the other shards keep being served:
         its install is one more awaited request, and its pulls begin once it is done.
@@ -559,6 +567,7 @@ class Driver:
         starting: dict[int, Request] = {}   # shard id -> install of its replacement
         for s in self.shards[node]:
             inflight[id(s)] = deque(backend.submit(s, 1) for _ in range(num_async))
+        served = dict.fromkeys(inflight)    # shard ids, least recently served first
         submit, wait_any = backend.submit, backend.wait_any
         while inflight or starting:
             queues: list = list(inflight.values())
@@ -576,31 +585,36 @@ class Driver:
                         if nxt is True:
                             inflight[sid] = deque(submit(req.shard, 1)
                                                   for _ in range(num_async))
-                        elif nxt is not False:
+                        elif nxt is False:
+                            del served[sid]
+                        else:
                             starting[sid] = nxt
-            for sid, queue in list(inflight.items()):
-                while queue and queue[0].done:
-                    req = queue.popleft()
-                    try:
-                        items, ended = req.result()
-                    except WorkerError as e:
-                        del inflight[sid]
-                        nxt = self.recover(req.shard, e, 1 + len(queue))
-                        if nxt is not None:
-                            starting[sid] = nxt
-                        break
-                    if ended:
-                        del inflight[sid]
+            ready = [sid for sid in served if sid in inflight and inflight[sid][0].done]
+            for sid in ready:
+                queue = inflight[sid]
+                req = queue.popleft()
+                del served[sid]
+                served[sid] = None  # now the most recently served
+                try:
+                    items, ended = req.result()
+                except WorkerError as e:
+                    del inflight[sid]
+                    nxt = self.recover(req.shard, e, 1 + len(queue))
+                    if nxt is None:
+                        del served[sid]
                     else:
-                        queue.append(submit(req.shard, 1))
-                    actor = req.shard.actor
-                    for x in items:
-                        st.items_in += 1
-                        st.items_out += 1
-                        metrics.current_actor = actor
-                        yield x
-                    if ended:
-                        break
+                        starting[sid] = nxt
+                    continue
+                if ended:
+                    del inflight[sid], served[sid]
+                else:
+                    queue.append(submit(req.shard, 1))
+                actor = req.shard.actor
+                for x in items:
+                    st.items_in += 1
+                    st.items_out += 1
+                    metrics.current_actor = actor
+                    yield x
 
     # fan-in -------------------------------------------------------------------
     def _op_concurrently(self, node: Node, st: NodeStats):

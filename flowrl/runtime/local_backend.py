@@ -4,12 +4,13 @@ Policy: every shard host and every aggregator gets its own copy of the code
 shipped to it, made as Ray ships it to an actor (a cloudpickle round trip, see
 :func:`own_copy`), so a stateful callable (``ConcatBatches``) keeps one state per
 shard or aggregator, as it does on Ray; code that cannot be pickled is refused
-with a ConfigError naming its node, as Ray refuses it. A request runs when it is waited for. ``wait_all`` runs the requests in
-the order given (deterministic). ``wait_any`` picks which shard completes next
-with a seeded ``random.Random``, so async gathers really interleave shards in a
-reproducible completion order rather than draining shard 0 first. Shard code
-runs with no current run or metrics (only its host is current), exactly as it
-would on an actor.
+with a ConfigError naming its node, as Ray refuses it. A request runs when it is
+waited for. ``wait_all`` runs the requests in the order given. ``wait_any`` runs
+the oldest request of every shard, in the order given: an in-process host is
+always ready, so every shard has answered when it returns, and the driver's least
+recently served first choice among them (``driver.py``) makes async gathers a
+deterministic rotation over the shards. Shard code runs with no current run or
+metrics (only its host is current), exactly as it would on an actor.
 
 State: ``_queued`` maps each host to its FIFO of requests not yet run (a host
 serves requests in submission order).
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import io
 import pickle
-import random
 from collections import deque
 from collections.abc import Sequence
 from typing import Any, Iterable
@@ -37,8 +37,7 @@ from flowrl.runtime.backend import Backend, Request, Shard
 class LocalBackend(Backend):
     name = "local"
 
-    def __init__(self, seed: int = 0):
-        self.rng = random.Random(seed)
+    def __init__(self) -> None:
         self._queued: dict[int, deque[Request]] = {}
 
     # In-process hosts are no actors: the plan's resource annotations have nothing
@@ -87,9 +86,8 @@ class LocalBackend(Backend):
 
     async def wait_any(self, queues: list[Sequence[Request]]) -> None:
         for q in queues:
-            if q[0].done:
-                return
-        self._run_through(queues[self.rng.randrange(len(queues))][0])
+            if not q[0].done:
+                self._run_through(q[0])
 
     def forget(self, shard: Shard) -> None:
         self._queued.pop(id(shard), None)

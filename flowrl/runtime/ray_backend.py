@@ -1,12 +1,11 @@
 """The Ray backend: shard hosts are Ray actors and a request is one actor call.
 
-This is the only module that talks to Ray actors directly (``ray_submit`` only
-submits the calls it is handed).
+This is the only module that talks to Ray actors directly.
 
 Policy:
 
 - Hosts. ``from_items``/``from_range``/``from_iterators`` shards get one
-  :class:`~flowrl.graph.shard_host.ItemsHost` actor each, created with
+  :class:`~flowrl.runtime.shard_host.ItemsHost` actor each, created with
   ``num_cpus=0``, placed round-robin over the alive nodes (hard node affinity).
   Such a host only replays data the driver already had, so it should never wait
   for a CPU (a plan with more shards than cluster CPUs must still start, and a
@@ -21,33 +20,27 @@ Policy:
   become the actors' options, and placement keeps to the nodes that have them. Actors the user passed in
   (``from_actors``) are adopted: never killed, only this run's stage is
   uninstalled from them.
-- Requests. ``submit`` is ``host.flowrl_pull_<slot>.remote()`` for one item when
-  the run holds one of the host's argument-free pull slots (each actor-call
-  argument costs about as much as the call itself), submitted through
-  :func:`~flowrl.runtime.ray_submit.direct_call` (its options resolved once per
-  shard, not per call), else ``host.flowrl_pull.remote(key, n)``. Nothing sleeps
-  or polls; whatever blocks is awaited on the run's I/O thread whenever another
-  input could progress meanwhile, and called directly when nothing else in the
-  run can move.
-  ``wait_any`` (async gathers) takes one step per call. Where its blocking wait
-  would be called directly, the step is one blocking ``ray.wait`` for the oldest
-  request of each shard, ``num_returns=1``: it returns at once when one is ready,
-  so each item costs one wait, where a non-blocking sweep first would often find
-  nothing and cost two. Where the wait would go to the I/O thread, the step first
-  sweeps every pending ref without blocking (``timeout=0``; a busy gather usually
-  finds something ready and never enters the event loop), and only if nothing is
-  ready blocks as above. Only what the wait returned is taken (the next step
-  finds the rest), and every ready result is fetched with one ``ray.get``.
-  Replies may be processed out of order, so a request is marked done only once
-  the earlier requests to its shard are (the driver relies on per-shard
-  completion order). ``wait_all`` (a sync round, submitted just before) is one
-  blocking ``ray.get`` over the round, which waits and fetches in one call.
+- Requests. ``submit`` is one plain ``host.flowrl_pull.remote(key, n)`` call
+  (what an item costs the driver is measured by ``benchmarks/ray_overhead.py``).
+  Nothing sleeps or polls: whatever blocks goes through
+  :func:`~flowrl.runtime.context.call_blocking`.
+  ``wait_any`` (async gathers) first sweeps every pending ref without blocking
+  (``ray.wait(timeout=0)``); only if no shard's oldest request is ready does it
+  block, in one ``ray.wait`` for one of those oldest requests, and then sweeps
+  again. Every ready result the sweep finds is fetched with one ``ray.get`` and
+  marked done, so the driver sees every shard that has answered and can serve
+  them fairly (least recently served first, see ``driver.py``). Replies may be
+  processed out of order, so a request is marked done only once the earlier
+  requests to its shard are (the driver relies on per-shard completion order).
+  ``wait_all`` (a sync round, submitted just before) is one blocking
+  ``ray.get`` over the round, which waits and fetches in one call.
 - Bounds. Every wait on a remote host is bounded by ``remote_timeout_s``
   (``plan.compile(remote_timeout_s=...)``): a shard's oldest pending request
   counts from when it was submitted or the shard's previous reply came, whichever
   is later; once one has gone unanswered that long, the run fails with a
   :class:`~flowrl.errors.WorkerError` naming the stuck shard and the setting,
-  even while other shards keep answering. Installs are bounded the same way (a
+  even while other shards keep answering. Fetching the results of a wait shares
+  one deadline however many of them fail. Installs are bounded the same way (a
   replacement's install is a request awaited beside the gather's others, bounded
   by at least :data:`START_WAIT_S`); stop-time calls by :data:`STOP_WAIT_S`.
 - Errors. A shard-side :class:`~flowrl.errors.OperatorError` (``RayTaskError``
@@ -60,10 +53,10 @@ Policy:
   stages *they* installed on adopted hosts go too), then every actor this run
   created is killed and its death awaited, all bounded by :data:`STOP_WAIT_S`.
 
-State: ``_methods`` / ``_slot_calls`` (per shard, its cached pull method / its
-slot's submit callable), ``_replied`` (per shard, when its last reply was
-collected) and ``_aggregators`` (ids of the aggregator handles this backend made,
-which need a ``flowrl_close`` before they are killed).
+State: ``_methods`` (per shard, its host's ``flowrl_pull`` method), ``_replied``
+(per shard, when its last reply was collected) and ``_aggregators`` (ids of the
+aggregator handles this backend made, which need a ``flowrl_close`` before they
+are killed).
 """
 
 from __future__ import annotations
@@ -71,7 +64,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable, Sequence
-from itertools import chain
 from typing import Any
 
 import ray
@@ -84,7 +76,6 @@ from flowrl.runtime.shard_host import ItemsHost
 from flowrl.runtime.aggregator import AggregatorHost
 from flowrl.runtime.backend import Backend, Request, Shard, host_lost
 from flowrl.runtime.context import call_blocking
-from flowrl.runtime.ray_submit import direct_call
 
 #: Actor options of the hosts the runtime creates for item sources.
 ITEM_HOST_OPTIONS = {"num_cpus": 0}
@@ -218,7 +209,6 @@ class RayBackend(Backend):
         self.remote_timeout_s = remote_timeout_s
         self._replied: dict[Shard, float] = {}
         self._methods: dict[Shard, Any] = {}
-        self._slot_calls: dict[Shard, Any] = {}
         self._nodes: list[str] | None = None  # alive node ids, read at the first item host
         self._item_hosts = 0
         self._aggregators: set[int] = set()
@@ -277,9 +267,7 @@ class RayBackend(Backend):
         timeout = self.remote_timeout_s
         if replacing and timeout is not None:
             timeout = max(timeout, START_WAIT_S)
-        for (s, _), slot in zip(calls, self._fetch(calls, timeout)):
-            if slot is not None:
-                self._slot_calls[s] = direct_call(getattr(s.host, f"flowrl_pull_{slot}"))
+        self._fetch(calls, timeout)
 
     def begin_install(self, shard: Shard) -> Request:
         """One ``flowrl_install`` call, not awaited: a request among the gather's others
@@ -296,17 +284,8 @@ class RayBackend(Backend):
             req.sent += max(0.0, START_WAIT_S - self.remote_timeout_s)
         return req
 
-    def end_install(self, request: Request) -> None:
-        slot = request.result()
-        if slot is not None:
-            self._slot_calls[request.shard] = direct_call(
-                getattr(request.shard.host, f"flowrl_pull_{slot}"))
-
     # ------------------------------------------------------------------ requests
     def submit(self, shard: Shard, n: int) -> Request:
-        slot_call = self._slot_calls.get(shard) if n == 1 else None
-        if slot_call is not None:  # argument-free: the cheapest actor call
-            return RayRequest(shard, n, slot_call())
         method = self._methods.get(shard)
         if method is None:
             method = self._methods[shard] = shard.host.flowrl_pull
@@ -340,45 +319,43 @@ class RayBackend(Backend):
             replied[r.shard] = now
 
     async def wait_any(self, queues: list[Sequence[Request]]) -> None:
-        """Return once some shard's oldest pending request is done.
+        """Return once some shard's oldest pending request is done, with every ready
+        one marked done.
 
+        A non-blocking sweep first; only if it leaves no shard's oldest request
+        done, one bounded blocking wait for one of them, then another sweep (so
+        every shard that has answered is seen, not just the one the wait returned).
         Replies can be processed out of order, so a request is only marked done
         once every earlier request to its shard is (requests to a shard complete
-        in submission order); waiting blocks on the oldest request of each shard.
+        in submission order). A shard whose oldest request has waited
+        ``remote_timeout_s`` has all its pending requests failed (lost host).
         """
-        heads = [q[0] for q in queues]
-        for r in heads:
-            if r.done:
-                return
-        # The blocking wait goes to the I/O thread: a non-blocking sweep first
-        # usually finds something ready and saves the two thread hand-offs.
-        requests = [r for q in queues for r in q]
+        pending = [r for q in queues for r in q if not r.done]
+        heads = [q[0] for q in queues if not q[0].done]
+        self._sweep(pending)
+        if not any(q[0].done for q in queues):
+            while True:
+                left = self._time_left(heads)
+                if left == 0.0:  # a head has waited remote_timeout_s: its shard is stuck
+                    break
+                first, _ = await call_blocking(_wait_one, [r.ref for r in heads], left)
+                if first:
+                    self._sweep([r for r in pending if not r.done])
+                    break
+        if self.remote_timeout_s is not None:
+            stuck = self._stuck([r for r in heads if not r.done])
+            if stuck:
+                self._fail_stuck(pending, stuck)
+
+    def _sweep(self, requests: list[RayRequest]) -> None:
+        """Collect, without blocking, every one of ``requests`` (each shard's in
+        submission order) that is ready and not preceded by a pending one."""
+        if not requests:
+            return
         refs = [r.ref for r in requests]
         ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
-        done = _in_order(requests, ready) if ready else None
-        deadline = None  # unknown: check every shard below
-        while not done:
-            left = self._time_left(heads)
-            if left == 0.0:  # a head has waited remote_timeout_s: its shard is stuck
-                self._fail_stuck(chain.from_iterable(queues), self._stuck(heads))
-                return
-            if left is not None:
-                deadline = _monotonic() + left
-            refs = [r.ref for r in heads]
-            first, _ = await call_blocking(_wait_one, refs, left)
-            # Only what the wait returned (a head: in order by definition); whatever
-            # else is ready by now is found by the next call's wait.
-            done = [heads[refs.index(first[0])]] if first else None
-        # A stuck shard among answering ones. Before the heads' deadline none can
-        # be: a shard's later requests have waited no longer than its head (so the
-        # heads are all there is to check).
-        if deadline is None or _monotonic() >= deadline:
-            stuck = self._stuck(heads)
-            if stuck:
-                answered = {r.shard for r in done}
-                self._fail_stuck(chain.from_iterable(queues),
-                                 [r for r in stuck if r.shard not in answered])
-        self._collect(done)
+        if ready:
+            self._collect(_in_order(requests, ready))
 
     def _time_left(self, heads: list[RayRequest]) -> float | None:
         """Seconds until the first of ``heads`` (oldest per shard) exceeds the bound
@@ -418,18 +395,26 @@ class RayBackend(Backend):
                 r.ref = None
 
     def _collect(self, requests: list[RayRequest]) -> None:
-        """Fetch the (ready) results of ``requests`` with one ``ray.get``."""
+        """Fetch the (ready) results of ``requests`` with one ``ray.get``.
+
+        Bounded by ``remote_timeout_s`` as a whole: where the joint fetch fails,
+        each result is fetched alone within what is left of that one deadline.
+        """
+        if not requests:
+            return
         now = _monotonic()
         replied = self._replied
         for r in requests:
             replied[r.shard] = now
         limit = self.remote_timeout_s
+        deadline = None if limit is None else now + limit
         try:
             values = ray.get([r.ref for r in requests], timeout=limit)
         except Exception:  # noqa: BLE001 - some failed: resolve one by one
             for r in requests:
+                left = None if deadline is None else max(0.0, deadline - _monotonic())
                 try:
-                    r.set_result(ray.get(r.ref, timeout=limit))
+                    r.set_result(ray.get(r.ref, timeout=left))
                 except Exception as e:  # noqa: BLE001 - surfaced by result()
                     r.set_error(stuck_error([r.shard.label], limit)
                                 if isinstance(e, GetTimeoutError) else translate_error(r.shard, e))
@@ -462,7 +447,6 @@ class RayBackend(Backend):
 
     def forget(self, shard: Shard) -> None:
         self._methods.pop(shard, None)
-        self._slot_calls.pop(shard, None)
         self._replied.pop(shard, None)
 
     def end_host(self, host: Any) -> None:
@@ -474,7 +458,6 @@ class RayBackend(Backend):
         refs = []
         for s in shards:
             self._methods.pop(s, None)
-            self._slot_calls.pop(s, None)
             try:
                 refs.append(s.host.flowrl_uninstall.remote(s.key))
             except Exception:  # noqa: BLE001 - not a ShardHost / gone: nothing installed
@@ -517,7 +500,6 @@ class RayBackend(Backend):
 
     def stop(self) -> None:
         self._methods.clear()
-        self._slot_calls.clear()
         self._replied.clear()
 
 

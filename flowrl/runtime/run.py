@@ -67,7 +67,7 @@ def make_backend(plan: "Plan", backend: str, seed: int,
             raise ConfigError("compile(backend='local'): the plan reads Ray actor handles "
                               "(from_actors); use backend='ray' or 'auto'")
         from flowrl.runtime.local_backend import LocalBackend
-        return LocalBackend(seed)
+        return LocalBackend()
     from flowrl.runtime.ray_backend import RayBackend
     return RayBackend(remote_timeout_s=remote_timeout_s)
 

@@ -10,16 +10,14 @@ The same methods are called in-process (local backend) and as Ray actor methods
 runs a run's stage (install, pull, uninstall) it is the *current host*:
 :func:`current_host` returns it to the shard-side functions it calls.
 
-State: per host, ``_flowrl_installed`` (run key -> its stream),
-``_flowrl_stages`` (run key -> its stage, for item counts) and ``_flowrl_slots``
-(the :data:`PULL_SLOTS` run keys that pull with argument-free calls).
+State: per host, ``_flowrl_installed`` (run key -> its stream) and
+``_flowrl_stages`` (run key -> its stage, for item counts).
 
 >>> class Counter(ShardHost):
 ...     def shard_items(self):
 ...         return iter(range(5))
 >>> h = Counter()
 >>> h.flowrl_install("run-1", lambda items: (x * 10 for x in items))
-0
 >>> h.flowrl_pull("run-1", 2)
 ([0, 10], False)
 >>> h.flowrl_pull("run-1", 10)
@@ -35,10 +33,6 @@ from typing import Any, Callable, Iterator
 from flowrl.errors import FlowError
 
 Stage = Callable[[Iterator[Any]], Iterator[Any]]
-
-#: Runs per host that can pull one item with an argument-free call
-#: (``flowrl_pull_<slot>()``); further runs pull with ``flowrl_pull(key, n)``.
-PULL_SLOTS = 4
 
 _HOST: contextvars.ContextVar["ShardHost | None"] = contextvars.ContextVar(
     "flowrl_host", default=None)
@@ -89,44 +83,14 @@ class ShardHost:
             streams = self.__dict__["_flowrl_installed"] = {}
         return streams
 
-    def flowrl_install(self, key: str, stage: Stage) -> int | None:
-        """Start this host's stream for run ``key``: ``stage(iter(shard_items()))``.
-
-        Returns the pull slot given to the run (see :data:`PULL_SLOTS`), or None
-        when every slot is taken (the run then pulls by key).
-        """
+    def flowrl_install(self, key: str, stage: Stage) -> None:
+        """Start this host's stream for run ``key``: ``stage(iter(shard_items()))``."""
         token = _HOST.set(self)
         try:
             self._flowrl_streams()[key] = stage(iter(self.shard_items()))
         finally:
             _HOST.reset(token)
         self.__dict__.setdefault("_flowrl_stages", {})[key] = stage
-        slots = self.__dict__.setdefault("_flowrl_slots", [None] * PULL_SLOTS)
-        if key in slots:
-            return slots.index(key)
-        if None in slots:
-            slot = slots.index(None)
-            slots[slot] = key
-            return slot
-        return None
-
-    def _flowrl_pull_slot(self, slot: int) -> tuple[list[Any], bool]:
-        return self.flowrl_pull(self.__dict__["_flowrl_slots"][slot], 1)
-
-    # One item for the run in slot i. These take no arguments because each
-    # argument of a Ray actor call costs about as much as the call's own overhead
-    # (benchmarks/ray_overhead.py): a run that got a slot pays none.
-    def flowrl_pull_0(self) -> tuple[list[Any], bool]:
-        return self._flowrl_pull_slot(0)
-
-    def flowrl_pull_1(self) -> tuple[list[Any], bool]:
-        return self._flowrl_pull_slot(1)
-
-    def flowrl_pull_2(self) -> tuple[list[Any], bool]:
-        return self._flowrl_pull_slot(2)
-
-    def flowrl_pull_3(self) -> tuple[list[Any], bool]:
-        return self._flowrl_pull_slot(3)
 
     def flowrl_item_counts(self, key: str) -> dict[str, int]:
         """Items each shard-local node of run ``key`` has emitted on this host."""
@@ -153,9 +117,6 @@ class ShardHost:
     def flowrl_uninstall(self, key: str) -> None:
         """Drop run ``key``'s stream; other runs on this host are untouched."""
         self.__dict__.get("_flowrl_stages", {}).pop(key, None)
-        slots = self.__dict__.get("_flowrl_slots", [])
-        if key in slots:
-            slots[slots.index(key)] = None
         stream = self._flowrl_streams().pop(key, None)
         close = getattr(stream, "close", None)
         if close is not None:

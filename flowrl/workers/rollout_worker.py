@@ -40,7 +40,7 @@ import gymnasium as gym
 
 from flowrl.batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
 from flowrl.errors import ConfigError
-from flowrl.graph.shard_host import ShardHost
+from flowrl.runtime.shard_host import ShardHost
 from flowrl.policies.replica import NumpyActingPolicy, is_replica_state, set_policy_state
 from flowrl.workers.multi_agent_env import MultiAgentEnv
 from flowrl.workers.multi_agent_sampler import (Episode, MultiAgentSampler, as_mapping_fn,
