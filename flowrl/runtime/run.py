@@ -54,7 +54,7 @@ def check_remote_timeout(value: Any) -> None:
                           "run fails with a WorkerError), or None for no bound")
 
 
-def make_backend(plan: "Plan", backend: str, seed: int,
+def make_backend(plan: "Plan", backend: str,
                  remote_timeout_s: float | None = REMOTE_TIMEOUT_S):
     check_remote_timeout(remote_timeout_s)
     if backend not in BACKENDS:
@@ -96,7 +96,7 @@ class Run:
                  local_worker: Any = None, remote_timeout_s: float | None = REMOTE_TIMEOUT_S,
                  _preset: dict | None = None):
         self.plan = plan
-        self._backend = make_backend(plan, backend, seed, remote_timeout_s)
+        self._backend = make_backend(plan, backend, remote_timeout_s)
         self.backend = self._backend.name
         compiled = compile_plan(plan, ships=self.backend == "ray")
         self.metrics = MetricsContext()
