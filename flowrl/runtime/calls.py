@@ -133,6 +133,11 @@ class Calls:
         """Start ``handle.method(*args)``; returns its pending call."""
         raise NotImplementedError
 
+    def apply(self, handle: Any, fn: Callable[..., Any], *args: Any) -> Any:
+        """Start ``fn(worker, *args)`` where worker ``handle`` lives (an actor runs it
+        through its ``apply`` method); returns the pending call."""
+        return self.call(handle, "apply", fn, *args)
+
     def wait(self, pending: Sequence[Any], timeout: float | None) -> list:
         """The calls among ``pending`` that are done, waiting at most ``timeout`` s for
         all of them (0: only look); in the order given."""
@@ -178,6 +183,9 @@ class InProcessCalls(Calls):
 
     def call(self, handle: Any, method: str, *args: Any) -> _Done:
         return _Done(getattr(handle, method)(*args))
+
+    def apply(self, handle: Any, fn: Callable[..., Any], *args: Any) -> _Done:
+        return _Done(fn(handle, *args))  # any object will do, as a direct call would
 
     def wait(self, pending: Sequence[Any], timeout: float | None) -> list:
         return list(pending)

@@ -56,7 +56,9 @@ class WeightBroadcast:
         with ``wait``, after waiting for each up to its bound)."""
         if not len(self.pending):
             return
-        bound = lambda key: self._bound(key[0])  # noqa: E731
+        def bound(key: tuple[int, Any]) -> float:
+            return self._bound(key[0])
+
         wait_s = self.pending.time_left(bound) if wait else 0.0
         for (idx, w), error in self.pending.finished(wait_s=wait_s):
             if error is not None:

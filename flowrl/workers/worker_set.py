@@ -322,7 +322,7 @@ class WorkerSet:
             del carry[idx]  # the worker was replaced or dropped: its call is moot
         for idx, w in current.items():
             if idx not in carry and idx not in starting:
-                carry[idx] = (w, self.calls.call(w, "apply", fn), now)
+                carry[idx] = (w, self.calls.apply(w, fn), now)
         if not carry:
             return
         ready = await self.calls.wait_async([p for _, p, _ in carry.values()], wait_s)
@@ -340,7 +340,7 @@ class WorkerSet:
         """``(index, handle, pending call)`` of ``fn`` applied on each remote worker; with
         ``skip_starting``, calls to replacements still starting are queued but left out."""
         starting = self.restarts.still_starting() if skip_starting else set()
-        calls = [(idx, w, self.calls.call(w, "apply", fn))
+        calls = [(idx, w, self.calls.apply(w, fn))
                  for idx, w in zip(self._indices, self._remotes)]
         return [c for c in calls if c[0] not in starting]
 
@@ -421,7 +421,7 @@ class WorkerSet:
         weights = self._local.get_weights()
         new = self.spares.take()
         if new is not None:  # rebuilt in place; calls run in order, so before any sample
-            self.calls.call(new, "apply", rebuild_worker, self._env, worker_index,
+            self.calls.apply(new, rebuild_worker, self._env, worker_index,
                             self._remote_kwargs, self.config.remote_torch_threads)
         else:
             new = self._create(worker_index)
@@ -469,7 +469,7 @@ class WorkerSet:
             return
         shared = self.calls.put(payload)
         for w in targets:
-            self.calls.call(w, "apply", fn, shared)
+            self.calls.apply(w, fn, shared)
 
     def foreach_policy(self, fn: Callable[..., Any], **kwargs: Any) -> list:
         """``fn(policy, policy_id, **kwargs)`` for every policy of every worker, flattened
@@ -484,7 +484,7 @@ class WorkerSet:
         if not self._remotes:
             return results
         shared = self.calls.put((fn, kwargs))
-        calls = [(idx, w, self.calls.call(w, "apply", _foreach_policy_packed, shared))
+        calls = [(idx, w, self.calls.apply(w, _foreach_policy_packed, shared))
                  for idx, w in zip(self._indices, self._remotes)]
         per_worker: list = []
         ready = self.calls.wait([p for _, _, p in calls], self._bound())
