@@ -303,10 +303,10 @@ def _spare_of(ws):
     """The set's spare, once its start was submitted (a thread does it when the last
     replacement is up; the deadline only catches a hang)."""
     deadline = time.monotonic() + 120
-    while ws._spare is None and time.monotonic() < deadline:
+    while ws.spares.spare is None and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert ws._spare is not None
-    return ws._spare
+    assert ws.spares.spare is not None
+    return ws.spares.spare
 
 
 def test_a_second_replacement_is_the_warm_spare_rebuilt_as_the_lost_worker(ray_session):
@@ -314,7 +314,7 @@ def test_a_second_replacement_is_the_warm_spare_rebuilt_as_the_lost_worker(ray_s
                                                         num_cpus_per_worker=0),
                    num_workers=2, backend="ray")
     try:
-        assert ws._spare is None                        # nothing lost yet: no spare
+        assert ws.spares.spare is None                  # nothing lost yet: no spare
         kill(ws.remote_workers()[1])
         assert ws.foreach_worker(lambda w: w.worker_index) == [0, 1]   # worker 2 replaced
         # metrics do not wait for a replacement still starting (a new process: seconds)

@@ -50,6 +50,7 @@ from flowrl.ops import (Dequeue, Enqueue, LearnerThread, LearningStarts, Paralle
                         UpdateTargetNetwork)
 from flowrl.ops.train_ops import policy_batches
 from flowrl.replay import ReplayCalls, create_replay_actors
+from flowrl.runtime.calls import calls_for
 
 
 def apex_epsilon(i: int, n: int) -> float:
@@ -201,25 +202,11 @@ class UpdateWorkerWeights:
                     with self.learner.lock:
                         weights = self.workers.local_worker().get_weights()
                         self._version = self.learner.weights_version
-                    self._weights = _put(weights, self.workers)
-                _set_weights(worker, self._weights, self.workers)
+                    self._weights = self.workers.calls.put(weights)
+                self.workers.calls.call(worker, "set_weights", self._weights)
             self.steps[key] = 0
             metrics.counters["num_weight_broadcasts"] += 1
         return batch
-
-
-def _put(weights: Any, workers) -> Any:
-    if workers.backend == "ray":
-        import ray
-        return ray.put(weights)
-    return weights
-
-
-def _set_weights(worker: Any, weights: Any, workers) -> None:
-    if workers.backend == "ray":
-        worker.set_weights.remote(weights)
-    else:
-        worker.set_weights(weights)
 
 
 class _RecordLearnerOutput:
@@ -341,10 +328,8 @@ class ApeX(DQN):
         if self.learner is not None:
             self.learner.stop()
         actors, self.replay_actors = self.replay_actors, []
-        if actors and type(actors[0]).__name__ == "ActorHandle":
-            import ray
-            for a in actors:
-                ray.kill(a)
+        for a in actors:
+            calls_for(a).kill(a)
 
     def stop(self) -> None:
         """Stop the run, the learner thread, the replay actors and the workers."""

@@ -29,18 +29,19 @@ import inspect
 import logging
 import math
 import os
-import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Sequence
+from typing import Any, Callable, ClassVar
 
 from flowrl.checkpoint import CHECKPOINT_FILE  # noqa: F401  (re-exported)
 from flowrl.errors import ConfigError, FlowError
 from flowrl.graph.plan import Plan
 from flowrl.graph.stream import LocalStream
+from flowrl.runtime.calls import BACKENDS, ensure_ray
 from flowrl.workers import PolicySpec, WorkerConfig, WorkerSet
 from flowrl.workers.rollout_worker import as_policy_spec
 
-BACKENDS = ("local", "ray")
+#: An algorithm's backends: the runtime's, less "auto" (an algorithm says where it runs).
+ALGORITHM_BACKENDS = tuple(b for b in BACKENDS if b != "auto")
 COUNT_STEPS_BY = ("env_steps", "agent_steps")
 
 
@@ -232,7 +233,7 @@ class AlgorithmConfig:
         "lr": _num(0, 10, open_lo=True), "gamma": _num(0, 1), "num_gpus": _num(0),
         "num_cpus_per_worker": _num(0), "timesteps_per_iteration": _int_ge(0),
         "min_time_s_per_reporting": _num(0), "torch_threads": _or_none(_int_ge(1)),
-        "backend": _one_of(BACKENDS), "seed": _or_none(_int_between(0, 2**32 - 1)),
+        "backend": _one_of(ALGORITHM_BACKENDS), "seed": _or_none(_int_between(0, 2**32 - 1)),
         "model": _sizes(), "env_config": _str_dict(), "multiagent": _multiagent(),
         "recreate_failed_workers": _BOOL, "ignore_worker_failures": _BOOL,
         "max_worker_restarts": _or_none(_int_ge(0)),
@@ -267,45 +268,6 @@ class AlgorithmConfig:
 
 def _validate_worker_env(validate: Callable[[Any, int], None], worker) -> None:
     validate(worker.env, worker.worker_index)
-
-
-def ensure_ray(num_cpus: float, *, preload: Sequence[str] = ()) -> None:
-    """Start Ray if it is not running: the cluster at ``RAY_ADDRESS`` if set (other
-    than ``"local"``), else a new local instance with ``num_cpus`` CPUs, no
-    dashboard and no log forwarding.
-
-    ``preload`` names modules (say the policy's, which imports torch) to import in a
-    background thread while ``ray.init`` runs on the main thread: ``ray.init`` mostly
-    waits for the processes it spawns, so the import overlaps that wait instead of
-    following it (``benchmarks/startup.py`` times both). An import that fails there
-    is left for the caller's own import of the module to report.
-    """
-    import ray
-    if ray.is_initialized():
-        return
-    loader = None
-    if preload:
-        loader = threading.Thread(target=_import_quietly, args=(list(preload),),
-                                  name="flowrl-preload", daemon=True)
-        loader.start()
-    try:
-        address = os.environ.get("RAY_ADDRESS")
-        if address and address != "local":
-            ray.init(address=address, log_to_driver=False)
-        else:  # "local" starts a new instance, as in ray.init; with our options
-            ray.init(address=address or None, num_cpus=int(max(1, num_cpus)),
-                     include_dashboard=False, log_to_driver=False)
-    finally:
-        if loader is not None:
-            loader.join()
-
-
-def _import_quietly(modules: list[str]) -> None:
-    for name in modules:
-        try:
-            importlib.import_module(name)
-        except Exception:  # noqa: BLE001  (the caller's own import reports it)
-            continue
 
 
 class _LazyClass:
@@ -429,6 +391,9 @@ class Algorithm:
                 "remote_timeout_s": config.sample_timeout_s}
             self._run = self.plan.compile(backend="auto", seed=config.seed or 0,
                                           local_worker=self.workers.local_worker(), **timeout)
+            restarts = getattr(self.workers, "restarts", None)
+            if restarts is not None:  # replacements count in the run's one counter
+                restarts.report_to(self._run.metrics)
             self._hook("after_init", self.after_init)
         except BaseException:
             if getattr(self, "_run", None) is not None:

@@ -23,6 +23,7 @@ True
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -233,20 +234,23 @@ def restore_exploration(workers, states: list[dict] | None) -> None:
     """Give each worker (local first, then remotes in order) its saved exploration state."""
     if not states:
         return
-    workers_list = [workers.local_worker(), *workers.remote_workers()]
-    for w, s in zip(workers_list, states):
-        if not s:
-            continue
-        if w is workers.local_worker() or workers.backend == "local":
-            _set_exploration(w, s)
-        else:
-            import ray
-            ray.get(w.apply.remote(_set_exploration, s))
+    if states[0]:
+        _set_exploration(workers.local_worker(), states[0])
+    # Remote worker k (in order) gets states[k + 1]; each call bounded by the set's timeout.
+    by_index = {idx: s for idx, s in zip(workers.worker_indices(), states[1:]) if s}
+    if by_index:
+        workers.foreach_remote_worker(functools.partial(_set_own_exploration, by_index))
 
 
 def _set_exploration(worker, states: dict) -> None:
     for pid, s in states.items():
         worker.get_policy(pid).set_exploration_state(s)
+
+
+def _set_own_exploration(by_index: dict, worker) -> None:
+    states = by_index.get(worker.worker_index)
+    if states:
+        _set_exploration(worker, states)
 
 
 __all__ = ["DQN", "DQNConfig", "round_robin_weights", "make_buffer", "exploration_states",

@@ -26,6 +26,7 @@ from flowrl.metrics import (APPLY_GRADS_TIMER, COMPUTE_GRADS_TIMER, GRAD_WAIT_TI
                             LEARNER_INFO, STEPS_SAMPLED_COUNTER, STEPS_TRAINED_COUNTER,
                             WORKER_UPDATE_TIMER, get_metrics)
 from flowrl.ops.rollout_ops import rollout_shards
+from flowrl.runtime.calls import calls_for
 
 
 class GradientsItem(tuple):
@@ -172,16 +173,12 @@ def send_weights(weights: Any, actors: Sequence[Any]) -> None:
     ``set_weights(weights)``; Ray actors ``set_weights.remote(ref)`` with ONE
     ``ray.put`` shared by all of them (not awaited: actor calls run in submission
     order, so each actor's next sample uses the new weights)."""
-    ref = None
+    shared: dict[str, Any] = {}  # calls name -> weights as their calls share them
     for actor in actors:
-        remote = getattr(actor.set_weights, "remote", None)
-        if remote is None:
-            actor.set_weights(weights)
-            continue
-        if ref is None:
-            import ray
-            ref = ray.put(weights)
-        remote(ref)
+        calls = calls_for(actor)
+        if calls.name not in shared:
+            shared[calls.name] = calls.put(weights)
+        calls.call(actor, "set_weights", shared[calls.name])
 
 
 class ApplyGradients:

@@ -17,6 +17,8 @@ from typing import Any, Sequence
 
 from flowrl.errors import ConfigError
 from flowrl.graph.stream import LocalStream
+from flowrl.runtime.calls import CALL_TIMEOUT_S, calls_for
+from flowrl.runtime.driver import WORKER_RESTARTS_COUNTER
 from flowrl.metrics import (LEARNER_INFO, STEPS_SAMPLED_COUNTER, STEPS_TRAINED_COUNTER,
                             get_metrics)
 
@@ -120,7 +122,9 @@ def collect_metrics(local_worker=None, remote_workers: Sequence = ()) -> dict[st
     asked (a plain function, as RLlib 1.x's ``collect_metrics``).
 
     Drains ``episode_stats()`` of ``local_worker`` (may be None) and of each remote
-    worker (in-process workers or Ray actor handles) and returns
+    worker (in-process workers or Ray actor handles; each asked at once, then
+    each awaited at most :data:`~flowrl.runtime.calls.CALL_TIMEOUT_S`: a dead or
+    silent one is a :class:`~flowrl.errors.WorkerError` naming it) and returns
     :func:`summarize_episodes` of them plus ``episodes_this_iter``. Touches no metrics.
 
     >>> from flowrl.policies import PGPolicy
@@ -137,16 +141,12 @@ def collect_metrics(local_worker=None, remote_workers: Sequence = ()) -> dict[st
     >>> w.stop()
     """
     episodes = list(local_worker.episode_stats()) if local_worker is not None else []
-    actors = []
-    for w in remote_workers:
-        if hasattr(w.episode_stats, "remote"):
-            actors.append(w)
-        else:
-            episodes.extend(w.episode_stats())
-    if actors:
-        import ray
-        for eps in ray.get([w.episode_stats.remote() for w in actors]):
-            episodes.extend(eps)
+    asked = [(i, calls_for(w)) for i, w in enumerate(remote_workers, 1)]
+    pending = [(i, calls, calls.call(w, "episode_stats"))
+               for (i, calls), w in zip(asked, remote_workers)]
+    for i, calls, p in pending:
+        episodes.extend(calls.get(p, timeout=CALL_TIMEOUT_S, label=f"remote worker {i}",
+                                  setting="collect_metrics, CALL_TIMEOUT_S"))
     out = summarize_episodes(episodes)
     out["episodes_this_iter"] = len(episodes)
     return out
@@ -229,6 +229,9 @@ class CollectMetrics:
 
     def _report(self, per_worker: list[list[dict]]) -> dict[str, Any]:
         metrics = get_metrics()
+        restarts = getattr(self.workers, "restarts", None)
+        if restarts is not None:  # the set counts its replacements in this run's counter
+            restarts.report_to(metrics)
         now = time.perf_counter()
         new = [e for eps in per_worker for e in eps]
         self.episodes.extend(new)
@@ -252,8 +255,7 @@ class CollectMetrics:
             "time_this_iter_s": this_iter,
             "time_total_s": metrics.info[TIME_TOTAL_S],
             "num_healthy_workers": len(self.workers.remote_workers()),
-            "num_worker_restarts": max(counters.get("num_worker_restarts", 0),
-                                       getattr(self.workers, "num_restarts", 0)),
+            "num_worker_restarts": counters[WORKER_RESTARTS_COUNTER],
             "num_lost_requests": counters.get("num_lost_requests", 0),
             "info": info,
             "timers": metrics.timer_summary(),

@@ -5,6 +5,7 @@ A :class:`ReplayActor` owns one buffer (prioritized or uniform). As a
 ``train_batch_size`` rows sampled from its buffer. It lives in-process (local
 backend) or as a Ray actor created by :func:`create_replay_actors` on the
 driver's node (hard node affinity, no CPU reserved: it only stores and samples).
+The driver reaches it through the backend's calls (:mod:`flowrl.runtime.calls`).
 
 Ordering policy: a Ray replay actor is an ordinary (single-threaded) actor, and
 Ray runs an actor's calls from one caller in submission order, so rows the driver
@@ -30,12 +31,14 @@ from flowrl.batch import MultiAgentBatch, SampleBatch
 from flowrl.errors import ConfigError, FlowError, WorkerError
 from flowrl.runtime.shard_host import ShardHost
 from flowrl.replay.buffers import PrioritizedReplayBuffer, ReplayBuffer
+from flowrl.runtime.backend import lost_reason
+# CALL_TIMEOUT_S: how long a driver-side call to a replay actor may take (re-exported).
+from flowrl.runtime.calls import (CALL_TIMEOUT_S, PendingCalls, calls_for, calls_for_backend,
+                                  is_actor_handle, ray_running, remote_cause)
 
 #: Column a rollout batch may carry with one initial priority per row
 #: (worker-side prioritization); the replay side stores it as the rows' priorities.
 PRIORITIES = "priorities"
-#: Seconds a driver-side call to a replay actor may take before it is an error.
-CALL_TIMEOUT_S = 300.0
 
 
 class ReplayActor(ShardHost):
@@ -129,10 +132,6 @@ class ReplayActor(ShardHost):
         return f"ReplayActor({self.name!r}, {self.buffer!r})"
 
 
-def _is_ray_actor(x: Any) -> bool:
-    return type(x).__name__ == "ActorHandle"
-
-
 def create_replay_actors(n: int, *, capacity: int, backend: str = "local",
                          prioritized: bool = True, alpha: float = 0.6, beta: float = 0.4,
                          eps: float = 1e-6, learning_starts: int = 1000,
@@ -152,20 +151,15 @@ def create_replay_actors(n: int, *, capacity: int, backend: str = "local",
         raise ConfigError(f"create_replay_actors(n={n!r}): must be an int >= 1")
     if backend not in ("local", "ray"):
         raise ConfigError(f"create_replay_actors(backend={backend!r}): use 'local' or 'ray'")
-    kwargs = dict(capacity=capacity, prioritized=prioritized, alpha=alpha, beta=beta, eps=eps,
-                  learning_starts=learning_starts, train_batch_size=train_batch_size)
-    seeds = [None if seed is None else seed + i for i in range(n)]
-    if backend == "local":
-        return [ReplayActor(**kwargs, seed=seeds[i], name=f"{name}[{i}]") for i in range(n)]
-    import ray
-    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-    if not ray.is_initialized():
+    if backend == "ray" and not ray_running():
         raise ConfigError("create_replay_actors(backend='ray'): Ray is not initialised; call "
                           "ray.init() first or use backend='local'")
-    here = ray.get_runtime_context().get_node_id()
-    cls = ray.remote(ReplayActor).options(
-        num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False))
-    return [cls.remote(**kwargs, seed=seeds[i], name=f"{name}[{i}]") for i in range(n)]
+    kwargs = dict(capacity=capacity, prioritized=prioritized, alpha=alpha, beta=beta, eps=eps,
+                  learning_starts=learning_starts, train_batch_size=train_batch_size)
+    calls = calls_for_backend(backend)
+    return [calls.create(ReplayActor, **kwargs, seed=None if seed is None else seed + i,
+                         name=f"{name}[{i}]", num_cpus=0, on_driver_node=True)
+            for i in range(n)]
 
 
 class ReplayCalls:
@@ -175,7 +169,7 @@ class ReplayCalls:
     on Ray without waiting (the call is tracked). ``call(i, method, *args)``
     waits for the result (at most :data:`CALL_TIMEOUT_S`). Every send first
     collects the tracked calls that finished, so an actor that died raises a
-    WorkerError naming it (``"replay actor replay[1] (index 1 of 2) died ..."``).
+    WorkerError naming it (``"replay actor 1 of 2 (a Ray actor) died ..."``).
     At most ``max_pending`` Ray calls stay untracked-for; beyond that ``send``
     waits for the oldest (backpressure instead of unbounded queues).
     """
@@ -184,15 +178,16 @@ class ReplayCalls:
                  max_pending: int = 64):
         if not actors:
             raise ConfigError(f"ReplayCalls: no {what}s given")
-        kinds = {_is_ray_actor(a) for a in actors}
+        kinds = {is_actor_handle(a) for a in actors}
         if len(kinds) != 1:
             raise ConfigError(f"ReplayCalls: {what}s mix Ray actor handles and in-process "
                               "objects; give one kind")
         self.actors = list(actors)
-        self.remote = kinds.pop()
+        self.calls = calls_for(self.actors[0])
+        self.remote = self.calls.remote
         self.what = what
         self.max_pending = max_pending
-        self._pending: list[tuple[Any, int]] = []
+        self._pending = PendingCalls(self.calls)
 
     def label(self, i: int) -> str:
         return f"{self.what} {i} of {len(self.actors)}"
@@ -204,85 +199,63 @@ class ReplayCalls:
         raise ConfigError(f"ReplayCalls: {actor!r} is not one of the {len(self.actors)} "
                           f"{self.what}s")
 
-    def _died(self, i: int, e: BaseException) -> WorkerError:
-        err = WorkerError(f"{self.label(i)} (a Ray actor) died or became unreachable: "
-                          f"{type(e).__name__}: {str(e).strip().splitlines()[0] if str(e).strip() else ''}"
-                          "; the run cannot continue without it (its buffer is lost)")
+    def _failed(self, i: int, e: BaseException) -> BaseException:
+        """The error to raise for a failed call to actor ``i``."""
+        if lost_reason(e) is not None:
+            err = WorkerError(f"{e}; the run cannot continue without it (its buffer is lost)")
+            err.__cause__ = e.__cause__ or e
+            return err
+        cause = remote_cause(e)
+        if isinstance(cause, FlowError):
+            return cause
+        err = WorkerError(f"{self.label(i)} failed: {type(cause).__name__}: {cause}")
         err.__cause__ = e
         return err
 
     def _collect(self, block: bool = False) -> None:
-        import ray
-        from ray.exceptions import RayActorError, RayError
-        if not self._pending:
+        """Take the tracked calls that finished (with ``block``, wait for at least one,
+        at most :data:`CALL_TIMEOUT_S`); raise for the first that failed."""
+        if not len(self._pending):
             return
-        refs = [r for r, _ in self._pending]
-        num = 1 if block else len(refs)
-        ready, _ = ray.wait(refs, num_returns=num, timeout=CALL_TIMEOUT_S if block else 0)
-        if block and not ready:
-            raise WorkerError(f"{self.label(self._pending[0][1])}: a call did not finish within "
-                              f"{CALL_TIMEOUT_S} s; the actor is stuck or overloaded")
-        ready_set = set(ready)
-        keep = []
-        for ref, i in self._pending:
-            if ref not in ready_set:
-                keep.append((ref, i))
-                continue
-            try:
-                ray.get(ref)
-            except RayActorError as e:
-                self._pending = keep
-                raise self._died(i, e) from e
-            except RayError as e:
-                if isinstance(getattr(e, "cause", None), FlowError):
-                    raise e.cause from e
-                raise WorkerError(f"{self.label(i)} failed: {e}") from e
-        self._pending = keep
+        done = (self._pending.finished(wait_s=CALL_TIMEOUT_S, num=1) if block
+                else self._pending.finished())
+        if block and not done:
+            i = self._pending.oldest()
+            raise WorkerError(f"{self.label(i)}: a call did not finish within "
+                              f"{CALL_TIMEOUT_S:g} s (CALL_TIMEOUT_S); the actor is stuck or "
+                              "overloaded")
+        for i, error in done:
+            if error is not None:
+                raise self._failed(i, error)
 
     def send(self, i: int, method: str, *args: Any) -> None:
         """``actors[i].method(*args)`` without waiting for the result."""
-        if not self.remote:
-            getattr(self.actors[i], method)(*args)
-            return
         self._collect()
         while len(self._pending) >= self.max_pending:
             self._collect(block=True)
-        self._pending.append((getattr(self.actors[i], method).remote(*args), i))
+        self._pending.add(i, self.calls.call(self.actors[i], method, *args), self.label(i))
 
     def call(self, i: int, method: str, *args: Any) -> Any:
         """``actors[i].method(*args)``, waiting for its result."""
-        if not self.remote:
-            return getattr(self.actors[i], method)(*args)
-        import ray
-        from ray.exceptions import GetTimeoutError, RayActorError
         self._collect()
-        try:
-            return ray.get(getattr(self.actors[i], method).remote(*args), timeout=CALL_TIMEOUT_S)
-        except RayActorError as e:
-            raise self._died(i, e) from e
-        except GetTimeoutError as e:
-            raise WorkerError(f"{self.label(i)}: {method}() did not return within "
-                              f"{CALL_TIMEOUT_S} s") from e
+        return self._get(i, self.calls.call(self.actors[i], method, *args), method)
 
     def call_all(self, method: str, *args: Any) -> list:
         """``[actor.method(*args) for each actor]`` (Ray calls submitted together)."""
-        if not self.remote:
-            return [getattr(a, method)(*args) for a in self.actors]
-        import ray
-        from ray.exceptions import RayActorError
         self._collect()
-        refs = [getattr(a, method).remote(*args) for a in self.actors]
-        out = []
-        for i, ref in enumerate(refs):
-            try:
-                out.append(ray.get(ref, timeout=CALL_TIMEOUT_S))
-            except RayActorError as e:
-                raise self._died(i, e) from e
-        return out
+        pending = [self.calls.call(a, method, *args) for a in self.actors]
+        return [self._get(i, p, method) for i, p in enumerate(pending)]
+
+    def _get(self, i: int, pending: Any, method: str) -> Any:
+        try:
+            return self.calls.get(pending, timeout=CALL_TIMEOUT_S, label=self.label(i),
+                                  setting=f"{method}(), CALL_TIMEOUT_S")
+        except Exception as e:  # noqa: BLE001 - named by _failed
+            raise self._failed(i, e) from e
 
     def flush(self) -> None:
         """Wait for every tracked call (raising for a dead actor)."""
-        while self._pending:
+        while len(self._pending):
             self._collect(block=True)
 
 

@@ -154,7 +154,9 @@ class Driver:
         shard was dropped.
 
         Counters: ``num_lost_requests`` += ``lost``; ``num_worker_restarts`` += 1 per
-        replacement made (one lost while it starts is replaced, and counted, again);
+        replacement made (one lost while it starts is replaced, and counted, again;
+        a ``restart`` with ``report_restarts_to(metrics)``, a WorkerSet's, is bound
+        to the run's metrics instead and counts the replacements it makes there);
         ``num_dropped_workers`` += 1 per dropped shard. Each is logged once
         (``flowrl.runtime`` logger, WARNING) with the reason.
         """
@@ -169,7 +171,11 @@ class Driver:
         if not self._replace(shard, error, reason, lost):
             return None
         self._recovering[id(shard)] = (reason, lost)
-        self.metrics.counters[WORKER_RESTARTS_COUNTER] += 1
+        report = getattr(shard.restart, "report_restarts_to", None)
+        if report is not None:  # the restart counts its own replacements (a WorkerSet's)
+            report(self.metrics)
+        else:
+            self.metrics.counters[WORKER_RESTARTS_COUNTER] += 1
         return self.backend.begin_install(shard)
 
     def installed(self, request: Request) -> "Request | bool":

@@ -1,6 +1,7 @@
 """The Ray backend: shard hosts are Ray actors and a request is one actor call.
 
-This is the only module that talks to Ray actors directly.
+This is the only module that talks to Ray actors directly: the rest of flowrl
+calls actors through :class:`RayCalls` (at the end of this module).
 
 Policy:
 
@@ -75,26 +76,18 @@ from flowrl.errors import ConfigError, FlowError, OperatorError, WorkerError
 from flowrl.runtime.shard_host import ItemsHost
 from flowrl.runtime.aggregator import AggregatorHost
 from flowrl.runtime.backend import Backend, Request, Shard, host_lost
+# One start-wait bound and one ensure_ray for every backend user (re-exported here).
+from flowrl.runtime.calls import (INIT_DEFAULTS, START_WAIT_S, Calls,  # noqa: F401
+                                  ensure_ray, lost_error)
 from flowrl.runtime.context import call_blocking
 
 #: Actor options of the hosts the runtime creates for item sources.
 ITEM_HOST_OPTIONS = {"num_cpus": 0}
-#: Least time a replacement host gets to start and take the run's stage.
-START_WAIT_S = 120.0
 #: Upper bound on each wait ``stop()`` does (uninstalls, aggregator close, kills).
 STOP_WAIT_S = 3.0
-#: ``ray.init`` arguments when no Ray is running (the address is resolved by Ray:
-#: ``RAY_ADDRESS``, then the latest local cluster, else a new local instance).
-INIT_DEFAULTS = {"include_dashboard": False}
 
 _remote_classes: dict[type, Any] = {}
 _monotonic = time.monotonic
-
-
-def ensure_ray() -> None:
-    """Connect to the running Ray (or ``RAY_ADDRESS``), else start a local one."""
-    if not ray.is_initialized():
-        ray.init(**INIT_DEFAULTS)
 
 
 def remote_class(cls: type) -> Any:
@@ -514,3 +507,66 @@ def _settle(refs: list) -> None:
     """Wait (at most STOP_WAIT_S) for ``refs`` to finish either way; ignore failures."""
     if refs:
         ray.wait(refs, num_returns=len(refs), timeout=STOP_WAIT_S)
+
+
+# ---------------------------------------------------------------------- actor calls
+# The Ray side of flowrl.runtime.calls: how the WorkerSet, replay actors, metrics
+# collection and weight sends reach Ray actors. A pending call is its ObjectRef.
+
+class RayCalls(Calls):
+    """:class:`~flowrl.runtime.calls.Calls` on Ray actors: a call is one
+    ``.remote()``, a wait one bounded ``ray.wait``; see :mod:`flowrl.runtime.calls`
+    for the errors."""
+
+    name = "ray"
+    remote = True
+
+    def create(self, cls: type, *args: Any, num_cpus: float = 1.0,
+               on_driver_node: bool = False, **kwargs: Any) -> Any:
+        options: dict[str, Any] = {"num_cpus": num_cpus}
+        if on_driver_node:
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
+                node_id=ray.get_runtime_context().get_node_id(), soft=False)
+        return remote_class(cls).options(**options).remote(*args, **kwargs)
+
+    def call(self, handle: Any, method: str, *args: Any) -> ray.ObjectRef:
+        return getattr(handle, method).remote(*args)
+
+    def wait(self, pending: Sequence[Any], timeout: float | None) -> list:
+        if not pending:
+            return []
+        ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=timeout)
+        done = set(ready)
+        return [p for p in pending if p in done]
+
+    async def wait_async(self, pending: Sequence[Any], timeout: float | None) -> list:
+        import asyncio
+        import functools
+        if not pending or timeout == 0:
+            return self.wait(pending, 0)
+        # The loop's default executor, not a run's I/O thread (its gathers' waits own it).
+        return await asyncio.get_running_loop().run_in_executor(
+            None, functools.partial(self.wait, pending, timeout))
+
+    def get(self, pending: Any, *, timeout: float, label: str, setting: str) -> Any:
+        try:
+            return ray.get(pending, timeout=timeout)
+        except GetTimeoutError:
+            raise lost_error(label, f"not answered within {timeout:g} s ({setting})",
+                             f"(a Ray actor) has not answered within {timeout:g} s "
+                             f"({setting}): it is stuck or far too slow") from None
+        except (RayActorError, ObjectLostError) as e:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+            raise lost_error(label, f"died ({type(e).__name__})",
+                             f"(a Ray actor) died or became unreachable: "
+                             f"{type(e).__name__}: {first}") from e
+
+    def put(self, obj: Any) -> Any:
+        return ray.put(obj)
+
+    def kill(self, handle: Any) -> None:
+        _kill(handle)
+
+
+#: The Ray :class:`~flowrl.runtime.calls.Calls`.
+RAY_CALLS = RayCalls()

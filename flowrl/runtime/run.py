@@ -29,13 +29,13 @@ from flowrl.errors import ConfigError
 from flowrl.graph.compile import compile_plan
 from flowrl.metrics import _CURRENT as _METRICS
 from flowrl.metrics import MetricsContext
+from flowrl.runtime.calls import BACKENDS
 from flowrl.runtime.context import _RUN, RunContext
 from flowrl.runtime.driver import Driver
 
 if TYPE_CHECKING:
     from flowrl.graph.plan import Plan
 
-BACKENDS = ("auto", "local", "ray")
 #: Default bound, in seconds, on how long a request to a remote host may go unanswered.
 REMOTE_TIMEOUT_S = 600.0
 

@@ -1,0 +1,82 @@
+"""Warm spares of a WorkerSet: a started, idle worker the next replacement is built in.
+
+Policy: most of a replacement's start is its new process importing flowrl and its
+libraries (torch, for policies without a numpy replica), not building the env
+and policy. So once a set has replaced a worker it keeps one *spare* started
+(``num_cpus=0``: it sits idle), started once the replacement answered its ready
+call so that the two do not compete for the CPU; the next replacement rebuilds
+the spare in place (:func:`rebuild_worker`: a fresh RolloutWorker, same env, seed
+and policies as a new worker would get) and a new spare starts behind it. A set
+that never loses a worker never starts one. The spare keeps its creation's zero
+CPU reservation when promoted (Ray fixes an actor's resources at creation); the
+lost worker's reservation is released. Only workers in their own processes
+(``Calls.remote``) have spares: an in-process start costs no import.
+
+State: ``spare`` (the started idle worker, or None) and ``stopped``, both under
+the set's lock; one short-lived thread per spare start, waiting for the
+replacement's ready call.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable
+
+from flowrl.runtime.calls import START_WAIT_S, Calls
+from flowrl.workers.rollout_worker import RolloutWorker
+
+
+class SpareWorkers:
+    """At most one warm spare; see the module docstring. ``start(worker_index)``
+    creates a zero-CPU worker; ``lock`` is the owning set's."""
+
+    def __init__(self, calls: Calls, start: Callable[[int], Any], lock: threading.RLock):
+        self.calls = calls
+        self.enabled = calls.remote
+        self._start = start
+        self._lock = lock
+        self.spare: Any = None
+        self.stopped = False
+
+    def take(self) -> Any:
+        """The spare (now no longer a spare), or None."""
+        spare, self.spare = self.spare, None
+        return spare
+
+    def start_after(self, ready: Any, worker_index: int) -> None:
+        """Start the next spare once ``ready`` (the replacement's ready call) is done."""
+        if not self.enabled:
+            return
+
+        def start() -> None:
+            try:
+                self.calls.wait([ready], START_WAIT_S)
+            except Exception:  # noqa: BLE001 - Ray is shutting down: no spare
+                return
+            with self._lock:
+                if self.stopped or self.spare is not None:
+                    return
+                self.spare = self._start(worker_index)
+
+        threading.Thread(target=start, name="flowrl-spare-worker", daemon=True).start()
+
+    def stop(self) -> None:
+        """End the spare; none starts after this."""
+        with self._lock:
+            self.stopped = True
+            if self.spare is not None:
+                self.calls.kill(self.spare)
+                self.spare = None
+
+
+def rebuild_worker(worker: RolloutWorker, env: Any, worker_index: int, kwargs: dict,
+                   torch_threads: int | None) -> None:
+    """Make the spare ``worker`` (inside its actor) what a new actor for
+    ``worker_index`` would be: its envs closed, its state dropped, built afresh."""
+    worker.stop()
+    worker.__dict__.clear()
+    RolloutWorker.__init__(worker, env, worker_index=worker_index, torch_threads=torch_threads,
+                           **kwargs)
+
+
+__all__ = ["SpareWorkers", "rebuild_worker"]
