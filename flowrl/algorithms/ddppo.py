@@ -44,6 +44,7 @@ from flowrl.metrics import (AGENT_STEPS_SAMPLED_COUNTER, LEARNER_INFO, STEPS_SAM
 from flowrl.ops import StandardMetricsReporting, rollout_shards
 from flowrl.ops.rollout_ops import standardized
 from flowrl.policies.sgd import mean_stats
+from flowrl.runtime.backend import lost_reason
 from flowrl.workers import WorkerSet
 
 SB = SampleBatch
@@ -210,23 +211,25 @@ def _weights_if_first(worker) -> dict | None:
 
 def _lost_workers(workers: WorkerSet) -> dict[int, str]:
     """``{worker_index: why}`` of the remote workers that died or do not answer a ping
-    within the set's bound (``sample_timeout_s``); Ray workers only. A survivor still
-    blocked in ``all_reduce`` answers once ``gloo_timeout_s`` ends that call."""
-    import ray
-    from ray.exceptions import GetTimeoutError
-    pings = {idx: w.flowrl_ping.remote()
+    within the set's bound (``sample_timeout_s``). A survivor still blocked in
+    ``all_reduce`` answers once ``gloo_timeout_s`` ends that call."""
+    calls = workers.calls
+    pings = {idx: calls.call(w, "flowrl_ping")
              for idx, w in zip(workers.worker_indices(), workers.remote_workers())}
-    if not pings:
-        return {}
-    ray.wait(list(pings.values()), num_returns=len(pings), timeout=workers.timeout_s)
+    answered = calls.wait(list(pings.values()), workers.timeout_s)
     lost = {}
-    for idx, ref in pings.items():
-        try:
-            ray.get(ref, timeout=0)
-        except GetTimeoutError:
+    for idx, ping in pings.items():
+        if not any(ping is p for p in answered):
             lost[idx] = f"did not answer within {workers.timeout_s:g} s (sample_timeout_s)"
-        except Exception as e:  # noqa: BLE001 - a dead actor, whatever Ray calls it
-            lost[idx] = f"died ({type(e).__name__})"
+            continue
+        try:
+            calls.get(ping, timeout=0, label=f"remote worker {idx}",
+                      setting="sample_timeout_s")
+        except WorkerError as e:
+            why = lost_reason(e)
+            if why is None:
+                raise
+            lost[idx] = why
     return lost
 
 
