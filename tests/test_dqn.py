@@ -252,7 +252,9 @@ def test_without_checkpoint_replay_buffer_the_buffer_stays_out(tmp_path):
         extra = checkpoint.read_checkpoint(algo.save(str(tmp_path / "c")))["extra"]
     finally:
         algo.stop()
-    assert "replay_buffer" not in extra and extra["exploration"][0]["default_policy"]["timesteps"] > 0
+    index, states = extra["exploration"][0]
+    assert "replay_buffer" not in extra and index == 0
+    assert states["default_policy"]["timesteps"] > 0
 
 
 def test_cli_trains_dqn(tmp_path):
@@ -343,3 +345,27 @@ def test_multi_agent_dqn_learns():
 def _spec(cls, config):
     from flowrl.workers import PolicySpec
     return PolicySpec(cls, config=config)
+
+
+def test_exploration_states_are_restored_by_worker_index_not_position():
+    from flowrl.algorithms.dqn import indexed_exploration_states, restore_exploration
+    from flowrl.workers import WorkerConfig
+    ws = WorkerSet("CartPole-v1", DQNPolicy, WorkerConfig(), num_workers=2, backend="local")
+    try:
+        for w, eps in zip([ws.local_worker(), *ws.remote_workers()], [0.1, 0.2, 0.3]):
+            w.get_policy().set_epsilon(eps)
+        saved = ws.foreach_worker(indexed_exploration_states)
+        assert [idx for idx, _ in saved] == [0, 1, 2]
+        for w in [ws.local_worker(), *ws.remote_workers()]:
+            w.get_policy().set_epsilon(None)
+        # a restored set may list its workers in another order (restarts, a dropped one)
+        restore_exploration(ws, list(reversed(saved)))
+        got = {w.worker_index: w.get_policy().fixed_epsilon
+               for w in [ws.local_worker(), *ws.remote_workers()]}
+        assert got == {0: 0.1, 1: 0.2, 2: 0.3}
+        # a worker missing from the checkpoint keeps its own state
+        ws.remote_workers()[1].get_policy().set_epsilon(0.9)
+        restore_exploration(ws, saved[:2])
+        assert ws.remote_workers()[1].get_policy().fixed_epsilon == 0.9
+    finally:
+        ws.stop()

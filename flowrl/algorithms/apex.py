@@ -40,7 +40,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from flowrl.algorithms.base import Algorithm, _int_ge, _num
-from flowrl.algorithms.dqn import DQN, DQNConfig, exploration_states, restore_exploration
+from flowrl.algorithms.dqn import (DQN, DQNConfig, indexed_exploration_states,
+                                   restore_exploration)
 from flowrl.errors import ConfigError
 from flowrl.graph.stream import Concurrently, LocalStream
 from flowrl.metrics import (LEARNER_INFO, STEPS_TRAINED_COUNTER, WORKER_UPDATE_TIMER,
@@ -307,7 +308,8 @@ class ApeX(DQN):
     def extra_state(self) -> dict:
         """Exploration state of every worker and, with ``checkpoint_replay_buffer``,
         every replay actor's buffer."""
-        state: dict[str, Any] = {"exploration": self.workers.foreach_worker(exploration_states)}
+        state: dict[str, Any] = {"exploration": self.workers.foreach_worker(
+            indexed_exploration_states)}
         if self.config.checkpoint_replay_buffer and self.replay_actors:
             state["replay_actors"] = ReplayCalls(self.replay_actors).call_all("get_state")
         return state

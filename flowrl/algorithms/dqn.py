@@ -206,7 +206,8 @@ class DQN(Algorithm):
     def extra_state(self) -> dict:
         """Every worker's exploration state and, with ``checkpoint_replay_buffer``,
         the replay buffer."""
-        state: dict[str, Any] = {"exploration": self.workers.foreach_worker(exploration_states)}
+        state: dict[str, Any] = {"exploration": self.workers.foreach_worker(
+            indexed_exploration_states)}
         buf = self.local_replay_buffer
         if self.config.checkpoint_replay_buffer and buf is not None:
             state["replay_buffer"] = ({pid: b.get_state() for pid, b in buf.items()}
@@ -230,15 +231,24 @@ def exploration_states(worker) -> dict:
             if hasattr(p, "exploration_state")}
 
 
-def restore_exploration(workers, states: list[dict] | None) -> None:
-    """Give each worker (local first, then remotes in order) its saved exploration state."""
+def indexed_exploration_states(worker) -> list:
+    """``[worker_index, exploration_states(worker)]``: what a checkpoint keeps per
+    worker, keyed by index (a restored set's workers may be in another order, and
+    a worker that did not answer is missing, so positions say nothing)."""
+    return [worker.worker_index, exploration_states(worker)]
+
+
+def restore_exploration(workers, states: list | None) -> None:
+    """Give each worker the exploration state saved under its ``worker_index``
+    (``states``: :func:`indexed_exploration_states` of the saved workers). A worker
+    with no saved state keeps its own; remote calls are bounded by the set's timeout."""
     if not states:
         return
-    if states[0]:
-        _set_exploration(workers.local_worker(), states[0])
-    # Remote worker k (in order) gets states[k + 1]; each call bounded by the set's timeout.
-    by_index = {idx: s for idx, s in zip(workers.worker_indices(), states[1:]) if s}
-    if by_index:
+    by_index = {int(idx): s for idx, s in states if s}
+    local = workers.local_worker()
+    if by_index.get(local.worker_index):
+        _set_exploration(local, by_index[local.worker_index])
+    if any(idx in by_index for idx in workers.worker_indices()):
         workers.foreach_remote_worker(functools.partial(_set_own_exploration, by_index))
 
 
@@ -254,4 +264,4 @@ def _set_own_exploration(by_index: dict, worker) -> None:
 
 
 __all__ = ["DQN", "DQNConfig", "round_robin_weights", "make_buffer", "exploration_states",
-           "restore_exploration"]
+           "indexed_exploration_states", "restore_exploration"]
