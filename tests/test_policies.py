@@ -216,3 +216,56 @@ def test_the_optimizer_is_a_torch_optimizer_that_lr_schedulers_drive(make):
     for key, moments in saved["state"].items():
         for name, value in moments.items():
             assert torch.equal(restored["state"][key][name], value), (key, name)
+
+
+def test_the_policies_adam_updates_exactly_as_torch_adam():
+    from flowrl.policies.torch_policy import make_adam
+    torch.manual_seed(0)
+    ours_model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    ref_model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 2))
+    ref_model.load_state_dict(ours_model.state_dict())
+    ours = make_adam(ours_model.parameters(), 0.01)
+    ref = torch.optim.Adam(ref_model.parameters(), lr=0.01, fused=True)
+    assert isinstance(ours, torch.optim.Adam) and ours.defaults == ref.defaults
+    x = torch.randn(16, 4)
+    for _ in range(5):
+        for model, opt in ((ours_model, ours), (ref_model, ref)):
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+            assert all(p.grad is not None for p in model.parameters())
+    for a, b in zip(ours_model.parameters(), ref_model.parameters()):
+        assert torch.equal(a, b)
+    for sa, sb in zip(ours.state_dict()["state"].values(), ref.state_dict()["state"].values()):
+        assert all(torch.equal(sa[k], sb[k]) for k in ("step", "exp_avg", "exp_avg_sq"))
+
+
+def test_learning_imports_no_torch_dynamo():
+    # The reason the policies' Adam calls torch's wrapped methods (start-up): if a torch
+    # release moves the wrappers, or anything on the learning path imports
+    # torch._dynamo again, this fails and the start-up cost is back.
+    import subprocess
+    import sys
+    import textwrap
+    code = textwrap.dedent("""
+        import sys
+        import gymnasium as gym
+        import numpy as np
+        from flowrl.batch import SampleBatch
+        from flowrl.policies import PPOPolicy
+        p = PPOPolicy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), seed=0)
+        n = 64
+        batch = SampleBatch({"obs": np.zeros((n, 4), np.float32), "actions": np.zeros(n, np.int64),
+                             "action_logp": np.full(n, -0.69, np.float32),
+                             "advantages": np.ones(n, np.float32),
+                             "value_targets": np.ones(n, np.float32),
+                             "vf_preds": np.zeros(n, np.float32),
+                             "action_dist_inputs": np.zeros((n, 2), np.float32)})
+        p.learn_on_batch(batch)
+        p.optimizer.zero_grad()
+        print("torch._dynamo" in sys.modules)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False", "learning imported torch._dynamo"

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -108,18 +108,50 @@ class _NumpyActorCritic:
         return self
 
 
+def _undecorated(fn: Callable) -> Callable:
+    """``fn`` without the wrapper torch put around it (``functools.wraps`` keeps the
+    original as ``__wrapped__``), or ``fn`` itself when there is none."""
+    return getattr(fn, "__wrapped__", fn)
+
+
+class Adam(torch.optim.Adam):
+    """``torch.optim.Adam`` whose parameter groups, ``step`` and ``zero_grad`` skip
+    the wrappers that keep TorchDynamo out of them.
+
+    Why: those wrappers import ``torch._dynamo`` on their first call, a large share
+    of a fresh process's start-up on the embedded backend (``benchmarks/startup.py``
+    measures it, ``startup-adam.log`` in its results has the saved run). flowrl
+    never compiles an optimizer, so it calls the wrapped methods
+    themselves: the same code, updates and state as ``torch.optim.Adam``
+    (``tests/test_policies.py`` checks both bit for bit and that no ``torch._dynamo``
+    is imported; it fails loudly if a torch release moves the wrappers). ``step``
+    keeps the no-grad mode its wrapper set. Everything else (``state_dict``, LR
+    schedulers, ``param_groups``, ``defaults``) is ``torch.optim.Adam``'s own.
+    """
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        _undecorated(torch.optim.Optimizer.add_param_group)(self, param_group)
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        _undecorated(torch.optim.Optimizer.zero_grad)(self, set_to_none)
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        with torch.no_grad():
+            return _undecorated(torch.optim.Adam.step)(self, closure)
+
+
 def make_adam(params, lr: float) -> torch.optim.Adam:
-    """The built-in policies' optimizer: ``torch.optim.Adam(params, lr=lr,
-    fused=True)`` (betas ``(0.9, 0.999)``, ``eps=1e-8``; ``fused`` is a public
+    """The built-in policies' optimizer: :class:`Adam` (a ``torch.optim.Adam``) with
+    ``lr=lr, fused=True`` (betas ``(0.9, 0.999)``, ``eps=1e-8``; ``fused`` is a public
     constructor flag, valid on CPU as on GPU: one kernel updates every parameter
     instead of a loop over them; ``benchmarks/profile_ppo.py`` splits an
     iteration's time into SGD and the rest).
 
     >>> opt = make_adam(nn.Linear(2, 1).parameters(), 0.01)
-    >>> isinstance(opt, torch.optim.Optimizer), opt.defaults["lr"], opt.defaults["fused"]
+    >>> isinstance(opt, torch.optim.Adam), opt.defaults["lr"], opt.defaults["fused"]
     (True, 0.01, True)
     """
-    return torch.optim.Adam(params, lr=lr, fused=True)
+    return Adam(params, lr=lr, fused=True)
 
 
 def _to_numpy_tree(x: Any) -> Any:
