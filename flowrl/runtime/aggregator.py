@@ -138,19 +138,16 @@ class RelayedRestart:
         self.timeout_s = timeout_s
 
     def __call__(self, index: int, lost: int = 0) -> Any:
-        import ray
-        from ray.exceptions import GetTimeoutError, RayError
-
+        from flowrl.runtime.ray_backend import RAY_CALLS
+        asked = RAY_CALLS.call(self.broker, "request", self.source, index, lost)
         try:
-            new, error = ray.get(self.broker.request.remote(self.source, index, lost),
-                                 timeout=self.timeout_s)
-        except GetTimeoutError:
-            raise WorkerError(f"the driver did not answer the restart of {self.source}[{index}] "
-                              f"within {self.timeout_s:g} s; it may be stopping or stuck in "
-                              "the learner") from None
-        except RayError as e:
-            raise WorkerError(f"the restart of {self.source}[{index}] could not reach the "
-                              f"driver ({type(e).__name__}); the run is stopping") from e
+            new, error = RAY_CALLS.get(
+                asked, timeout=self.timeout_s, label="the restart broker",
+                setting="the larger of remote_timeout_s and the start wait")
+        except WorkerError as e:
+            # Not this member's loss: the driver is stopping or stuck in the learner.
+            raise WorkerError(f"the restart of {self.source}[{index}] got no answer from "
+                              f"the driver ({e}); the run is stopping") from e
         if error is not None:
             raise WorkerError(error)
         return new
@@ -168,15 +165,9 @@ class RestartRelay:
     def __init__(self, counters: Any, lost_counter: str, timeout_s: float):
         import threading
 
-        import ray
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        from flowrl.runtime.ray_backend import remote_class
-        here = ray.get_runtime_context().get_node_id()
-        self.broker = remote_class(RestartBroker).options(
-            num_cpus=0,
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=here, soft=False),
-        ).remote()
+        from flowrl.runtime.ray_backend import RAY_CALLS
+        self.calls = RAY_CALLS
+        self.broker = RAY_CALLS.create(RestartBroker, num_cpus=0, on_driver_node=True)
         self.counters = counters
         self.lost_counter = lost_counter
         self.timeout_s = timeout_s
@@ -190,10 +181,14 @@ class RestartRelay:
         return RelayedRestart(self.broker, source, self.timeout_s)
 
     def _serve(self) -> None:
-        import ray
+        calls = self.calls
         while True:
+            # Unbounded on purpose: this thread waits for the next request as long as
+            # the run lasts; close() ends the broker, which ends the wait.
             try:
-                seq, source, index, lost = ray.get(self.broker.next_request.remote())
+                seq, source, index, lost = calls.get(
+                    calls.call(self.broker, "next_request"), timeout=None,
+                    label="the restart broker", setting="the run's lifetime")
             except Exception:  # noqa: BLE001 - the broker ended: the run stopped
                 return
             self.counters[self.lost_counter] += lost
@@ -204,14 +199,10 @@ class RestartRelay:
                           f"restart of {source}[{index}] on the driver raised "
                           f"{type(e).__name__}: {e}")
             try:
-                self.broker.reply.remote(seq, result)
+                calls.call(self.broker, "reply", seq, result)
             except Exception:  # noqa: BLE001 - the broker ended
                 return
 
     def close(self) -> None:
-        import ray
-        try:
-            ray.kill(self.broker, no_restart=True)
-        except Exception:  # noqa: BLE001 - already gone
-            pass
+        self.calls.kill(self.broker)
         self._thread.join(timeout=3)

@@ -148,9 +148,11 @@ class Calls:
         executor, so the loop's other tasks keep moving."""
         return self.wait(pending, timeout)
 
-    def get(self, pending: Any, *, timeout: float, label: str, setting: str) -> Any:
+    def get(self, pending: Any, *, timeout: float | None, label: str, setting: str) -> Any:
         """The result of ``pending``, waiting at most ``timeout`` s. A dead or silent
-        worker (``label``) is a lost-host WorkerError naming ``setting``."""
+        worker (``label``) is a lost-host WorkerError naming ``setting``. ``None``
+        waits as long as it takes: only for a wait that another call ends (a
+        helper actor killed when the run stops)."""
         raise NotImplementedError
 
     def put(self, obj: Any) -> Any:
@@ -190,7 +192,7 @@ class InProcessCalls(Calls):
     def wait(self, pending: Sequence[Any], timeout: float | None) -> list:
         return list(pending)
 
-    def get(self, pending: _Done, *, timeout: float, label: str, setting: str) -> Any:
+    def get(self, pending: _Done, *, timeout: float | None, label: str, setting: str) -> Any:
         return pending.value
 
     def kill(self, handle: Any) -> None:

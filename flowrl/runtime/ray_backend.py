@@ -548,7 +548,7 @@ class RayCalls(Calls):
         return await asyncio.get_running_loop().run_in_executor(
             None, functools.partial(self.wait, pending, timeout))
 
-    def get(self, pending: Any, *, timeout: float, label: str, setting: str) -> Any:
+    def get(self, pending: Any, *, timeout: float | None, label: str, setting: str) -> Any:
         try:
             return ray.get(pending, timeout=timeout)
         except GetTimeoutError:
