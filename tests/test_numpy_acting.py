@@ -105,6 +105,21 @@ def test_replica_equals_the_real_policy_bit_for_bit_at_every_batch_size(cls, spa
     assert not replica.materialized
 
 
+@pytest.mark.parametrize("cls", [PPOPolicy, IMPALAPolicy])
+def test_a_model_wider_than_the_numpy_budget_acts_a_row_at_a_time(cls):
+    # A (512, 512) layer alone is NUMPY_MAX_MACS multiply-adds per row: the chunk size
+    # must stay at least one row (it was 0 and every forward raised).
+    real, replica = pair(cls, "box-discrete", hidden_sizes=[512, 512])
+    assert real._numpy_cache.get(real.model).max_rows == 1
+    for n in (1, 10):
+        x = observations("box-discrete", n, seed=n)
+        a_real, e_real = real.compute_actions(x, True)
+        a_rep, e_rep = replica.compute_actions(x, True)
+        np.testing.assert_array_equal(a_rep, a_real)
+        np.testing.assert_array_equal(e_rep[SB.ACTION_LOGP], e_real[SB.ACTION_LOGP])
+        np.testing.assert_array_equal(replica.value(x), real.value(x))
+
+
 @pytest.mark.parametrize("dueling", [True, False])
 def test_dqn_q_values_and_greedy_actions_do_not_depend_on_the_batch_size(dueling):
     # DQN has no replica; its acting path must not switch with the batch size either:

@@ -108,13 +108,16 @@ class NumpyMLP:
 
 
 def max_rows(*mlps: "NumpyMLP | None") -> int:
-    """The most rows one numpy forward of ``mlps`` takes (``NUMPY_MAX_MACS``).
+    """The most rows one numpy forward of ``mlps`` takes (``NUMPY_MAX_MACS``), at
+    least one.
 
     >>> max_rows(NumpyMLP([(np.zeros((64, 64), np.float32), None, None)]), None)
     63
+    >>> max_rows(NumpyMLP([(np.zeros((512, 512), np.float32), None, None)]))
+    1
     """
     macs = max([1] + [m.macs_per_row for m in mlps if m is not None])
-    return (NUMPY_MAX_MACS - 1) // macs
+    return max(1, (NUMPY_MAX_MACS - 1) // macs)  # a model wider than the budget: a row
 
 
 def in_chunks(forward, x: np.ndarray, rows: int) -> np.ndarray:
