@@ -569,8 +569,11 @@ class TorchPolicy(Postprocessing):
         stats["cur_lr"] = self.optimizer.param_groups[0]["lr"]  # as a scheduler set it
         source = loaded.source
         if self.use_critic and source is not None and SB.VALUE_TARGETS in source:
-            stats["vf_explained_var"] = explained_variance(
-                self.value(source[SB.OBS]), source[SB.VALUE_TARGETS])
+            # A learning statistic: one batched torch forward, as learning runs (acting's
+            # numpy chunks would cost a forward per row on a wide model).
+            with torch.inference_mode():
+                values = self.model.value(self._obs_tensor(source[SB.OBS])).numpy()
+            stats["vf_explained_var"] = explained_variance(values, source[SB.VALUE_TARGETS])
         return stats
 
     def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], dict]:
