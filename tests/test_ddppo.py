@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import time
 
 import numpy as np
 import pytest
+from ray_helpers import kill
 
 from flowrl.algorithms import DDPPO, DDPPOConfig
 from flowrl.algorithms.ddppo import allreduce_mean
@@ -88,18 +88,6 @@ def test_ddppo_learns_cartpole(ray_session):
         algo.stop()
 
 
-def _kill(actor) -> None:
-    """``ray.kill`` and wait until the actor is dead (the kill itself is asynchronous)."""
-    import ray
-    ray.kill(actor, no_restart=True)
-    deadline = time.monotonic() + 60   # only catches a kill that never takes effect
-    while time.monotonic() < deadline:
-        try:
-            ray.get(actor.flowrl_ping.remote(), timeout=60)
-        except ray.exceptions.RayActorError:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{actor} is still alive 60 s after ray.kill")
 
 
 @pytest.mark.ray
@@ -107,7 +95,7 @@ def test_a_killed_worker_ends_the_run_with_an_error_naming_it(ray_session):
     algo = DDPPO(DDPPOConfig(**QUICK, sample_timeout_s=60, gloo_timeout_s=60))
     try:
         algo.train()
-        _kill(algo.workers.remote_workers()[1])
+        kill(algo.workers.remote_workers()[1])
         # No silent continuation: the very next round fails, naming the lost worker
         # (a hang would be caught by the test timeout).
         with pytest.raises(WorkerError, match=r"DDPPO: remote worker 2 died \(\w+\)\. "

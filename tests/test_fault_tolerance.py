@@ -12,6 +12,7 @@ import logging
 import time
 
 import pytest
+from ray_helpers import kill
 import ray
 
 import flowrl
@@ -47,17 +48,6 @@ def replacement(index):
     return RemoteCounter.remote(f"new{index}")
 
 
-def kill(actor):
-    """``ray.kill`` and wait until the actor is dead (the kill itself is asynchronous)."""
-    ray.kill(actor, no_restart=True)
-    deadline = time.monotonic() + 60   # only catches a kill that never takes effect
-    while time.monotonic() < deadline:
-        try:
-            ray.get(actor.flowrl_ping.remote(), timeout=60)
-        except ray.exceptions.RayActorError:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{actor} is still alive 60 s after ray.kill")
 
 
 def _kill_after(run, n, victim):

@@ -7,6 +7,7 @@ import os
 import time
 
 import pytest
+from ray_helpers import kill
 
 import flowrl
 from flowrl.algorithms.ppo import PPO, PPOConfig
@@ -22,18 +23,6 @@ from flowrl.workers.restarts import RestartPolicy
 SMALL = dict(rollout_fragment_length=8, num_cpus_per_worker=0, seed=0)
 
 
-def kill(actor):
-    """``ray.kill`` and wait until the actor is dead (the kill itself is asynchronous)."""
-    import ray
-    ray.kill(actor, no_restart=True)
-    deadline = time.monotonic() + 60   # only catches a kill that never takes effect
-    while time.monotonic() < deadline:
-        try:
-            ray.get(actor.flowrl_ping.remote(), timeout=60)
-        except ray.exceptions.RayActorError:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"{actor} is still alive 60 s after ray.kill")
 
 
 def _hang(worker):
