@@ -27,6 +27,7 @@ This module imports Ray only inside functions, so the in-process path never does
 from __future__ import annotations
 
 import importlib
+from abc import ABC, abstractmethod
 import os
 import sys
 import threading
@@ -114,7 +115,7 @@ def lost_error(label: str, reason: str, detail: str) -> WorkerError:
     return host_lost(WorkerError(f"{label} {detail}"), reason)
 
 
-class Calls:
+class Calls(ABC):
     """How the driver calls workers; see the module docstring. Handles are whatever
     :meth:`create` returned (or workers created elsewhere of the same kind)."""
 
@@ -123,46 +124,46 @@ class Calls:
     #: worker is built, a worker gets its own torch threads, a warm spare pays.
     remote: bool = False
 
+    @abstractmethod
     def create(self, cls: type, *args: Any, num_cpus: float = 1.0,
                on_driver_node: bool = False, **kwargs: Any) -> Any:
         """A new worker ``cls(*args, **kwargs)`` with ``num_cpus`` reserved (Ray),
         pinned to the driver's node when ``on_driver_node`` (Ray)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def call(self, handle: Any, method: str, *args: Any) -> Any:
         """Start ``handle.method(*args)``; returns its pending call."""
-        raise NotImplementedError
 
     def apply(self, handle: Any, fn: Callable[..., Any], *args: Any) -> Any:
         """Start ``fn(worker, *args)`` where worker ``handle`` lives (an actor runs it
         through its ``apply`` method); returns the pending call."""
         return self.call(handle, "apply", fn, *args)
 
+    @abstractmethod
     def wait(self, pending: Sequence[Any], timeout: float | None) -> list:
         """The calls among ``pending`` that are done, waiting at most ``timeout`` s for
         all of them (0: only look); in the order given."""
-        raise NotImplementedError
 
     async def wait_async(self, pending: Sequence[Any], timeout: float | None) -> list:
         """:meth:`wait`, awaited: a blocking wait runs on the running loop's default
         executor, so the loop's other tasks keep moving."""
         return self.wait(pending, timeout)
 
+    @abstractmethod
     def get(self, pending: Any, *, timeout: float | None, label: str, setting: str) -> Any:
         """The result of ``pending``, waiting at most ``timeout`` s. A dead or silent
         worker (``label``) is a lost-host WorkerError naming ``setting``. ``None``
         waits as long as it takes: only for a wait that another call ends (a
         helper actor killed when the run stops)."""
-        raise NotImplementedError
 
     def put(self, obj: Any) -> Any:
         """``obj`` as an argument shared by many calls (Ray: stored once)."""
         return obj
 
+    @abstractmethod
     def kill(self, handle: Any) -> None:
         """End worker ``handle`` (Ray: kill its process; in-process: its ``stop()``,
         if it has one). Never raises for a worker already gone."""
-        raise NotImplementedError
 
 
 class _Done:
