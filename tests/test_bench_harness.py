@@ -243,14 +243,12 @@ def test_tree_cpu_counts_exited_children_and_orphans_of_the_run(tmp_path):
                             stdout=subprocess.PIPE, text=True, start_new_session=True)
     tree = harness.TreeCpu([proc.pid], sessions=[proc.pid])
     first = tree.read()
-    deadline = time.monotonic() + 120       # only catches a hang
     try:
         import selectors
         sel = selectors.DefaultSelector()
         sel.register(proc.stdout, selectors.EVENT_READ)
-        while not sel.select(timeout=0.5):  # sampled like the harness does
-            tree.read()
-            assert time.monotonic() < deadline, "the spawner hung"
+        while not sel.select(timeout=0.5):  # sampled like the harness does; a hang is
+            tree.read()                     # caught by the pytest timeout
         own = float(proc.stdout.readline())
         time.sleep(0.3)
         counted = tree.read() - first
