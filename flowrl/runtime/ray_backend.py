@@ -109,16 +109,20 @@ class RayRequest(Request):
         self.sent = _monotonic()
 
 
+def _died(e: BaseException) -> str:
+    """What a message says of an actor that died (``e``: Ray's error for it)."""
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"(a Ray actor) died or became unreachable: {type(e).__name__}: {first}"
+
+
 def translate_error(shard: Shard, e: BaseException) -> BaseException:
     """The flowrl error for Ray error ``e`` raised by a call to ``shard``'s host.
 
     The returned error has ``e`` as its ``__cause__``.
     """
     if isinstance(e, (RayActorError, ObjectLostError)):
-        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         err: BaseException = host_lost(WorkerError(
-            f"shard host {shard.label} (a Ray actor) died or became unreachable: "
-            f"{type(e).__name__}: {first}; the run cannot continue without it (give "
+            f"shard host {shard.label} {_died(e)}; the run cannot continue without it (give "
             "from_actors(restart=...) or, for algorithms, keep recreate_failed_workers=True "
             "to replace it)"), f"died ({type(e).__name__})")
     elif isinstance(e, RayTaskError):
@@ -556,10 +560,7 @@ class RayCalls(Calls):
                              f"(a Ray actor) has not answered within {timeout:g} s "
                              f"({setting}): it is stuck or far too slow") from None
         except (RayActorError, ObjectLostError) as e:
-            first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-            raise lost_error(label, f"died ({type(e).__name__})",
-                             f"(a Ray actor) died or became unreachable: "
-                             f"{type(e).__name__}: {first}") from e
+            raise lost_error(label, f"died ({type(e).__name__})", _died(e)) from e
 
     def put(self, obj: Any) -> Any:
         return ray.put(obj)
