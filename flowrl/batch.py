@@ -80,8 +80,13 @@ class SampleBatch:
     VF_PREDS = "vf_preds"
     ADVANTAGES = "advantages"
     VALUE_TARGETS = "value_targets"
-    # V(new_obs) on rows whose episode was truncated (time limit), 0 elsewhere.
+    # V(new_obs) on rows after which the episode goes on outside the batch (a
+    # time-limit truncation, or a fragment's last step), 0 elsewhere.
     BOOTSTRAP_VALUE = "bootstrap_value"
+    # Recurrent policies: the action and reward of the step before (0 at an
+    # episode's start); state_in_<i>/state_out_<i> hold the model state.
+    PREV_ACTIONS = "prev_actions"
+    PREV_REWARDS = "prev_rewards"
 
     __slots__ = ("_columns", "_count")
 

@@ -16,7 +16,8 @@ from flowrl.batch import SampleBatch
 from flowrl.policies import DQNPolicy, PGPolicy, PPOPolicy
 from flowrl.policies.numpy_forward import NumpyMLP, categorical_sample
 from flowrl.policies.numpy_forward import NUMPY_MAX_MACS
-from flowrl.policies.torch_policy import ActorCriticModel, TorchPolicy
+from flowrl.models import FullyConnectedNetwork, ModelConfig
+from flowrl.policies.torch_policy import TorchPolicy
 from flowrl.workers import RolloutWorker
 from flowrl.workers.sampler import postprocess_trajectories
 
@@ -30,8 +31,8 @@ def obs(n, seed=0, dim=4):
 
 def torch_outputs(policy, x):
     with torch.inference_mode():
-        t = torch.as_tensor(x)
-        return policy.model.dist_inputs(t).numpy(), policy.model.value(t).numpy()
+        out, _ = policy.model({"obs_flat": torch.as_tensor(x)}, [], None)
+        return out.numpy(), policy.model.value_function().numpy()
 
 
 def both_paths(policy, x, explore):
@@ -184,13 +185,12 @@ def test_never_stale_when_parameters_or_modules_are_replaced():
     assert_fresh(p, x)
     p.model.pi[0].bias = nn.Parameter(torch.randn(64))      # a new parameter
     assert_fresh(p, x)
-    p.model = ActorCriticModel(4, 2, [8], gaussian=False, use_critic=True)  # a new model
+    p.model = FullyConnectedNetwork(BOX, gym.spaces.Discrete(2), 2,     # a new model
+                                    ModelConfig(fcnet_hiddens=(8,)), "model")
     assert_fresh(p, x)
-    pg = PGPolicy(BOX, gym.spaces.Discrete(2), seed=0)   # no critic: V = 0 ...
-    assert (pg.value(x) == 0).all()
-    pg.model.vf = nn.Sequential(nn.Linear(4, 1))          # ... until a critic is added
+    pg = PGPolicy(BOX, gym.spaces.Discrete(2), seed=0)   # no critic: V = 0, no value network
+    assert (pg.value(x) == 0).all() and pg.model.vf is None
     assert_fresh(pg, x)
-    assert (pg.value(x) != 0).all()
 
 
 def test_parameter_guard_premise_nn_module_keeps_its_tables_in_private_dicts():
@@ -244,13 +244,14 @@ def test_acting_without_values_checks_only_the_policy_network_yet_is_never_stale
 
 
 def test_custom_models_use_torch_and_large_batches_stay_on_numpy():
-    class Custom(ActorCriticModel):
-        def dist_inputs(self, obs):
-            return 2.0 * super().dist_inputs(obs)
+    class Custom(FullyConnectedNetwork):
+        def forward(self, input_dict, state, seq_lens):
+            out, state = super().forward(input_dict, state, seq_lens)
+            return 2.0 * out, state
 
     p = PPOPolicy(BOX, gym.spaces.Discrete(2), seed=0)
     x = obs(4)
-    p.model = Custom(4, 2, [16], gaussian=False, use_critic=True)
+    p.model = Custom(BOX, gym.spaces.Discrete(2), 2, ModelConfig(fcnet_hiddens=(16,)), "m")
     assert p._numpy_snapshot() is None
     assert_fresh(p, x)
     p.model.pi = nn.Sequential(nn.Linear(4, 2), nn.Softplus())  # not a plain Linear/Tanh MLP

@@ -45,7 +45,7 @@ def _reference_sgd(model, batch: SB, *, epochs, size, seed, lr, clip, vf_clip, v
         for start in range(0, batch.count, size):
             idx = torch.as_tensor(perm[start:start + size])
             mb = {k: v[idx] for k, v in t.items()}
-            logp_all = torch.log_softmax(model.dist_inputs(mb[SB.OBS]), dim=-1)
+            logp_all = torch.log_softmax(model.pi(mb[SB.OBS]), dim=-1)
             old_all = torch.log_softmax(mb[SB.ACTION_DIST_INPUTS], dim=-1)
             logp = logp_all.gather(-1, mb[SB.ACTIONS].long().unsqueeze(-1)).squeeze(-1)
             ratio = torch.exp(logp - mb[SB.ACTION_LOGP])
@@ -53,7 +53,7 @@ def _reference_sgd(model, batch: SB, *, epochs, size, seed, lr, clip, vf_clip, v
             surrogate = torch.min(adv * ratio, adv * ratio.clamp(1 - clip, 1 + clip))
             kl = (old_all.exp() * (old_all - logp_all)).sum(-1)
             entropy = -(logp_all.exp() * logp_all).sum(-1)
-            value = model.value(mb[SB.OBS])
+            value = model.vf(mb[SB.OBS]).squeeze(-1)
             old_value, targets = mb[SB.VF_PREDS], mb[SB.VALUE_TARGETS]
             clipped = old_value + (value - old_value).clamp(-vf_clip, vf_clip)
             vf_loss = torch.max((value - targets).pow(2), (clipped - targets).pow(2))

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
 from flowrl.checkpoint import CHECKPOINT_FILE  # noqa: F401  (re-exported)
+from flowrl.models.config import ModelConfig
 from flowrl.errors import ConfigError, FlowError
 from flowrl.graph.plan import Plan
 from flowrl.graph.stream import LocalStream
@@ -179,7 +180,9 @@ def check_env(env: Any, where: str) -> None:
 class AlgorithmConfig:
     """Fields shared by every algorithm (RLlib 1.x names where one exists).
 
-    ``model`` is the hidden layer sizes of the policy and value MLPs;
+    ``model`` is a :class:`~flowrl.models.ModelConfig`, a dict of its fields
+    (``{"use_lstm": True}``, ``{"conv_filters": [[16, 3, 1]]}``) or the hidden
+    layer sizes of the MLPs (``(64, 64)``), read into a ModelConfig;
     ``multiagent`` may hold ``policies`` (id -> PolicySpec, the seeds' 4-tuple
     ``(policy_class, obs_space, act_space, config)``, a policy class, or None; a
     None class means the algorithm's policy), ``policy_mapping_fn(agent_id,
@@ -213,7 +216,7 @@ class AlgorithmConfig:
     train_batch_size: int = 200
     lr: float = 1e-3
     gamma: float = 0.99
-    model: tuple = (64, 64)
+    model: Any = field(default_factory=ModelConfig)
     multiagent: dict = field(default_factory=dict)
     num_gpus: float = 0
     num_cpus_per_worker: float = 1.0
@@ -234,7 +237,7 @@ class AlgorithmConfig:
         "num_cpus_per_worker": _num(0), "timesteps_per_iteration": _int_ge(0),
         "min_time_s_per_reporting": _num(0), "torch_threads": _or_none(_int_ge(1)),
         "backend": _one_of(ALGORITHM_BACKENDS), "seed": _or_none(_int_between(0, 2**32 - 1)),
-        "model": _sizes(), "env_config": _str_dict(), "multiagent": _multiagent(),
+        "env_config": _str_dict(), "multiagent": _multiagent(),
         "recreate_failed_workers": _BOOL, "ignore_worker_failures": _BOOL,
         "max_worker_restarts": _or_none(_int_ge(0)),
         "sample_timeout_s": _or_none(_num(0, open_lo=True)),
@@ -247,7 +250,7 @@ class AlgorithmConfig:
                 value = getattr(self, f)
                 if not ok(value):
                     raise ConfigError(f"{name}.{f}={value!r}: must be {what}")
-        self.model = tuple(self.model)
+        self.model = ModelConfig.coerce(self.model, f"{name}.model")
         by = self.multiagent.get("count_steps_by", "env_steps")
         if by not in COUNT_STEPS_BY:
             raise ConfigError(f"{name}.multiagent['count_steps_by']={by!r}: choose one of "
@@ -317,6 +320,7 @@ def _config_state(config: AlgorithmConfig) -> dict[str, Any] | None:
     checkpoint's ``user_state.pkl``."""
     from flowrl import checkpoint
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.init}
+    fields["model"] = config.model.to_dict()
     try:
         checkpoint.encode_state(fields)
     except FlowError:
@@ -442,7 +446,7 @@ class Algorithm:
     @classmethod
     def policy_config(cls, config: AlgorithmConfig) -> dict[str, Any]:
         """The policy's keyword hyperparameters, from the typed config."""
-        return {"hidden_sizes": config.model, "lr": config.lr, "gamma": config.gamma}
+        return {"model": config.model.resolved(), "lr": config.lr, "gamma": config.gamma}
 
     @staticmethod
     def execution_plan(workers: WorkerSet, config: AlgorithmConfig) -> LocalStream:

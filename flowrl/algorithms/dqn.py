@@ -43,7 +43,8 @@ from flowrl.replay import PrioritizedReplayBuffer, ReplayBuffer
 class DQNConfig(AlgorithmConfig):
     """DQN hyperparameters, RLlib 1.x names and (mostly) defaults.
 
-    ``model`` is the Q torso, ``hiddens`` the head layers; ``exploration_config``
+    ``model`` is the Q torso (ReLU MLP over ``fcnet_hiddens``, the CNN for images;
+    ``use_lstm`` and custom models are refused), ``hiddens`` the head layers; ``exploration_config``
     holds ``initial_epsilon``, ``final_epsilon``, ``epsilon_timesteps``;
     ``training_intensity`` (None: natural) sets the store/train ratio;
     ``checkpoint_replay_buffer`` puts the buffer into checkpoints.
@@ -58,7 +59,6 @@ class DQNConfig(AlgorithmConfig):
     rollout_fragment_length: int = 4
     train_batch_size: int = 32
     lr: float = 5e-4
-    model: tuple = (64, 64)
     hiddens: tuple = (64,)
     buffer_size: int = 50000
     prioritized_replay: bool = True
@@ -98,6 +98,13 @@ class DQNConfig(AlgorithmConfig):
             raise ConfigError(f"{name}.hiddens={hiddens!r}: give the head layer sizes, e.g. "
                               "(64,) (or () for none)")
         self.hiddens = tuple(hiddens)
+        if self.model.use_lstm or self.model.custom_model is not None:
+            field_ = "use_lstm=True" if self.model.use_lstm else "custom_model"
+            raise ConfigError(f"{name}.model.{field_}: not supported; DQN and Ape-X learn from "
+                              "replayed single transitions with their own Q network: use a "
+                              "feed-forward model (model.fcnet_hiddens, or model.conv_filters "
+                              "for images), or a recurrent algorithm (PPO, IMPALA, APPO, A2C, "
+                              "A3C, PG)")
         explore = {**DEFAULT_EXPLORATION, **(self.exploration_config or {})}
         unknown = sorted(set(explore) - set(DEFAULT_EXPLORATION) - {"type"})
         if unknown:
@@ -169,7 +176,7 @@ class DQN(Algorithm):
 
     @classmethod
     def policy_config(cls, config: DQNConfig) -> dict[str, Any]:
-        return {"hidden_sizes": config.model, "hiddens": config.hiddens, "lr": config.lr,
+        return {"model": config.model, "hiddens": config.hiddens, "lr": config.lr,
                 "gamma": config.gamma, "n_step": config.n_step, "double_q": config.double_q,
                 "dueling": config.dueling, "grad_clip": config.grad_clip,
                 "exploration_config": config.exploration_config,

@@ -30,11 +30,11 @@ class A2CPolicy(TorchPolicy):
         self.entropy_coeff = entropy_coeff
 
     def loss(self, train):
-        obs = train[SB.OBS]
-        dist = self.dist_class(self.model.dist_inputs(obs))
-        policy_loss = -(dist.logp(train[SB.ACTIONS]) * train[SB.ADVANTAGES]).mean()
-        vf_loss = 0.5 * (self.model.value(obs) - train[SB.VALUE_TARGETS]).pow(2).mean()
-        entropy = dist.entropy().mean()
+        inputs, values = self.model_out(train)
+        dist = self.dist_class(inputs)
+        policy_loss = self.mean(-(dist.logp(train[SB.ACTIONS]) * train[SB.ADVANTAGES]), train)
+        vf_loss = 0.5 * self.mean((values - train[SB.VALUE_TARGETS]).pow(2), train)
+        entropy = self.mean(dist.entropy(), train)
         total = policy_loss + self.vf_loss_coeff * vf_loss - self.entropy_coeff * entropy
         return total, {"policy_loss": policy_loss.detach(), "vf_loss": vf_loss.detach(),
                        "entropy": entropy.detach()}

@@ -44,10 +44,9 @@ class APPOPolicy(AdaptiveKL, IMPALAPolicy):
 
 
     def loss(self, train):
-        obs = train[SB.OBS]
-        dist = self.dist_class(self.model.dist_inputs(obs))
+        inputs, values = self.model_out(train)
+        dist = self.dist_class(inputs)
         logp = dist.logp(train[SB.ACTIONS])
-        values = self.model.value(obs)
         if self.vtrace:
             targets, adv = self.vtrace_targets(train, logp, values)
         else:
@@ -55,10 +54,11 @@ class APPOPolicy(AdaptiveKL, IMPALAPolicy):
         ratio = torch.exp(logp - train[SB.ACTION_LOGP])
         surrogate = torch.min(adv * ratio,
                               adv * ratio.clamp(1 - self.clip_param, 1 + self.clip_param))
-        kl = self.dist_class(train[SB.ACTION_DIST_INPUTS]).kl(dist).mean()
-        policy_loss = -surrogate.mean()
-        vf_loss = 0.5 * (values - targets).pow(2).mean()
-        entropy = dist.entropy().mean()
+        mean = self.mean
+        kl = mean(self.dist_class(train[SB.ACTION_DIST_INPUTS]).kl(dist), train)
+        policy_loss = mean(-surrogate, train)
+        vf_loss = 0.5 * mean((values - targets).pow(2), train)
+        entropy = mean(dist.entropy(), train)
         total = policy_loss + self.vf_loss_coeff * vf_loss - self.entropy_coeff * entropy
         if self.use_kl_loss:
             total = total + self.kl_coeff * kl

@@ -14,7 +14,11 @@ from __future__ import annotations
 
 import math
 
+import gymnasium as gym
+import numpy as np
 import torch
+
+from flowrl.errors import ConfigError
 
 _HALF_LOG_2PI_E = 0.5 * math.log(2 * math.pi * math.e)
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -89,4 +93,65 @@ class DiagGaussian:
                 / (2.0 * other.std.pow(2)) - 0.5).sum(-1)
 
 
-__all__ = ["Categorical", "DiagGaussian"]
+class MultiCategorical:
+    """Independent categoricals for a ``MultiDiscrete`` space: ``inputs`` ``(B, sum(nvec))``
+    are the components' logits side by side; actions are ``(B, len(nvec))``;
+    ``logp``, ``entropy`` and ``kl`` sum over the components.
+
+    >>> d = MultiCategorical(torch.zeros(1, 5), (2, 3))
+    >>> round(d.logp(torch.tensor([[1, 2]])).exp().item(), 4), d.sample().shape
+    (0.1667, torch.Size([1, 2]))
+    """
+
+    def __init__(self, inputs: torch.Tensor, nvec):
+        self.inputs, self.nvec = inputs, tuple(int(n) for n in nvec)
+        self.parts = [Categorical(x) for x in torch.split(inputs, self.nvec, dim=-1)]
+
+    def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
+        return torch.stack([p.sample(generator) for p in self.parts], dim=-1)
+
+    def deterministic_sample(self) -> torch.Tensor:
+        return torch.stack([p.deterministic_sample() for p in self.parts], dim=-1)
+
+    def logp(self, actions: torch.Tensor) -> torch.Tensor:
+        actions = actions.reshape(len(actions), len(self.parts))
+        return sum(p.logp(actions[:, i]) for i, p in enumerate(self.parts))
+
+    def entropy(self) -> torch.Tensor:
+        return sum(p.entropy() for p in self.parts)
+
+    def kl(self, other: "MultiCategorical") -> torch.Tensor:
+        """``KL(self || other)``."""
+        return sum(p.kl(q) for p, q in zip(self.parts, other.parts))
+
+
+def distribution_for(action_space: gym.Space, where: str = "policy") -> tuple:
+    """``(dist_class, num_outputs)`` for ``action_space``: a callable ``inputs ->
+    distribution`` and how many inputs per row it takes (Categorical over ``n``,
+    MultiCategorical over ``sum(nvec)``, a diagonal Gaussian over ``2 x dims``).
+
+    >>> distribution_for(gym.spaces.Box(-1, 1, (3,)))[1], distribution_for(gym.spaces.MultiDiscrete([2, 4]))[1]
+    (6, 6)
+    """
+    if isinstance(action_space, gym.spaces.Discrete):
+        return Categorical, int(action_space.n)
+    if isinstance(action_space, gym.spaces.MultiDiscrete):
+        nvec = tuple(int(n) for n in np.asarray(action_space.nvec).reshape(-1))
+        return _MultiCategoricalOf(nvec), int(sum(nvec))
+    if isinstance(action_space, gym.spaces.Box):
+        return DiagGaussian, 2 * int(np.prod(action_space.shape))
+    raise ConfigError(f"{where}: action space {action_space} is not supported; use "
+                      "Discrete, MultiDiscrete or Box")
+
+
+class _MultiCategoricalOf:
+    """``inputs -> MultiCategorical(inputs, nvec)``: a picklable dist class for one space."""
+
+    def __init__(self, nvec: tuple):
+        self.nvec = nvec
+
+    def __call__(self, inputs: torch.Tensor) -> MultiCategorical:
+        return MultiCategorical(inputs, self.nvec)
+
+
+__all__ = ["Categorical", "DiagGaussian", "MultiCategorical", "distribution_for"]

@@ -30,6 +30,8 @@ from torch import nn
 
 from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
+from flowrl.models.catalog import is_image
+from flowrl.models.config import ModelConfig
 from flowrl.policies.numpy_forward import (NumpyMLP, ParameterGuard, SnapshotCache,
                                            in_chunks, max_rows, obs_rows)
 from flowrl.policies.torch_policy import _to_numpy_tree, _to_torch_tree, make_adam
@@ -95,19 +97,39 @@ def huber(x: torch.Tensor, delta: float = 1.0) -> torch.Tensor:
     return torch.where(a <= delta, 0.5 * x * x, delta * (a - 0.5 * delta))
 
 
-class QNetwork(nn.Module):
-    """ReLU torso over ``hidden_sizes``, then Q heads over ``hiddens`` (dueling: a
-    value and an advantage stream)."""
+class _ImageTorso(nn.Module):
+    """The CNN of :class:`~flowrl.models.visionnet.VisionNetwork` as a torso:
+    observations (uint8 images stay uint8 until it scales them) to features."""
 
-    def __init__(self, obs_dim: int, num_actions: int, hidden_sizes: Sequence[int],
-                 hiddens: Sequence[int], dueling: bool):
+    def __init__(self, obs_space: gym.Space, model_config):
         super().__init__()
-        layers: list[nn.Module] = []
-        last = obs_dim
-        for h in hidden_sizes:
-            layers += [nn.Linear(last, h), nn.ReLU()]
-            last = h
-        self.torso = nn.Sequential(*layers)
+        from flowrl.models.visionnet import VisionNetwork
+        self.net = VisionNetwork(obs_space, gym.spaces.Discrete(1), None, model_config, "torso")
+        self.out_features = int(self.net.num_outputs)
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.net({"obs": obs}, [], None)[0]
+
+
+class QNetwork(nn.Module):
+    """A torso, then Q heads over ``hiddens`` (dueling: a value and an advantage
+    stream). The torso is a ReLU MLP over ``model_config.fcnet_hiddens`` for flat
+    observations of ``obs_dim`` values, the built-in CNN for images (``obs_space``
+    a rank-3 ``Box``; ``conv_filters`` and ``post_fcnet_hiddens`` apply)."""
+
+    def __init__(self, obs_dim: int, num_actions: int, model_config,
+                 hiddens: Sequence[int], dueling: bool, obs_space: gym.Space | None = None):
+        super().__init__()
+        if obs_space is not None and is_image(obs_space):
+            self.torso: nn.Module = _ImageTorso(obs_space, model_config)
+            last = self.torso.out_features
+        else:
+            layers: list[nn.Module] = []
+            last = obs_dim
+            for h in model_config.fcnet_hiddens:
+                layers += [nn.Linear(last, h), nn.ReLU()]
+                last = h
+            self.torso = nn.Sequential(*layers)
 
         def head(out: int) -> nn.Sequential:
             mods: list[nn.Module] = []
@@ -165,7 +187,10 @@ class _NumpyQNetwork:
 class DQNPolicy:
     """Epsilon-greedy Q-learning policy; see the module docstring.
 
-    Keyword args: ``hidden_sizes`` (torso), ``hiddens`` (heads), ``lr`` (Adam),
+    Keyword args: ``model`` (a :class:`~flowrl.models.ModelConfig`, a dict of its
+    fields or hidden sizes; ``hidden_sizes`` is the older spelling of hidden sizes:
+    the torso, see :class:`QNetwork`; ``use_lstm`` and custom models are refused),
+    ``hiddens`` (heads), ``lr`` (Adam),
     ``gamma``, ``n_step``, ``double_q``, ``dueling``, ``grad_clip`` (global norm or
     None), ``exploration_config`` (``initial_epsilon``, ``final_epsilon``,
     ``epsilon_timesteps``), ``worker_side_prioritization`` (postprocessed rows get
@@ -183,7 +208,8 @@ class DQNPolicy:
     """
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, *,
-                 hidden_sizes: Sequence[int] = (64, 64), hiddens: Sequence[int] = (64,),
+                 model: Any = None, hidden_sizes: Sequence[int] | None = None,
+                 hiddens: Sequence[int] = (64,),
                  lr: float = 5e-4, gamma: float = 0.99, n_step: int = 1,
                  double_q: bool = True, dueling: bool = True, grad_clip: float | None = 40.0,
                  exploration_config: dict | None = None,
@@ -195,6 +221,19 @@ class DQNPolicy:
             raise ConfigError(f"{name}: the env's action space {action_space} is not "
                               "supported; DQN needs a Discrete action space: choose an env "
                               "with discrete actions (e.g. CartPole-v1)")
+        if model is not None and hidden_sizes is not None:
+            raise ConfigError(f"{name}: give model= or hidden_sizes=, not both")
+        config = ModelConfig.coerce(model if model is not None else hidden_sizes or (64, 64))
+        if config.use_lstm:
+            raise ConfigError(f"{name}: model.use_lstm=True is not supported; DQN and Ape-X "
+                              "learn from replayed single transitions, so use a feed-forward "
+                              "model (an MLP, or the CNN for images) or a recurrent algorithm "
+                              "(PPO, IMPALA, APPO, A2C, A3C, PG)")
+        if config.custom_model is not None:
+            raise ConfigError(f"{name}: model.custom_model is not supported; DQN builds its "
+                              "own Q network (model.fcnet_hiddens or model.conv_filters for "
+                              "the torso, hiddens for the heads)")
+        self.model_config = config
         if isinstance(observation_space, gym.spaces.Box):
             obs_dim = int(np.prod(observation_space.shape))
         elif isinstance(observation_space, gym.spaces.Discrete):
@@ -226,10 +265,10 @@ class DQNPolicy:
         with torch.random.fork_rng(devices=[]):
             if seed is not None:
                 torch.manual_seed(seed)
-            self.model = QNetwork(obs_dim, self.num_actions, list(hidden_sizes), list(hiddens),
-                                  dueling)
-            self.target_model = QNetwork(obs_dim, self.num_actions, list(hidden_sizes),
-                                         list(hiddens), dueling)
+            self.model = QNetwork(obs_dim, self.num_actions, config, list(hiddens), dueling,
+                                  observation_space)
+            self.target_model = QNetwork(obs_dim, self.num_actions, config, list(hiddens),
+                                         dueling, observation_space)
         self.target_model.load_state_dict(self.model.state_dict())
         for p in self.target_model.parameters():
             p.requires_grad_(False)
@@ -278,10 +317,11 @@ class DQNPolicy:
         if isinstance(self.observation_space, gym.spaces.Discrete):
             return nn.functional.one_hot(torch.as_tensor(obs, dtype=torch.long).reshape(-1),
                                          self._obs_dim).float()
-        obs = obs.reshape(len(obs), self._obs_dim)
         if not obs.flags.writeable:  # arrays from Ray's object store are read-only
             obs = obs.copy()
-        return torch.as_tensor(obs, dtype=torch.float32)
+        if is_image(self.observation_space):  # uint8 stays uint8: the CNN scales it
+            return torch.as_tensor(obs)
+        return torch.as_tensor(obs.reshape(len(obs), self._obs_dim), dtype=torch.float32)
 
     def _numpy_snapshot(self) -> "_NumpyQNetwork | None":
         return self._numpy_cache.get(self.model) if self.numpy_inference else None

@@ -17,14 +17,19 @@ from __future__ import annotations
 import torch
 
 from flowrl.batch import SampleBatch as SB
+from flowrl.errors import ConfigError
+from flowrl.models.sequences import SEQ_BOOTSTRAP_VALUE, SEQ_LENS, SEQ_MASK
 from flowrl.policies.a2c import A2CPolicy
 from flowrl.policies.vtrace import vtrace
 
 
 def vtrace_inputs(train: dict[str, torch.Tensor], next_values: torch.Tensor,
-                  gamma: float) -> tuple[torch.Tensor, torch.Tensor]:
+                  gamma: float, *, ends: torch.Tensor | None = None
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(discounts, rewards)`` of shape ``(N,)`` for one flat sequence of rows (see the
-    module docstring); ``next_values`` is ``V(s_{t+1})`` per row.
+    module docstring); ``next_values`` is ``V(s_{t+1})`` per row. Rows where ``ends``
+    is True never continue into the next row (the end of a recurrent sequence, or
+    padding).
 
     >>> train = {SB.EPS_ID: torch.tensor([0, 0, 0, 1]), SB.T: torch.tensor([0, 1, 2, 0]),
     ...          SB.TERMINATEDS: torch.tensor([False, False, True, False]),
@@ -39,6 +44,8 @@ def vtrace_inputs(train: dict[str, torch.Tensor], next_values: torch.Tensor,
     trunc = train[SB.TRUNCATEDS].bool() if SB.TRUNCATEDS in train else torch.zeros_like(term)
     cont = torch.zeros_like(term)
     cont[:-1] = (eps[1:] == eps[:-1]) & (t[1:] == t[:-1] + 1) & ~term[:-1] & ~trunc[:-1]
+    if ends is not None:
+        cont &= ~ends
     discounts = gamma * cont.to(torch.float32)
     cut = (~term & ~cont).to(torch.float32)
     rewards = train[SB.REWARDS].to(torch.float32) + gamma * cut * next_values
@@ -70,16 +77,27 @@ class IMPALAPolicy(A2CPolicy):
 
     def _train_tensors(self, batch):
         out = super()._train_tensors(batch)
-        if SB.NEXT_OBS in batch:
+        if SB.NEXT_OBS in batch and not self.is_recurrent:
             out[SB.NEXT_OBS] = self._obs_tensor(batch[SB.NEXT_OBS])
         return out
 
     def vtrace_targets(self, train: dict[str, torch.Tensor], logp: torch.Tensor,
                        values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(vs, pg_advantages)`` of shape ``(N,)`` for the rows of ``train``, with the
-        current model as the target policy π and the batch's ``action_logp`` as μ."""
+        current model as the target policy π and the batch's ``action_logp`` as μ.
+
+        Flat rows run as one time-major sequence ``[N, 1]`` cut where rows do not
+        continue (see the module docstring), bootstrapping from the current
+        ``V(s_{t+1})``. A recurrent policy's ``B`` padded sequences run time-major
+        as ``[T, B]``; each bootstraps from the behaviour policy's value after its
+        last real step (``seq_bootstrap_value``: the next sequence's first value as
+        the worker computed it, or ``V(s_T)`` at a fragment's end), and padding
+        neither continues nor counts (its rows are masked out of the loss)."""
+        if self.is_recurrent:
+            return self._sequence_vtrace(train, logp, values)
         with torch.no_grad():
-            next_values = self.model.value(train[SB.NEXT_OBS])
+            self.model(self._input_dict(train[SB.NEXT_OBS], training=True), [], None)
+            next_values = self.model.value_function()
         discounts, rewards = vtrace_inputs(train, next_values, self.gamma)
         vs, adv = vtrace(train[SB.ACTION_LOGP].float()[:, None], logp.detach()[:, None],
                          discounts[:, None], rewards[:, None], values.detach()[:, None],
@@ -87,17 +105,41 @@ class IMPALAPolicy(A2CPolicy):
                          clip_pg_rho_threshold=self.clip_pg_rho)
         return vs[:, 0], adv[:, 0]
 
+    def _sequence_vtrace(self, train, logp, values):
+        if SEQ_BOOTSTRAP_VALUE not in train:
+            raise ConfigError(f"{type(self).__name__}: V-trace over sequences needs the "
+                              "batch's vf_preds and bootstrap_value columns (a RolloutWorker "
+                              "records both)")
+        lens = train[SEQ_LENS]
+        batch = len(lens)
+        steps = len(values) // batch
+        last = torch.arange(batch, device=lens.device) * steps + lens - 1
+        next_values = torch.zeros_like(values)
+        next_values[:-1] = values.detach()[1:]
+        next_values[last] = train[SEQ_BOOTSTRAP_VALUE].to(values.dtype)
+        ends = ~train[SEQ_MASK]
+        ends[last] = True
+        discounts, rewards = vtrace_inputs(train, next_values, self.gamma, ends=ends)
+
+        def time_major(x: torch.Tensor) -> torch.Tensor:
+            return x.reshape(batch, steps).T
+
+        vs, adv = vtrace(time_major(train[SB.ACTION_LOGP].float()), time_major(logp.detach()),
+                         time_major(discounts), time_major(rewards),
+                         time_major(values.detach()), torch.zeros(batch, device=values.device),
+                         clip_rho_threshold=self.clip_rho, clip_pg_rho_threshold=self.clip_pg_rho)
+        return vs.T.reshape(-1), adv.T.reshape(-1)
+
     def loss(self, train):
         if not self.vtrace:
             return super().loss(train)
-        obs = train[SB.OBS]
-        dist = self.dist_class(self.model.dist_inputs(obs))
+        inputs, values = self.model_out(train)
+        dist = self.dist_class(inputs)
         logp = dist.logp(train[SB.ACTIONS])
-        values = self.model.value(obs)
         vs, adv = self.vtrace_targets(train, logp, values)
-        policy_loss = -(logp * adv).mean()
-        vf_loss = 0.5 * (values - vs).pow(2).mean()
-        entropy = dist.entropy().mean()
+        policy_loss = self.mean(-(logp * adv), train)
+        vf_loss = 0.5 * self.mean((values - vs).pow(2), train)
+        entropy = self.mean(dist.entropy(), train)
         total = policy_loss + self.vf_loss_coeff * vf_loss - self.entropy_coeff * entropy
         return total, {"policy_loss": policy_loss.detach(), "vf_loss": vf_loss.detach(),
                        "entropy": entropy.detach()}

@@ -84,7 +84,7 @@ class NumpyMLP:
                 layers.append([w.detach().numpy().T, None if b is None else b.detach().numpy(),
                                None])
             elif type(m) in (nn.Tanh, nn.ReLU):
-                act = np.tanh if type(m) is nn.Tanh else _relu
+                act = np.tanh if type(m) is nn.Tanh else relu
                 if layers and layers[-1][0] is not None and layers[-1][2] is None:
                     layers[-1][2] = act  # applied in place after that Linear
                 else:
@@ -153,7 +153,7 @@ def obs_rows(obs, obs_dim: int, discrete: bool) -> np.ndarray:
     return np.asarray(obs.reshape(len(obs), obs_dim), dtype=np.float32)
 
 
-def _relu(h: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+def relu(h: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     return np.maximum(h, 0, out=out)
 
 

@@ -26,9 +26,9 @@ class PGPolicy(TorchPolicy):
         super().__init__(observation_space, action_space, lr=lr, **kwargs)
 
     def loss(self, train):
-        dist = self.dist_class(self.model.dist_inputs(train[SB.OBS]))
-        logp = dist.logp(train[SB.ACTIONS])
-        policy_loss = -(logp * train[SB.ADVANTAGES]).mean()
+        inputs, _ = self.model_out(train)
+        logp = self.dist_class(inputs).logp(train[SB.ACTIONS])
+        policy_loss = self.mean(-(logp * train[SB.ADVANTAGES]), train)
         return policy_loss, {"policy_loss": policy_loss.detach()}
 
 

@@ -55,8 +55,8 @@ class PPOPolicy(AdaptiveKL, TorchPolicy):
 
 
     def loss(self, train):
-        obs = train[SB.OBS]
-        dist = self.dist_class(self.model.dist_inputs(obs))
+        inputs, value = self.model_out(train)
+        dist = self.dist_class(inputs)
         old = self.dist_class(train[SB.ACTION_DIST_INPUTS])
         ratio = torch.exp(dist.logp(train[SB.ACTIONS]) - train[SB.ACTION_LOGP])
         adv = train[SB.ADVANTAGES]
@@ -68,14 +68,15 @@ class PPOPolicy(AdaptiveKL, TorchPolicy):
             kl = old.kl(dist)
         with torch.set_grad_enabled(torch.is_grad_enabled() and self.entropy_coeff != 0):
             entropy = dist.entropy()
-        value = self.model.value(obs)
         old_value, targets = train[SB.VF_PREDS], train[SB.VALUE_TARGETS]
         clipped = old_value + (value - old_value).clamp(-self.vf_clip_param, self.vf_clip_param)
         vf_loss = torch.max((value - targets).pow(2), (clipped - targets).pow(2))
-        total = (-surrogate + self.kl_coeff * kl + self.vf_loss_coeff * vf_loss
-                 - self.entropy_coeff * entropy).mean()
-        return total, {"policy_loss": -surrogate.mean().detach(), "vf_loss": vf_loss.mean().detach(),
-                       "entropy": entropy.mean().detach(), "kl": kl.mean().detach(),
+        mean = self.mean
+        total = mean(-surrogate + self.kl_coeff * kl + self.vf_loss_coeff * vf_loss
+                     - self.entropy_coeff * entropy, train)
+        return total, {"policy_loss": mean(-surrogate, train).detach(),
+                       "vf_loss": mean(vf_loss, train).detach(),
+                       "entropy": mean(entropy, train).detach(), "kl": mean(kl, train).detach(),
                        "cur_kl_coeff": torch.tensor(self.kl_coeff)}
 
 

@@ -54,8 +54,8 @@ import numpy as np
 
 from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
-from flowrl.policies.numpy_acting import (NumpyMLP, Postprocessing, act, in_chunks, max_rows,
-                                          obs_rows)
+from flowrl.policies.numpy_acting import (NumpyMLP, Postprocessing, relu, act, in_chunks,
+                                          max_rows, obs_rows)
 
 SB = SampleBatch
 
@@ -65,7 +65,7 @@ SB = SampleBatch
 ACTING_METHODS = ("compute_actions", "value", "postprocess_trajectory",
                   "postprocess_trajectories", "_with_advantages", "get_weights", "set_weights")
 #: The constructor arguments a replica reads (the rest it keeps for materializing).
-_SETTINGS = ("gamma", "lambda_", "numpy_inference", "hidden_sizes")
+_SETTINGS = ("gamma", "lambda_", "numpy_inference", "hidden_sizes", "model")
 #: The key that marks a replica's own checkpoint state (``get_state`` of a replica
 #: that acts itself): ``{REPLICA_STATE: True, "weights", "np_rng", "action_rng"}``.
 REPLICA_STATE = "numpy_replica"
@@ -86,12 +86,17 @@ class NumpyActing:
     def __call__(self, observation_space: gym.Space, action_space: gym.Space,
                  **kwargs: Any) -> Any:
         """A :class:`NumpyActingPolicy`, or the real policy when numpy would not act:
-        ``numpy_inference=False`` in ``kwargs``, or spaces other than ``Box`` and
-        ``Discrete`` (the real class then names what it does not support)."""
+        ``numpy_inference=False`` in ``kwargs``, spaces other than ``Box`` and
+        ``Discrete`` or an image observation, or a model other than the built-in MLP
+        with a separate value network (the real class then builds, or names what it
+        does not support)."""
         numpy_inference = kwargs.get("numpy_inference", dict(self.defaults)["numpy_inference"])
         spaces = (gym.spaces.Box, gym.spaces.Discrete)
         if not (numpy_inference and isinstance(observation_space, spaces)
-                and isinstance(action_space, spaces)):
+                and isinstance(action_space, spaces)
+                and not (isinstance(observation_space, gym.spaces.Box)
+                         and len(observation_space.shape) == 3)
+                and replicable_model(_model_setting(kwargs), action_space)):
             return self.policy_class()(observation_space, action_space, **kwargs)
         return NumpyActingPolicy(self, observation_space, action_space, kwargs)
 
@@ -103,6 +108,35 @@ class NumpyActing:
         return obj
 
 
+def _model_setting(kwargs: dict[str, Any]) -> Any:
+    """The model config in a policy's constructor arguments (``model`` or the older
+    ``hidden_sizes``), as a :class:`~flowrl.models.ModelConfig` (an invalid one
+    comes back as None: the real class then says what is wrong)."""
+    from flowrl.models.config import ModelConfig
+    value = kwargs.get("model")
+    if value is None:
+        value = kwargs.get("hidden_sizes") or (64, 64)
+    try:
+        return ModelConfig.coerce(value)
+    except ConfigError:
+        return None
+
+
+def replicable_model(config: Any, action_space: gym.Space) -> bool:
+    """Whether the model ``config`` builds is one a replica reproduces: the built-in
+    MLP (no custom model, no LSTM) with a separate value network, ``tanh`` or
+    ``relu`` layers, and for a Gaussian free log standard deviations.
+
+    >>> from flowrl.models import ModelConfig
+    >>> two = gym.spaces.Discrete(2)
+    >>> replicable_model(ModelConfig(), two), replicable_model(ModelConfig(use_lstm=True), two)
+    (True, False)
+    """
+    return (config is not None and config.custom_model is None and not config.use_lstm
+            and not config.vf_share_layers and config.fcnet_activation in ("tanh", "relu")
+            and (config.free_log_std or not isinstance(action_space, gym.spaces.Box)))
+
+
 def acting_replica(policy_class: Any) -> NumpyActing | None:
     """The replica factory for ``policy_class``, or None when it does not opt in.
 
@@ -110,7 +144,7 @@ def acting_replica(policy_class: Any) -> NumpyActing | None:
     inherit it: a subclass may act differently) and must keep
     :class:`~flowrl.policies.TorchPolicy`'s acting, postprocessing and weight
     methods (:data:`ACTING_METHODS`), its model, and pass ``gamma``, ``lambda_``
-    ``numpy_inference`` and ``hidden_sizes`` through to it unchanged (the replica
+    ``numpy_inference`` and ``model`` (or ``hidden_sizes``) through to it unchanged (the replica
     reads those from the config, and the parameters from the weights). With
     ``numpy_inference=False`` in the config the factory builds the real policy.
 
@@ -174,7 +208,9 @@ class NumpyActingPolicy(Postprocessing):
         self.seed = seed = kwargs.get("seed")
         self.gamma, self.lambda_ = setting["gamma"], setting["lambda_"]
         self.numpy_inference = bool(setting["numpy_inference"])
-        self._hidden = [int(h) for h in setting["hidden_sizes"]]
+        model = _model_setting(setting)
+        self._hidden = [int(h) for h in model.fcnet_hiddens]
+        self._activation = np.tanh if model.fcnet_activation == "tanh" else relu
         self.use_critic = factory.use_critic
         self._np_rng = np.random.default_rng(seed)
         self._action_rng = np.random.default_rng(None if seed is None else [seed, 1])
@@ -294,8 +330,9 @@ class NumpyActingPolicy(Postprocessing):
             if match is not None:
                 net, index, kind = match.groups()
                 layers[net].setdefault(int(index), {})[kind] = value
-        self._pi = _mlp_of(layers["pi"], self._sizes(self._num_outputs))
-        self._vf = _mlp_of(layers["vf"], self._sizes(1)) if self.use_critic else None
+        self._pi = _mlp_of(layers["pi"], self._sizes(self._num_outputs), self._activation)
+        self._vf = (_mlp_of(layers["vf"], self._sizes(1), self._activation) if self.use_critic
+                    else None)
         self._log_std = own.get("log_std")
         self._weights = own
         self._max_rows = max_rows(self._pi, self._vf)
@@ -306,7 +343,7 @@ class NumpyActingPolicy(Postprocessing):
     def _weight_shapes(self) -> dict[str, tuple]:
         """``{name: shape}`` of the built-in model's ``state_dict`` (``ActorCriticModel``:
         ``Linear`` layers at even indices of ``pi`` and ``vf``, ``log_std`` when
-        Gaussian) for these spaces and ``hidden_sizes``."""
+        Gaussian) for these spaces and hidden sizes."""
         shapes: dict[str, tuple] = {}
         nets = [("pi", self._num_outputs)] + ([("vf", 1)] if self.use_critic else [])
         for net, out in nets:
@@ -371,10 +408,11 @@ def set_policy_state(policy: Any, state: dict[str, Any]) -> None:
         policy.set_state(state)
 
 
-def _mlp_of(layers: dict[int, dict[str, np.ndarray]], sizes: list[int]) -> NumpyMLP | None:
-    """The built-in model's MLP (``Linear`` at even indices with ``tanh`` between)
-    from ``{index: {"weight": (out, in), "bias": (out,)}}``, or None unless its
-    layers map ``sizes[0]`` to ``sizes[1]`` ... to ``sizes[-1]``.
+def _mlp_of(layers: dict[int, dict[str, np.ndarray]], sizes: list[int],
+            activation=np.tanh) -> NumpyMLP | None:
+    """The built-in model's MLP (``Linear`` at even indices with ``activation``
+    between) from ``{index: {"weight": (out, in), "bias": (out,)}}``, or None unless
+    its layers map ``sizes[0]`` to ``sizes[1]`` ... to ``sizes[-1]``.
 
     >>> w = {0: {"weight": np.ones((3, 2)), "bias": np.ones(3)},
     ...      2: {"weight": np.ones((1, 3)), "bias": np.ones(1)}}
@@ -388,7 +426,7 @@ def _mlp_of(layers: dict[int, dict[str, np.ndarray]], sizes: list[int]) -> Numpy
         w, b = layers[index].get("weight"), layers[index].get("bias")
         if w is None or b is None or w.shape != (fan_out, fan_in) or b.shape != (fan_out,):
             return None
-        out.append((w.T, b, np.tanh if i < len(sizes) - 2 else None))
+        out.append((w.T, b, activation if i < len(sizes) - 2 else None))
     return NumpyMLP(out)
 
 

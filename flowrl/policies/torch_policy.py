@@ -37,7 +37,14 @@ from torch import nn
 
 from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
-from flowrl.policies.distributions import Categorical, DiagGaussian
+from flowrl.models.base import TorchModelV2
+from flowrl.models.catalog import get_model, is_image, is_recurrent, model_observation_space
+from flowrl.models.config import ModelConfig
+from flowrl.models.fcnet import FullyConnectedNetwork
+from flowrl.models.recurrent import LSTMWrapper
+from flowrl.models.sequences import (SEQ_BOOTSTRAP_VALUE, SEQ_LENS, SEQ_MASK, cut_sequences,
+                                     next_values, pad_sequences, sequence_mask)
+from flowrl.policies.distributions import distribution_for
 from flowrl.policies.maths import explained_variance
 from flowrl.policies.numpy_acting import Postprocessing, act
 from flowrl.policies.numpy_forward import (NumpyMLP, ParameterGuard, SnapshotCache, in_chunks,
@@ -47,41 +54,9 @@ from flowrl.policies.sgd import minibatch_sgd
 SB = SampleBatch
 
 
-def _mlp(sizes: Sequence[int], out: int, out_gain: float) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for a, b in zip(sizes[:-1], sizes[1:]):
-        layers += [nn.Linear(a, b), nn.Tanh()]
-    last = nn.Linear(sizes[-1], out)
-    nn.init.orthogonal_(last.weight, gain=out_gain)
-    nn.init.zeros_(last.bias)
-    return nn.Sequential(*layers, last)
-
-
-class ActorCriticModel(nn.Module):
-    """``pi``: obs -> action-distribution inputs; ``vf``: obs -> V(s) (if ``use_critic``)."""
-
-    def __init__(self, obs_dim: int, num_outputs: int, hidden_sizes: Sequence[int], *,
-                 gaussian: bool, use_critic: bool):
-        super().__init__()
-        sizes = [obs_dim, *hidden_sizes]
-        self.pi = _mlp(sizes, num_outputs, 0.01)
-        self.log_std = nn.Parameter(torch.zeros(num_outputs)) if gaussian else None
-        self.vf = _mlp(sizes, 1, 1.0) if use_critic else None
-
-    def dist_inputs(self, obs: torch.Tensor) -> torch.Tensor:
-        out = self.pi(obs)
-        if self.log_std is not None:
-            out = torch.cat([out, self.log_std.expand_as(out)], dim=-1)
-        return out
-
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
-        if self.vf is None:
-            return torch.zeros(obs.shape[0])
-        return self.vf(obs).squeeze(-1)
-
-
 class _NumpyActorCritic:
-    """Numpy views of an :class:`ActorCriticModel`: ``pi``, ``vf`` (or None), ``log_std``.
+    """Numpy views of the built-in MLP (:class:`~flowrl.models.FullyConnectedNetwork`
+    with separate ``pi`` and ``vf``): ``pi``, ``vf`` (or None), ``log_std``.
 
     ``guard`` watches the whole model; ``acting_guard`` all but the value network's
     contents (what acting without ``vf_preds`` reads).
@@ -91,7 +66,8 @@ class _NumpyActorCritic:
 
     @classmethod
     def build(cls, model: nn.Module) -> "_NumpyActorCritic | None":
-        if type(model) is not ActorCriticModel:
+        if type(model) is not FullyConnectedNetwork or model.features_only \
+                or model.vf_share_layers:
             return None
         pi = NumpyMLP.build(model.pi)
         vf = None if model.vf is None else NumpyMLP.build(model.vf)
@@ -239,12 +215,20 @@ class LoadedBatch:
 class TorchPolicy(Postprocessing):
     """Base torch policy; subclasses define :meth:`loss`.
 
-    Args (keyword-only after the spaces): ``hidden_sizes`` of both MLPs, ``lr``
-    (Adam), ``gamma``, ``lambda_`` (GAE), ``grad_clip`` (global norm, ``None`` for
-    none), ``num_sgd_iter`` epochs of minibatch SGD of ``sgd_minibatch_size`` rows
-    per :meth:`learn_on_batch` (``None``: the whole batch at once), ``seed``,
-    ``numpy_inference`` (act through numpy, the default; False forces torch: see
-    :meth:`compute_actions`).
+    Args (keyword-only after the spaces): ``model`` (a
+    :class:`~flowrl.models.ModelConfig`, a dict of its fields or hidden sizes;
+    ``hidden_sizes`` is the older spelling of ``model=[...]``), ``lr`` (Adam),
+    ``gamma``, ``lambda_`` (GAE), ``grad_clip`` (global norm, ``None`` for none),
+    ``num_sgd_iter`` epochs of minibatch SGD of ``sgd_minibatch_size`` rows per
+    :meth:`learn_on_batch` (``None``: the whole batch at once), ``seed``,
+    ``numpy_inference`` (act through numpy where it reproduces the model exactly,
+    the default; False forces torch: see :meth:`compute_actions`).
+
+    The torch model is :attr:`model` (RLlib's name), built by
+    :func:`flowrl.models.get_model`; a recurrent one (``use_lstm`` or a custom
+    model with state) makes :attr:`is_recurrent` True: acting then takes and
+    returns state per env, and learning runs on padded sequences
+    (:mod:`flowrl.models.sequences`).
 
     >>> from flowrl.policies import PGPolicy
     >>> p = PGPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), seed=0)
@@ -254,8 +238,8 @@ class TorchPolicy(Postprocessing):
     """
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, *,
-                 hidden_sizes: Sequence[int] = (64, 64), lr: float = 1e-3,
-                 gamma: float = 0.99, lambda_: float = 1.0,
+                 model: Any = None, hidden_sizes: Sequence[int] | None = None,
+                 lr: float = 1e-3, gamma: float = 0.99, lambda_: float = 1.0,
                  grad_clip: float | None = None, num_sgd_iter: int = 1,
                  sgd_minibatch_size: int | None = None, seed: int | None = None,
                  numpy_inference: bool = True):
@@ -268,11 +252,17 @@ class TorchPolicy(Postprocessing):
                 ("sgd_minibatch_size", sgd_minibatch_size,
                  sgd_minibatch_size is None or (isinstance(sgd_minibatch_size, int)
                                                 and sgd_minibatch_size >= 1)),
-                ("hidden_sizes", hidden_sizes, all(isinstance(h, int) and h > 0
-                                                   for h in hidden_sizes))):
+                ("hidden_sizes", hidden_sizes, hidden_sizes is None or (
+                    len(hidden_sizes) > 0 and all(isinstance(h, int) and h > 0
+                                                  for h in hidden_sizes)))):
             if not ok:
                 raise ConfigError(f"{name}({field}={value!r}) is out of range; see the "
                                   f"{name} docstring for valid values")
+        if model is not None and hidden_sizes is not None:
+            raise ConfigError(f"{name}: give model= or hidden_sizes=, not both "
+                              "(hidden_sizes=[64, 64] is model={'fcnet_hiddens': [64, 64]})")
+        self.model_config = ModelConfig.coerce((64, 64) if model is None and hidden_sizes is None
+                                               else model if model is not None else hidden_sizes)
         self.observation_space = observation_space
         self.action_space = action_space
         self.lr, self.gamma, self.lambda_ = lr, gamma, lambda_
@@ -286,29 +276,28 @@ class TorchPolicy(Postprocessing):
         self._action_rng = np.random.default_rng(None if seed is None else [seed, 1])
         self._numpy_cache = SnapshotCache(_NumpyActorCritic.build)
 
-        if isinstance(observation_space, gym.spaces.Box):
-            obs_dim = int(np.prod(observation_space.shape))
-        elif isinstance(observation_space, gym.spaces.Discrete):
-            obs_dim = int(observation_space.n)
-        else:
-            raise ConfigError(f"{name}: observation space {observation_space} is not "
-                              "supported; use a Box or Discrete space (flatten others)")
-        if isinstance(action_space, gym.spaces.Discrete):
-            self.dist_class, num_outputs, gaussian = Categorical, int(action_space.n), False
-        elif isinstance(action_space, gym.spaces.Box):
-            self.dist_class, gaussian = DiagGaussian, True
-            num_outputs = int(np.prod(action_space.shape))
-        else:
-            raise ConfigError(f"{name}: action space {action_space} is not supported; "
-                              "use Discrete or Box")
-        self._obs_dim = obs_dim
+        if isinstance(observation_space, (gym.spaces.Dict, gym.spaces.Tuple)):
+            raise ConfigError(f"{name}: observation space {observation_space} is not supported "
+                              "by a policy directly; RolloutWorker flattens Dict and Tuple "
+                              "observations (gymnasium's FlattenObservation), so build the policy "
+                              "for gymnasium.spaces.flatten_space(space)")
+        self._model_obs_space = model_observation_space(observation_space,
+                                                        f"{name}: observation space")
         self._discrete_obs = isinstance(observation_space, gym.spaces.Discrete)
-
+        self._image_obs = is_image(observation_space)
+        self._obs_dim = int(np.prod(self._model_obs_space.shape))
+        self.dist_class, num_outputs = distribution_for(action_space, name)
         with torch.random.fork_rng(devices=[]):
             if seed is not None:
                 torch.manual_seed(seed)
-            self.model = ActorCriticModel(obs_dim, num_outputs, list(hidden_sizes),
-                                          gaussian=gaussian, use_critic=self.use_critic)
+            self.model = get_model(self._model_obs_space, action_space, num_outputs,
+                                   self.model_config.resolved())
+        if not self.use_critic and type(self.model) is FullyConnectedNetwork \
+                and not self.model.vf_share_layers:
+            self.model.vf = None  # nothing trains it: no critic, no parameters
+        self.is_recurrent = is_recurrent(self.model)
+        self.max_seq_len = self.model_config.max_seq_len
+        self._check_model(num_outputs)
         self.generator = torch.Generator()
         if seed is not None:
             self.generator.manual_seed(seed)
@@ -317,6 +306,38 @@ class TorchPolicy(Postprocessing):
         self._optimizer: torch.optim.Adam | None = None  # see the optimizer property
         self._towers: list[tuple[nn.Module, torch.device]] = [(self.model, torch.device("cpu"))]
         self._params: tuple[nn.Module, list[nn.Parameter]] | None = None  # (model, its parameters)
+
+    def _check_model(self, num_outputs: int) -> None:
+        """A ConfigError now, on the driver, for a model that cannot act: one forward
+        of one observation (of zeros) must give ``(1, num_outputs)`` and, for a policy
+        with a critic, ``value_function()`` one value."""
+        model, where = self.model, "model"
+        custom = self.model_config.custom_model
+        if custom is not None:
+            where = f"model.custom_model={getattr(custom, '__name__', custom)!r}"
+        if self.use_critic and type(model).value_function is TorchModelV2.value_function \
+                and not isinstance(model, LSTMWrapper):
+            raise ConfigError(f"{where}: {type(model).__name__} does not implement "
+                              "value_function(); add one returning V(s) for the rows of the "
+                              "last forward, shape (B,)")
+        try:
+            with torch.no_grad():
+                obs = np.zeros((1, *self.observation_space.shape),
+                               self.observation_space.dtype or np.float32)
+                out, state = self._forward(obs, self._initial_state_batch(1), None, None)
+                values = model.value_function() if self.use_critic else None
+        except ConfigError:
+            raise
+        except Exception as e:
+            raise ConfigError(f"{where}: {type(model).__name__} failed on one observation of "
+                              f"{self.observation_space}: {type(e).__name__}: {e}") from e
+        if tuple(out.shape) != (1, num_outputs):
+            raise ConfigError(f"{where}: {type(model).__name__}.forward returned shape "
+                              f"{tuple(out.shape)} for one observation; the action space "
+                              f"{self.action_space} needs ({'B'}, {num_outputs})")
+        if values is not None and tuple(values.shape) != (1,):
+            raise ConfigError(f"{where}: {type(model).__name__}.value_function() returned "
+                              f"shape {tuple(values.shape)} for one observation; return (B,)")
 
     @property
     def optimizer(self) -> torch.optim.Adam:
@@ -335,27 +356,78 @@ class TorchPolicy(Postprocessing):
         return self._optimizer
 
     # -- acting ----------------------------------------------------------------
+    def get_initial_state(self) -> list[np.ndarray]:
+        """The model's state for one env at an episode start (empty when not recurrent)."""
+        return [np.asarray(s) for s in self.model.get_initial_state()]
+
+    def _initial_state_batch(self, n: int) -> list[np.ndarray]:
+        return [np.repeat(s[None], n, axis=0) for s in self.get_initial_state()]
+
     def _obs_tensor(self, obs) -> torch.Tensor:
+        """Observations as the model takes them: one-hot floats for ``Discrete``,
+        images in their own dtype (uint8 stays uint8), float32 rows otherwise."""
         obs = np.asarray(obs)
-        if isinstance(self.observation_space, gym.spaces.Discrete):
+        if self._discrete_obs:
             return nn.functional.one_hot(torch.as_tensor(obs, dtype=torch.long).reshape(-1),
                                          self._obs_dim).float()
         if not obs.flags.writeable:  # from Ray's object store; torch wants writable memory
             obs = obs.copy()
+        if self._image_obs:
+            return torch.as_tensor(obs)
         return torch.as_tensor(obs.reshape(len(obs), self._obs_dim), dtype=torch.float32)
+
+    def _input_dict(self, obs: torch.Tensor, prev_actions=None,
+                    prev_rewards=None, training: bool = False) -> dict[str, Any]:
+        out: dict[str, Any] = {SB.OBS: obs, "is_training": training}
+        if not self._image_obs:
+            out["obs_flat"] = obs
+        if prev_actions is not None:
+            out[SB.PREV_ACTIONS] = torch.as_tensor(np.asarray(prev_actions))
+            out[SB.PREV_REWARDS] = torch.as_tensor(np.asarray(prev_rewards, np.float32))
+        return out
+
+    def _forward(self, obs_batch, state_batches, prev_actions,
+                 prev_rewards) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """One acting forward: ``(dist_inputs, state_out)`` for a batch of single steps."""
+        obs = self._obs_tensor(obs_batch)
+        if not self.is_recurrent:
+            return self.model(self._input_dict(obs), [], None)
+        n = len(obs)
+        if prev_actions is None:
+            prev_actions = np.zeros((n, *(self.action_space.shape or ())),
+                                    self.action_space.dtype)
+            prev_rewards = np.zeros(n, np.float32)
+        state = [torch.as_tensor(np.asarray(s, np.float32)) for s in state_batches]
+        return self.model(self._input_dict(obs, prev_actions, prev_rewards), state,
+                          torch.ones(n, dtype=torch.int64))
 
     def _numpy_snapshot(self, part: str = "guard") -> "_NumpyActorCritic | None":
         """The numpy view of :attr:`model`, or None for the torch path (switched off,
-        or a model that is not the built-in one). Rebuilt whenever a parameter was
+        or a model that is not the built-in MLP). Rebuilt whenever a parameter was
         replaced (see :mod:`numpy_forward`); ``part="acting_guard"`` checks only
         what acting without values reads."""
-        return self._numpy_cache.get(self.model, part) if self.numpy_inference else None
+        if not self.numpy_inference or not self._numpy_spaces:
+            return None
+        return self._numpy_cache.get(self.model, part)
+
+    @property
+    def separate_value_network(self) -> bool:
+        """Whether values come from a network of their own (the built-in MLP without
+        ``vf_share_layers``): computing them apart from actions then costs no extra
+        policy forward (the samplers batch them per fragment)."""
+        return type(self.model) is FullyConnectedNetwork and not self.model.vf_share_layers
+
+    @property
+    def _numpy_spaces(self) -> bool:
+        return isinstance(self.action_space, (gym.spaces.Discrete, gym.spaces.Box)) \
+            and not self._image_obs
 
     def _obs_array(self, obs) -> np.ndarray:
         return obs_rows(obs, self._obs_dim, self._discrete_obs)
 
-    def compute_actions(self, obs_batch, explore: bool = True, *,
-                        vf_preds: bool = True) -> tuple[np.ndarray, dict]:
+    def compute_actions(self, obs_batch, explore: bool = True, *, vf_preds: bool = True,
+                        state_batches: Sequence[np.ndarray] | None = None,
+                        prev_actions=None, prev_rewards=None) -> tuple[np.ndarray, dict]:
         """Actions for a batch of observations ``(B, *obs_shape)``, one forward pass.
 
         ``explore=False`` takes the distribution's mode. Returns ``(actions, extra)``
@@ -364,27 +436,38 @@ class TorchPolicy(Postprocessing):
         ``vf_preds`` out (one forward less: the samplers then fill that column with
         one :meth:`value` call per fragment, under the same weights).
 
-        With ``numpy_inference`` (the default) and the built-in model, every batch
+        A recurrent policy takes ``state_batches`` (one ``(B, ...)`` array per state
+        component; None: the initial state), ``prev_actions`` and ``prev_rewards``
+        (None: zeros), and returns the next state as ``state_out_0`` ... in ``extra``.
+
+        With ``numpy_inference`` (the default) and the built-in MLP, every batch
         runs the same float32 maths in numpy over views of the live parameters
         (:mod:`flowrl.policies.numpy_forward`; large batches in chunks of
         ``NUMPY_MAX_MACS``-sized forwards) and samples with the policy's own seeded
         numpy generator (saved in :meth:`get_state`): exactly what its numpy
         replica (:mod:`flowrl.policies.replica`) computes, whatever the batch size.
-        Otherwise (``numpy_inference=False`` or another model) one torch forward
-        samples with :attr:`generator`. Both paths draw from the same distributions.
+        Otherwise (``numpy_inference=False``, or any other model: CNN, LSTM,
+        custom) one torch forward under ``torch.inference_mode`` samples with
+        :attr:`generator`. Both paths draw from the same distributions.
         """
-        snap = self._numpy_snapshot("guard" if vf_preds else "acting_guard")
+        snap = None if self.is_recurrent else self._numpy_snapshot(
+            "guard" if vf_preds else "acting_guard")
         if snap is not None:
             return self._compute_actions_numpy(snap, obs_batch, explore, vf_preds)
+        if self.is_recurrent and state_batches is None:
+            state_batches = self._initial_state_batch(len(obs_batch))
         with torch.inference_mode():
-            obs = self._obs_tensor(obs_batch)
-            inputs = self.model.dist_inputs(obs)
+            inputs, state_out = self._forward(obs_batch, state_batches, prev_actions,
+                                              prev_rewards)
             dist = self.dist_class(inputs)
             actions = dist.sample(self.generator) if explore else dist.deterministic_sample()
             logp = dist.logp(actions)
             extra = {SB.ACTION_LOGP: logp.numpy(), SB.ACTION_DIST_INPUTS: inputs.numpy()}
-            if vf_preds:
-                extra[SB.VF_PREDS] = self.model.value(obs).numpy()
+            if vf_preds or self.is_recurrent:
+                extra[SB.VF_PREDS] = (self.model.value_function().numpy() if self.use_critic
+                                      else np.zeros(len(actions), np.float32))
+            for i, s in enumerate(state_out):
+                extra[f"state_out_{i}"] = s.numpy()
         actions = actions.numpy()
         if isinstance(self.action_space, gym.spaces.Box):
             actions = actions.reshape((len(actions), *self.action_space.shape))
@@ -405,29 +488,112 @@ class TorchPolicy(Postprocessing):
             return np.zeros(len(x), np.float32)
         return in_chunks(snap.vf, x, snap.max_rows)[:, 0]
 
-    def value(self, obs_batch) -> np.ndarray:
-        """``V(s)`` for a batch of observations, shape ``(B,)`` (zeros without a critic)."""
-        snap = self._numpy_snapshot()
+    def value(self, obs_batch, *, state_batches: Sequence[np.ndarray] | None = None,
+              prev_actions=None, prev_rewards=None) -> np.ndarray:
+        """``V(s)`` for a batch of observations, shape ``(B,)`` (zeros without a
+        critic); a recurrent policy takes the state and previous actions and rewards
+        as :meth:`compute_actions` does."""
+        if not self.use_critic:
+            return np.zeros(len(obs_batch), np.float32)
+        snap = None if self.is_recurrent else self._numpy_snapshot()
         if snap is not None:
             return self._numpy_values(snap, self._obs_array(obs_batch))
+        if self.is_recurrent and state_batches is None:
+            state_batches = self._initial_state_batch(len(obs_batch))
         with torch.inference_mode():
-            return self.model.value(self._obs_tensor(obs_batch)).numpy()
+            self._forward(obs_batch, state_batches, prev_actions, prev_rewards)
+            return self.model.value_function().numpy()
 
     # -- learning --------------------------------------------------------------
     def loss(self, train: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """Scalar loss and stats for a dict of batch tensors; subclasses implement it."""
+        """Scalar loss and stats for a dict of batch tensors; subclasses implement it.
+
+        ``train`` holds one row per step (a recurrent policy's sequences flattened
+        to ``B * T`` rows, padding included, with ``seq_lens``, ``seq_mask`` and the
+        ``state_in_*`` of each sequence): compute the model's outputs with
+        :meth:`model_out` and average with :meth:`mean`, which leaves padding out.
+        """
         raise NotImplementedError(f"{type(self).__name__} must implement loss()")
 
+    def model_out(self, train: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(dist_inputs, values)`` of the model on a training batch (values are zeros
+        for a policy without a critic); recurrent models run over the batch's
+        sequences from their recorded start states."""
+        if self.is_recurrent:
+            states = [train[k] for k in self._state_in_keys]
+            inputs = self._input_dict(train[SB.OBS], train[SB.PREV_ACTIONS],
+                                      train[SB.PREV_REWARDS], training=True)
+            out, _ = self.model(inputs, states, train[SEQ_LENS])
+        else:
+            out, _ = self.model(self._input_dict(train[SB.OBS], training=True), [], None)
+        if not self.use_critic:
+            return out, torch.zeros(out.shape[0], device=out.device)
+        return out, self.model.value_function()
+
+    @staticmethod
+    def mean(x: torch.Tensor, train: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The mean of per-row ``x`` over the batch's real steps (all rows, unless the
+        batch is padded sequences: then ``seq_mask`` leaves the padding out)."""
+        mask = train.get(SEQ_MASK)
+        return x.mean() if mask is None else x[mask].mean()
+
+    @property
+    def _state_in_keys(self) -> list[str]:
+        return [f"state_in_{i}" for i in range(len(self.model.get_initial_state()))]
+
     def _train_tensors(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
+        """The batch as tensors: one row per step, or for a recurrent policy padded
+        sequences, ``(B, T, ...)`` per step column plus the per-sequence columns
+        (:mod:`flowrl.models.sequences`)."""
+        if self.is_recurrent:
+            return self._sequence_tensors(batch)
         # Arrays from Ray's object store are read-only; torch wants writable memory.
         out = {k: torch.as_tensor(v if v.flags.writeable else v.copy())
-               for k, v in batch.items() if v.dtype.kind in "fiub"}
+               for k, v in batch.items() if v.dtype.kind in "fiub" and k != SB.OBS}
         out[SB.OBS] = self._obs_tensor(batch[SB.OBS])
         return out
 
+    def _sequence_tensors(self, batch: SampleBatch) -> dict[str, torch.Tensor]:
+        missing = [k for k in (SB.EPS_ID, SB.T, SB.PREV_ACTIONS, SB.PREV_REWARDS,
+                               *self._state_in_keys) if k not in batch]
+        if missing:
+            raise ConfigError(f"{type(self).__name__}: a recurrent model trains on batches "
+                              f"with {missing}; sample them with a RolloutWorker, which "
+                              "records state, previous actions and rewards")
+        starts, lens = cut_sequences(batch[SB.EPS_ID], batch[SB.T], self.max_seq_len)
+        steps = int(lens.max())
+        state_keys = set(self._state_in_keys)
+        out: dict[str, torch.Tensor] = {}
+        for k, v in batch.items():
+            if k in state_keys:
+                out[k] = torch.as_tensor(np.ascontiguousarray(v[starts], np.float32))
+            elif v.dtype.kind in "fiub" and not k.startswith("state_out_") \
+                    and k != SB.NEXT_OBS:
+                out[k] = torch.as_tensor(pad_sequences(v, starts, lens, steps))
+        if SB.VF_PREDS in batch and SB.BOOTSTRAP_VALUE in batch:
+            after = next_values(batch[SB.EPS_ID], batch[SB.T], batch[SB.TERMINATEDS],
+                                batch.get(SB.TRUNCATEDS, np.zeros(batch.count, bool)),
+                                batch[SB.VF_PREDS], batch[SB.BOOTSTRAP_VALUE])
+            out[SEQ_BOOTSTRAP_VALUE] = torch.as_tensor(after[starts + lens - 1])
+        out[SEQ_LENS] = torch.as_tensor(lens)
+        out[SEQ_MASK] = torch.as_tensor(sequence_mask(lens, steps))
+        return out
+
+    def _rows(self, train: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``train`` with a recurrent batch's ``(B, T, ...)`` step columns flattened to
+        ``B * T`` rows (what :meth:`loss` takes); other batches as they are."""
+        if SEQ_LENS not in train:
+            return train
+        per_sequence = {SEQ_LENS, SEQ_BOOTSTRAP_VALUE, *self._state_in_keys}
+        return {k: v if k in per_sequence else v.reshape(-1, *v.shape[2:])
+                for k, v in train.items()}
+
+    def _loss(self, train: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
+        return self.loss(self._rows(train))
+
     def _backward(self, batch: SampleBatch) -> dict[str, float]:
         self.model.zero_grad(set_to_none=True)  # not the optimizer's: see `optimizer`
-        loss, stats = self.loss(self._train_tensors(batch))
+        loss, stats = self._loss(self._train_tensors(batch))
         loss.backward()
         params = [p for p in self.model.parameters() if p.grad is not None]
         norm = nn.utils.clip_grad_norm_(params, self.grad_clip if self.grad_clip else math.inf)
@@ -475,7 +641,8 @@ class TorchPolicy(Postprocessing):
             if device not in by_device:
                 by_device[device] = {k: v.to(device) for k, v in tensors.items()}
             copies.append(by_device[device])
-        return LoadedBatch(copies, batch.count, source=batch)
+        count = len(tensors[SEQ_LENS]) if SEQ_LENS in tensors else batch.count
+        return LoadedBatch(copies, count, source=batch)
 
     def _sync_towers(self) -> None:
         params = list(self.model.parameters())
@@ -493,18 +660,23 @@ class TorchPolicy(Postprocessing):
             rows = loaded.copies[0] if loaded.rows is None else loaded.tower_shards()[0][1]
             return self._single_tower_step(rows)
         params = list(self.model.parameters())
-        n = loaded.count
+        shards = loaded.tower_shards()
+        # Each tower's loss is a mean over its real rows (padding left out), so its
+        # gradient weighs by its share of them.
+        real = [float(shard[SEQ_MASK].sum()) if SEQ_MASK in shard else rows
+                for rows, shard in shards]
+        n = sum(real)
         grads: list[torch.Tensor | None] = [None] * len(params)
         totals: dict[str, float] = {}
-        for (model, _), (rows, shard) in zip(self._towers, loaded.tower_shards()):
-            if rows == 0:
+        for (model, _), (rows, shard), weight in zip(self._towers, shards, real):
+            if weight == 0:
                 continue
             tower = self
             if model is not self.model:
                 tower = copy.copy(self)
                 tower.model = model
-            loss, stats = tower.loss(shard)
-            share = rows / n
+            loss, stats = tower._loss(shard)
+            share = weight / n
             tower_grads = torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
             for i, g in enumerate(tower_grads):
                 if g is not None:
@@ -535,7 +707,7 @@ class TorchPolicy(Postprocessing):
         params = self._params[1]
         for p in params:
             p.grad = None
-        loss, stats = self.loss(train)
+        loss, stats = self._loss(train)
         loss.backward()
         used = [p for p in params if p.grad is not None]
         norm = nn.utils.clip_grad_norm_(used, self.grad_clip if self.grad_clip else math.inf)
@@ -557,23 +729,32 @@ class TorchPolicy(Postprocessing):
 
         Stats include ``total_loss``, ``grad_gnorm``, ``cur_lr`` and the loss's
         own terms (``policy_loss``, ``vf_loss``, ``entropy``, ``kl``...).
+
+        A recurrent policy shuffles whole sequences: a minibatch is
+        ``sgd_minibatch_size // max_seq_len`` sequences (at least one), as RLlib 1.x.
         """
         if batch.count == 0:
             raise ConfigError(f"{type(self).__name__}.learn_on_batch got an empty batch")
         loaded = batch if isinstance(batch, LoadedBatch) else self.load_batch(batch)
+        size = self.sgd_minibatch_size if sgd_minibatch_size is None else sgd_minibatch_size
+        if size and self.is_recurrent:
+            size = max(1, size // self.max_seq_len)
         stats = minibatch_sgd(
             loaded, num_sgd_iter=self.num_sgd_iter if num_sgd_iter is None else num_sgd_iter,
-            sgd_minibatch_size=(self.sgd_minibatch_size if sgd_minibatch_size is None
-                                else sgd_minibatch_size),
-            rng=self._np_rng if rng is None else rng, step=self.sgd_step)
+            sgd_minibatch_size=size, rng=self._np_rng if rng is None else rng,
+            step=self.sgd_step)
         stats["cur_lr"] = self.optimizer.param_groups[0]["lr"]  # as a scheduler set it
-        source = loaded.source
-        if self.use_critic and source is not None and SB.VALUE_TARGETS in source:
-            # A learning statistic: one batched torch forward, as learning runs (acting's
-            # numpy chunks would cost a forward per row on a wide model).
+        train = loaded.copies[0] if loaded.rows is None else None
+        if self.use_critic and train is not None and SB.VALUE_TARGETS in train:
+            # A learning statistic: one batched torch forward, as learning runs.
             with torch.inference_mode():
-                values = self.model.value(self._obs_tensor(source[SB.OBS])).numpy()
-            stats["vf_explained_var"] = explained_variance(values, source[SB.VALUE_TARGETS])
+                rows = self._rows(train)
+                _, values = self.model_out(rows)
+                targets = rows[SB.VALUE_TARGETS]
+                if SEQ_MASK in rows:
+                    values, targets = values[rows[SEQ_MASK]], targets[rows[SEQ_MASK]]
+            stats["vf_explained_var"] = explained_variance(values.cpu().numpy(),
+                                                           targets.cpu().numpy())
         return stats
 
     def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], dict]:
@@ -667,4 +848,4 @@ class TorchPolicy(Postprocessing):
         self._asp_base = base
 
 
-__all__ = ["TorchPolicy", "ActorCriticModel", "LoadedBatch", "make_adam"]
+__all__ = ["TorchPolicy", "LoadedBatch", "make_adam"]

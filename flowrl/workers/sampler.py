@@ -10,9 +10,15 @@ that ends an episode returns the next episode's first observation as ``obs`` and
 the real final observation in ``infos["final_obs"]``. Every row is therefore a real
 transition ``(s_t, a_t, r_t, s_{t+1})``: ``new_obs`` holds the final observation on
 done rows, and no transition spans two episodes. A truncated episode bootstraps
-from ``V(final obs)`` (column ``bootstrap_value``); a fragment that cuts an
-episode bootstraps from ``V(s_T)``. Both come from one batched value call at the
-end of ``sample()``.
+from ``V(final obs)``; a fragment that cuts an episode bootstraps from ``V(s_T)``
+(both in column ``bootstrap_value`` of the row they follow). Both come from one
+batched value call at the end of ``sample()``.
+
+Recurrent policies (``policy.is_recurrent``): the sampler carries each env's
+model state and previous action and reward from step to step, resets them at
+episode starts, and records ``state_in_*``/``state_out_*`` (the state before and
+after each step), ``prev_actions`` and ``prev_rewards`` per row; values for
+bootstrapping are computed from the state after the step before them.
 
 State kept between calls: the current observations, and per env the episode id,
 step within the episode and running return. Completed episodes are buffered as
@@ -59,7 +65,9 @@ def defers_vf_preds(policy) -> bool:
     value forward per step.
 
     True for policies whose ``compute_actions`` and ``value`` are
-    :class:`~flowrl.policies.TorchPolicy`'s own, and for their numpy replicas
+    :class:`~flowrl.policies.TorchPolicy`'s own and whose value network is separate
+    from the policy network (the built-in MLP: values cost no extra policy
+    forward), and for their numpy replicas
     (:mod:`flowrl.policies.replica`); a policy that overrides either, or
     whose ``compute_actions`` was replaced on the instance, is called as before.
     The weights do not change within a ``sample()`` call, so the column holds the
@@ -76,7 +84,8 @@ def defers_vf_preds(policy) -> bool:
     from flowrl.policies.torch_policy import TorchPolicy
     cls = type(policy)
     return (isinstance(policy, TorchPolicy) and cls.compute_actions is TorchPolicy.compute_actions
-            and cls.value is TorchPolicy.value and "compute_actions" not in vars(policy))
+            and cls.value is TorchPolicy.value and "compute_actions" not in vars(policy)
+            and policy.separate_value_network)
 
 
 class VectorSampler:
@@ -105,6 +114,14 @@ class VectorSampler:
         self._ep_t = np.zeros(n, dtype=np.int64)
         self._ep_ret = np.zeros(n, dtype=np.float64)
         self._episodes: list[dict] = []
+        #: Recurrent policies: the state each env's next step starts from, and the
+        #: previous action and reward (zeros at an episode's start).
+        self.recurrent = bool(getattr(policy, "is_recurrent", False))
+        if self.recurrent:
+            self._initial = [np.asarray(s) for s in policy.get_initial_state()]
+            self._state = [np.repeat(s[None], n, axis=0) for s in self._initial]
+            self._prev_actions: np.ndarray | None = None
+            self._prev_rewards = np.zeros(n, np.float32)
         self._buf: dict[str, np.ndarray] | None = None
         self._buf_deferred: bool | None = None
         self.num_forwards = 0
@@ -124,6 +141,10 @@ class VectorSampler:
                SB.T: np.empty((T, N), np.int64)}
         buf.update({k: like(v) for k, v in extra.items()})
         buf.setdefault(SB.VF_PREDS, np.empty((T, N), np.float32))
+        if self.recurrent:
+            buf.update({f"state_in_{i}": like(s) for i, s in enumerate(self._state)})
+            buf[SB.PREV_ACTIONS] = like(actions)
+            buf[SB.PREV_REWARDS] = np.empty((T, N), np.float32)
         return buf
 
     def sample(self) -> SampleBatch:
@@ -133,12 +154,25 @@ class VectorSampler:
         eps_id, ep_t, ep_ret = self._eps_id, self._ep_t, self._ep_ret
         defer = defers_vf_preds(policy)
         buf = self._buf if self._buf_deferred == defer else None
+        recurrent = self.recurrent
         for step in range(T):
-            actions, extra = (policy.compute_actions(obs, explore, vf_preds=False) if defer
-                              else policy.compute_actions(obs, explore))
+            if recurrent:
+                actions, extra = policy.compute_actions(
+                    obs, explore, state_batches=self._state, prev_actions=self._prev_actions,
+                    prev_rewards=self._prev_rewards)
+                if self._prev_actions is None:
+                    self._prev_actions = np.zeros_like(actions)
+            else:
+                actions, extra = (policy.compute_actions(obs, explore, vf_preds=False) if defer
+                                  else policy.compute_actions(obs, explore))
             if buf is None:
                 buf = self._buf = self._allocate(actions, extra)
                 self._buf_deferred = defer
+            if recurrent:
+                for i, s in enumerate(self._state):
+                    buf[f"state_in_{i}"][step] = s
+                buf[SB.PREV_ACTIONS][step] = self._prev_actions
+                buf[SB.PREV_REWARDS][step] = self._prev_rewards
             next_obs, rewards, terms, truncs, infos = venv.step(
                 np.asarray(actions).tolist() if discrete
                 else np.clip(actions, *clip) if clip is not None else actions)
@@ -156,6 +190,15 @@ class VectorSampler:
             ep_t += 1
             ep_ret += rewards
             done = terms | truncs
+            if recurrent:
+                self._state = [extra[f"state_out_{i}"].copy() for i in range(len(self._state))]
+                self._prev_actions = np.array(actions)
+                self._prev_rewards = np.asarray(rewards, np.float32).copy()
+                if done.any():
+                    for s, init in zip(self._state, self._initial):
+                        s[done] = init
+                    self._prev_actions[done] = 0
+                    self._prev_rewards[done] = 0.0
             if done.any():
                 final = infos["final_obs"]
                 for i in np.flatnonzero(done).tolist():
@@ -180,12 +223,25 @@ class VectorSampler:
         parts = [self._obs, buf[SB.NEXT_OBS][steps, envs]]
         if deferred:
             parts.append(buf[SB.OBS].reshape(T * N, *buf[SB.OBS].shape[2:]))
-        values = self.policy.value(np.concatenate(parts))
+        if self.recurrent:  # each from the state after the step before it
+            values = self.policy.value(
+                np.concatenate(parts),
+                state_batches=[np.concatenate([s, buf[f"state_out_{i}"][steps, envs]])
+                               for i, s in enumerate(self._state)],
+                prev_actions=np.concatenate([self._prev_actions,
+                                             buf[SB.ACTIONS][steps, envs]]),
+                prev_rewards=np.concatenate([self._prev_rewards,
+                                             buf[SB.REWARDS][steps, envs]]))
+        else:
+            values = self.policy.value(np.concatenate(parts))
         if deferred:
             buf[SB.VF_PREDS][...] = values[-T * N:].reshape(T, N)
             values = values[:-T * N]
         bootstrap = np.zeros((T, N), np.float32)
         bootstrap[steps, envs] = values[N:]
+        # The fragment's last step, where the episode goes on: V(s_T).
+        open_end = ~(buf[SB.TERMINATEDS][T - 1] | buf[SB.TRUNCATEDS][T - 1])
+        bootstrap[T - 1, open_end] = values[:N][open_end]
         # Env-major rows: env i's T steps are rows i*T .. (i+1)*T - 1, one trajectory.
         # (copies: the buffers are reused by the next sample())
         columns = {k: v.swapaxes(0, 1).copy().reshape(N * T, *v.shape[2:])
