@@ -9,6 +9,8 @@ game each.
 
 from __future__ import annotations
 
+import sys
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -117,3 +119,55 @@ def test_cue_recall_rejects_bad_arguments():
     env.step(0), env.step(0)
     with pytest.raises(gym.error.ResetNeeded):
         env.step(0)
+
+
+# -- MinAtar -----------------------------------------------------------------------------
+
+def test_minatar_breakout_is_a_channels_first_uint8_image():
+    pytest.importorskip("minatar")
+    env = gym.make("flowrl/MinAtarBreakout-v0")
+    assert env.observation_space == gym.spaces.Box(0, 255, (4, 10, 10), np.uint8)
+    assert env.action_space == gym.spaces.Discrete(3)
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (4, 10, 10) and obs.dtype == np.uint8
+    assert set(np.unique(obs)) <= {0, 255}
+    # MinAtar breakout's channels: 0 paddle (one cell of the bottom row), 3 bricks
+    # (rows 1 to 3); channels first puts them at obs[c, row, col]
+    assert obs[0, 9].tolist().count(255) == 1 and not obs[0, :9].any()
+    assert (obs[3, 1:4] == 255).all() and not obs[3, 4:].any()
+    rng = np.random.default_rng(0)
+    total, done, steps = 0.0, False, 0
+    while not done:
+        obs, reward, terminated, truncated, _ = env.step(int(rng.integers(3)))
+        assert obs in env.observation_space
+        total += reward
+        done, steps = terminated or truncated, steps + 1
+    assert terminated and steps > 1 and total >= 0
+
+
+def test_minatar_is_seeded_by_reset_and_passes_gymnasiums_checker():
+    pytest.importorskip("minatar")
+    from gymnasium.utils.env_checker import check_env
+
+    def rollout(seed):
+        env = gym.make("flowrl/MinAtarBreakout-v0")
+        frames = [env.reset(seed=seed)[0]]
+        for t in range(60):
+            obs, _, terminated, truncated, _ = env.step(t % 3)
+            frames.append(obs)
+            if terminated or truncated:
+                frames.append(env.reset()[0])
+        return np.stack(frames)
+
+    np.testing.assert_array_equal(rollout(1), rollout(1))
+    assert not np.array_equal(rollout(1), rollout(2))
+    check_env(gym.make("flowrl/MinAtarBreakout-v0").unwrapped, skip_render_check=True)
+
+
+def test_minatar_missing_or_unknown_game_is_a_config_error(monkeypatch):
+    from flowrl.envs.pixels import MinAtarEnv
+    with pytest.raises(ConfigError, match=r"unknown MinAtar game; choose one of"):
+        MinAtarEnv("pong")
+    monkeypatch.setitem(sys.modules, "minatar", None)   # import minatar fails
+    with pytest.raises(ConfigError, match=r"pip install 'flowrl\[minatar\]'"):
+        gym.make("flowrl/MinAtarBreakout-v0")

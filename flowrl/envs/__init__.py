@@ -1,7 +1,11 @@
 """flowrl's own envs, registered with gymnasium under ``flowrl/`` on import.
 
 - ``flowrl/StatelessCartPole-v1``, ``flowrl/CueRecall-v0``: tasks that need memory
-  (:mod:`flowrl.envs.memory`).
+  (:mod:`flowrl.envs.memory`);
+- ``flowrl/MinAtarBreakout-v0``: a 10x10 pixel task for CNN policies
+  (:mod:`flowrl.envs.pixels`, ``pip install 'flowrl[minatar]'``).
+
+Importing this package does not import minatar.
 
 >>> import gymnasium as gym
 >>> env = gym.make("flowrl/CueRecall-v0", num_cues=2, delay=3)
@@ -14,12 +18,15 @@ from __future__ import annotations
 import gymnasium as gym
 
 from flowrl.envs.memory import CueRecall, StatelessCartPole
+from flowrl.envs.pixels import MinAtarEnv
 
 _IDS = {
     "flowrl/StatelessCartPole-v1": dict(entry_point="flowrl.envs.memory:StatelessCartPole",
                                         max_episode_steps=500, reward_threshold=475.0),
     "flowrl/CueRecall-v0": dict(entry_point="flowrl.envs.memory:CueRecall",
                                 reward_threshold=0.99),
+    "flowrl/MinAtarBreakout-v0": dict(entry_point="flowrl.envs.pixels:MinAtarEnv",
+                                      kwargs={"game": "breakout"}),
 }
 
 
@@ -34,4 +41,4 @@ def register_envs() -> None:
 register_envs()
 
 
-__all__ = ["StatelessCartPole", "CueRecall", "register_envs"]
+__all__ = ["StatelessCartPole", "CueRecall", "MinAtarEnv", "register_envs"]
