@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import flowrl.envs  # noqa: F401  (registers the flowrl/ ids)
-from flowrl.envs import CueRecall
+from flowrl.envs import CueRecall, reports_episode_infos
 from flowrl.errors import ConfigError
 
 
@@ -171,3 +171,143 @@ def test_minatar_missing_or_unknown_game_is_a_config_error(monkeypatch):
     monkeypatch.setitem(sys.modules, "minatar", None)   # import minatar fails
     with pytest.raises(ConfigError, match=r"pip install 'flowrl\[minatar\]'"):
         gym.make("flowrl/MinAtarBreakout-v0")
+
+
+# -- Atari -------------------------------------------------------------------------------
+
+class RawRewards(gym.Wrapper):
+    """Records every reward of the env beneath, since its last reset."""
+
+    def reset(self, **kwargs):
+        self.rewards = []
+        return self.env.reset(**kwargs)
+
+    def step(self, action):
+        out = self.env.step(action)
+        self.rewards.append(out[1])
+        return out
+
+
+def atari_with_raw_rewards(game: str, training: bool):
+    from flowrl.envs.atari import wrap_deepmind
+    pytest.importorskip("ale_py")
+    pytest.importorskip("cv2")
+    flowrl.envs.ensure_registered(f"ALE/{game}-v5")
+    raw = RawRewards(gym.make(f"ALE/{game}-v5", frameskip=1, repeat_action_probability=0.0))
+    return wrap_deepmind(raw, training=training), raw
+
+
+def test_atari_deepmind_observations():
+    pytest.importorskip("ale_py")
+    env = flowrl.envs.make_atari("ALE/Breakout-v5", {})
+    assert env.observation_space == gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    base = env.unwrapped
+    assert base._frameskip == 1 and base.ale.getFloat("repeat_action_probability") == 0.0
+    obs, _ = env.reset(seed=0)
+    assert obs.shape == (4, 84, 84) and obs.dtype == np.uint8
+    assert all(np.array_equal(obs[0], obs[i]) for i in range(4))  # stack padded with it
+    frames = [obs[-1]]
+    for action in [1, 2, 2, 3]:   # FIRE launches the ball, then the paddle moves
+        obs, *_ = env.step(action)
+        frames.append(obs[-1])
+    # the newest frame is last: the stack holds the last 4 frames, oldest first
+    assert all(np.array_equal(obs[i], frames[i + 1]) for i in range(4))
+    assert not np.array_equal(frames[0], frames[-1])
+
+
+def test_atari_env_config_reaches_the_ale_env():
+    pytest.importorskip("ale_py")
+    env = flowrl.envs.make_atari("ALE/Breakout-v5", {"repeat_action_probability": 0.25,
+                                                     "full_action_space": True})
+    assert env.unwrapped.ale.getFloat("repeat_action_probability") == 0.25
+    assert env.action_space == gym.spaces.Discrete(18)
+    raw = flowrl.envs.make_atari("ALE/Breakout-v5", {}, preprocessor_pref=None)
+    assert raw.observation_space.shape == (210, 160, 3)
+    assert raw.unwrapped._frameskip == 4     # ale-py's v5 defaults, untouched
+    assert not reports_episode_infos(raw)
+
+
+def test_atari_training_clips_rewards_and_ends_episodes_at_each_life():
+    env, raw = atari_with_raw_rewards("SpaceInvaders", training=True)
+    ale = env.unwrapped.ale
+    rng = np.random.default_rng(0)
+    env.reset(seed=0)
+    assert ale.lives() == 3
+    clipped, steps, episodes = [], 0, []
+    while True:
+        _, reward, terminated, truncated, info = env.step(int(rng.integers(6)))
+        clipped.append(reward)
+        steps += 1
+        if terminated or truncated:
+            episodes.append(info.get("episode"))
+            if "episode" in info:
+                break
+            lives, frame = ale.lives(), ale.getEpisodeFrameNumber()
+            env.reset()
+            # the game goes on: same lives, clock running (a no-op step of 4 frames)
+            assert ale.lives() == lives and ale.getEpisodeFrameNumber() == frame + 4
+    assert set(clipped) <= {-1.0, 0.0, 1.0}
+    assert len(episodes) == 3 and episodes[:2] == [None, None]   # one per life
+    score = episodes[-1]
+    # the whole game's raw score: every reward beneath the wrappers, unclipped
+    assert score["r"] == sum(raw.rewards) > sum(clipped) > 0
+    # its length counts the agent's steps plus the no-op step after each life loss
+    assert score["l"] == steps + 2
+
+
+def test_atari_evaluation_plays_whole_games_with_raw_rewards():
+    env, raw = atari_with_raw_rewards("SpaceInvaders", training=False)
+    rng = np.random.default_rng(0)
+    env.reset(seed=0)
+    rewards, done = [], False
+    while not done:
+        _, reward, terminated, truncated, info = env.step(int(rng.integers(6)))
+        rewards.append(reward)
+        done = terminated or truncated
+    assert env.unwrapped.ale.lives() == 0 and terminated
+    assert max(rewards) > 1                             # SpaceInvaders scores 5 and up
+    assert info["episode"]["r"] == sum(rewards) == sum(raw.rewards)
+    assert info["episode"]["l"] == len(rewards)
+
+
+def test_atari_config_errors(monkeypatch, tmp_path):
+    pytest.importorskip("ale_py")
+    from flowrl.envs import make_atari
+    with pytest.raises(ConfigError, match=r"preprocessor_pref='rllib' is unknown"):
+        make_atari("ALE/Breakout-v5", {}, preprocessor_pref="rllib")
+    with pytest.raises(ConfigError, match=r"frameskip=4 with preprocessor_pref='deepmind'"):
+        make_atari("ALE/Breakout-v5", {"frameskip": 4})
+    with monkeypatch.context() as m:
+        m.setenv("ALE_ROMS_DIR", str(tmp_path))          # a ROM directory without breakout
+        with pytest.raises(ConfigError, match=r"ROM of game 'breakout' \(breakout.bin\)"):
+            make_atari("ALE/Breakout-v5", {})
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, "cv2", None)
+        with pytest.raises(ConfigError, match=r"needs OpenCV.*pip install 'flowrl\[atari\]'"):
+            make_atari("ALE/Breakout-v5", {})
+
+
+def test_missing_ale_py_is_a_config_error_naming_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "ale_py", None)      # import ale_py fails
+    with pytest.raises(ConfigError, match=r"make_atari\('ALE/Pong-v5'\): ALE envs need ale-py"
+                                          r".*pip install 'flowrl\[atari\]'"):
+        flowrl.envs.make_atari("ALE/Pong-v5", {})
+
+
+# -- reports_episode_infos ---------------------------------------------------------------
+
+def test_reports_episode_infos_walks_the_wrapper_chain():
+    stats = gym.wrappers.RecordEpisodeStatistics
+    cartpole = gym.make("CartPole-v1")
+    assert not reports_episode_infos(cartpole)
+    assert reports_episode_infos(stats(cartpole))
+    assert reports_episode_infos(gym.wrappers.TransformReward(stats(cartpole), float))
+    assert not reports_episode_infos(gym.wrappers.TransformReward(cartpole, float))
+    assert not reports_episode_infos(None) and not reports_episode_infos(object())
+
+    class Loop:
+        pass
+
+    loop = Loop()
+    loop.env = loop                                          # a chain that never ends
+    assert not reports_episode_infos(loop)
