@@ -18,6 +18,7 @@ import pytest
 import flowrl.envs  # noqa: F401  (registers the flowrl/ ids)
 from flowrl.envs import CueRecall, reports_episode_infos
 from flowrl.errors import ConfigError
+from flowrl.workers.rollout_worker import _env_creator
 
 
 # -- StatelessCartPole -----------------------------------------------------------------
@@ -288,10 +289,13 @@ def test_atari_config_errors(monkeypatch, tmp_path):
 
 
 def test_missing_ale_py_is_a_config_error_naming_the_extra(monkeypatch):
+    from flowrl.algorithms.pg import PGConfig
     monkeypatch.setitem(sys.modules, "ale_py", None)      # import ale_py fails
     with pytest.raises(ConfigError, match=r"make_atari\('ALE/Pong-v5'\): ALE envs need ale-py"
                                           r".*pip install 'flowrl\[atari\]'"):
         flowrl.envs.make_atari("ALE/Pong-v5", {})
+    with pytest.raises(ConfigError, match=r"PGConfig.env='ALE/Pong-v5': .*flowrl\[atari\]"):
+        PGConfig(env="ALE/Pong-v5")
 
 
 # -- reports_episode_infos ---------------------------------------------------------------
@@ -311,3 +315,65 @@ def test_reports_episode_infos_walks_the_wrapper_chain():
     loop = Loop()
     loop.env = loop                                          # a chain that never ends
     assert not reports_episode_infos(loop)
+
+
+def test_atari_chains_report_whole_games():
+    pytest.importorskip("ale_py")
+    for training in (True, False):
+        assert reports_episode_infos(_env_creator("ALE/Breakout-v5", {},
+                                                  training=training)())
+
+
+# -- plumbing: workers, config, CLI ------------------------------------------------------
+
+def test_env_creator_registers_flowrl_ids_in_a_fresh_process(monkeypatch):
+    # a Ray worker starts without flowrl.envs imported: the id is unknown there
+    monkeypatch.delitem(gym.registry, "flowrl/CueRecall-v0")
+    env = _env_creator("flowrl/CueRecall-v0", {"num_cues": 3, "delay": 2})()
+    assert env.observation_space.shape == (5,) and env.unwrapped.delay == 2
+
+
+def test_env_creator_wraps_ale_ids_by_preprocessor_pref():
+    pytest.importorskip("ale_py")
+    from flowrl.envs.atari import EpisodicLifeEnv
+
+    def has_episodic_life(env):
+        while env is not None:
+            if isinstance(env, EpisodicLifeEnv):
+                return True
+            env = getattr(env, "env", None)
+        return False
+
+    train = _env_creator("ALE/Breakout-v5", {}, "deepmind")()
+    assert train.observation_space.shape == (4, 84, 84) and has_episodic_life(train)
+    evaluate = _env_creator("ALE/Breakout-v5", {}, "deepmind", training=False)()
+    assert evaluate.observation_space.shape == (4, 84, 84) and not has_episodic_life(evaluate)
+    assert _env_creator("ALE/Breakout-v5", {}, None)().observation_space.shape == (210, 160, 3)
+
+
+def test_preprocessor_pref_is_validated_and_travels_to_workers():
+    pytest.importorskip("ale_py")
+    from flowrl.algorithms.pg import PG, PGConfig
+    from flowrl.policies import PGPolicy
+    from flowrl.workers.rollout_worker import RolloutWorker
+    with pytest.raises(ConfigError, match=r"PGConfig.preprocessor_pref='rllib': must be one "
+                                          r"of \['deepmind'\] or None"):
+        PGConfig(env="CartPole-v1", preprocessor_pref="rllib")
+    assert PGConfig(env="CartPole-v1").preprocessor_pref == "deepmind"
+    for pref, shape in (("deepmind", (4, 84, 84)), (None, (210, 160, 3))):
+        config = PGConfig(env="ALE/Breakout-v5", preprocessor_pref=pref)
+        kwargs = PG.worker_config(config).worker_kwargs(PGPolicy)
+        worker = RolloutWorker(config.env, worker_index=1, **kwargs)
+        assert worker.env.observation_space.shape == shape
+        worker.stop()
+
+
+def test_cli_trains_on_a_flowrl_env(tmp_path, capsys):
+    from flowrl.cli import main
+    argv = ["train", "ppo", "--env", "flowrl/StatelessCartPole-v1", "--stop-iters", "1",
+            "--run-dir", str(tmp_path), "--quiet", "--no-tensorboard", "--num-workers", "0",
+            "--set", "train_batch_size=64", "--set", "rollout_fragment_length=64",
+            "--set", "sgd_minibatch_size=32", "--set", "num_sgd_iter=1",
+            "--set", "preprocessor_pref=null"]
+    assert main(argv) == 0, capsys.readouterr().err
+    assert list(tmp_path.glob("ppo-flowrl_StatelessCartPole-v1-*/result.jsonl"))
