@@ -9,9 +9,10 @@ the ale-py wheel ships the ROMs) and wraps it, innermost first:
 2. ``gymnasium.wrappers.AtariPreprocessing``: up to 30 no-op starts, frame skip 4
    with a max-pool over the last two frames, 84x84 grayscale, uint8;
 3. ``gymnasium.wrappers.RecordEpisodeStatistics``: sees whole games and raw
-   rewards, so ``info["episode"] = {"r": score, "l": agent steps, "t": seconds}``
+   rewards, so ``info["episode"] = {"r": score, "l": steps, "t": seconds}``
    appears exactly when a game ends (all lives lost, or ALE's frame limit), with
-   the game's own unclipped score;
+   the game's own unclipped score (``"l"`` counts the agent's steps plus, in
+   training, the no-op step after each lost life);
 4. training only: :class:`EpisodicLifeEnv` (a life loss ends the training episode;
    the reset that follows continues the game) and sign-clipped rewards;
 5. ``gymnasium.wrappers.FrameStackObservation``: the last 4 frames, channels first,
