@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
 from flowrl.checkpoint import CHECKPOINT_FILE  # noqa: F401  (re-exported)
+from flowrl.envs import PREPROCESSOR_PREFS, ensure_registered
 from flowrl.models.config import ModelConfig
 from flowrl.errors import ConfigError, FlowError
 from flowrl.graph.plan import Plan
@@ -166,6 +167,7 @@ def check_env(env: Any, where: str) -> None:
         raise ConfigError(f"{where}={env!r}: give a registered gymnasium env id "
                           "(e.g. 'CartPole-v1') or a callable env_creator(env_config)")
     import gymnasium as gym
+    ensure_registered(env, f"{where}={env!r}")  # flowrl/ and ALE/ ids register on import
     try:
         gym.spec(env)
     except Exception:  # gymnasium raises several error types, all meaning "unknown"
@@ -202,6 +204,11 @@ class AlgorithmConfig:
     replacements over the whole run. Results report ``num_healthy_workers``,
     ``num_worker_restarts`` and ``num_lost_requests``.
 
+    ``preprocessor_pref`` (RLlib's name) applies to ``ALE/`` env ids only:
+    ``"deepmind"`` (default) wraps them in the DeepMind preprocessing, None leaves
+    the raw ale-py env (:func:`flowrl.envs.make_atari`). Workers get it with
+    ``env_config``, through :class:`~flowrl.workers.WorkerConfig`.
+
     >>> AlgorithmConfig(env="CartPole-v1", num_workers=-1)
     Traceback (most recent call last):
     ...
@@ -229,6 +236,7 @@ class AlgorithmConfig:
     ignore_worker_failures: bool = False
     max_worker_restarts: int | None = None
     sample_timeout_s: float | None = None
+    preprocessor_pref: str | None = "deepmind"
 
     checks: ClassVar[dict[str, tuple]] = {
         "num_workers": _int_ge(0), "num_envs_per_worker": _int_ge(1),
@@ -241,6 +249,7 @@ class AlgorithmConfig:
         "recreate_failed_workers": _BOOL, "ignore_worker_failures": _BOOL,
         "max_worker_restarts": _or_none(_int_ge(0)),
         "sample_timeout_s": _or_none(_num(0, open_lo=True)),
+        "preprocessor_pref": _or_none(_one_of(PREPROCESSOR_PREFS)),
     }
 
     def __post_init__(self) -> None:
@@ -475,7 +484,8 @@ class Algorithm:
             recreate_failed_workers=config.recreate_failed_workers,
             ignore_worker_failures=config.ignore_worker_failures,
             max_worker_restarts=config.max_worker_restarts,
-            sample_timeout_s=config.sample_timeout_s)
+            sample_timeout_s=config.sample_timeout_s,
+            preprocessor_pref=config.preprocessor_pref)
 
     # -- running -----------------------------------------------------------------
     @property

@@ -99,8 +99,20 @@ def as_policy_spec(pid: str, value: Any, default_class: Callable[..., Any] | Non
     return spec
 
 
-def _env_creator(env, env_config: dict) -> Callable[[], Any]:
+def _env_creator(env, env_config: dict, preprocessor_pref: str | None = "deepmind", *,
+                 training: bool = True) -> Callable[[], Any]:
+    """A function making one env: ``env(env_config)`` for a creator; for an id,
+    ``gymnasium.make(env, **env_config)`` after making the id's namespace known in
+    this process (a Ray worker imports nothing for it otherwise: ``flowrl/`` ids
+    need :mod:`flowrl.envs`, ``ALE/`` ids ale-py). ``ALE/`` ids go through
+    :func:`flowrl.envs.make_atari` with ``preprocessor_pref`` and ``training``
+    (False for evaluation: whole games, raw rewards)."""
     if isinstance(env, str):
+        from flowrl.envs import ensure_registered, is_atari_id, make_atari
+        ensure_registered(env)
+        if is_atari_id(env):
+            return lambda: make_atari(env, env_config, preprocessor_pref=preprocessor_pref,
+                                      training=training)
         return lambda: gym.make(env, **env_config)
     if callable(env):
         return lambda: env(env_config)
@@ -128,7 +140,9 @@ class RolloutWorker(ShardHost):
     :class:`PolicySpec`, the seeds' 4-tuple or a class) with
     ``policy_mapping_fn(agent_id, episode) -> policy id``, called once per agent per
     episode (a one-argument ``fn(agent_id)`` is accepted too). ``env`` is the env
-    object the creator returned first (``worker.env``).
+    object the creator returned first (``worker.env``). ``preprocessor_pref``
+    (``"deepmind"`` or None) applies to ``ALE/`` ids only
+    (:func:`flowrl.envs.make_atari`).
 
     >>> from flowrl.policies import PGPolicy
     >>> w = RolloutWorker("CartPole-v1", policy=PGPolicy, num_envs=2,
@@ -146,7 +160,7 @@ class RolloutWorker(ShardHost):
                  policies_to_train: Iterable[str] | None = None,
                  num_envs: int = 1, rollout_fragment_length: int = 200,
                  seed: int | None = None, worker_index: int = 0, explore: bool = True,
-                 torch_threads: int | None = None):
+                 torch_threads: int | None = None, preprocessor_pref: str | None = "deepmind"):
         for name, value in (("num_envs", num_envs),
                             ("rollout_fragment_length", rollout_fragment_length)):
             if not isinstance(value, int) or value < 1:
@@ -169,7 +183,8 @@ class RolloutWorker(ShardHost):
                                   "in its PolicySpec (None is filled in only by an Algorithm)")
         policy_mapping_fn = as_mapping_fn(policy_mapping_fn)
 
-        create = _env_creator(env, self.env_config)
+        self.preprocessor_pref = preprocessor_pref
+        create = _env_creator(env, self.env_config, preprocessor_pref)
         first = self.env = create()
         eps_base = worker_index << 32
         if isinstance(first, MultiAgentEnv):

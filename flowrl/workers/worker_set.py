@@ -77,6 +77,8 @@ class WorkerConfig:
     act through torch-free replicas (:mod:`flowrl.policies.replica`); set it False
     when remote workers will learn or compute gradients from the start (A3C), so
     they build the real policy with the worker instead of on first use.
+    ``preprocessor_pref`` (``"deepmind"`` or None) is how workers wrap ``ALE/``
+    env ids (:func:`flowrl.envs.make_atari`); it travels like ``env_config``.
 
     >>> WorkerConfig(num_envs_per_worker=0)
     Traceback (most recent call last):
@@ -100,6 +102,7 @@ class WorkerConfig:
     max_worker_restarts: int | None = None
     sample_timeout_s: float | None = None
     numpy_replicas: bool = True
+    preprocessor_pref: str | None = "deepmind"
 
     @property
     def tolerates_failures(self) -> bool:
@@ -123,7 +126,8 @@ class WorkerConfig:
         kwargs: dict[str, Any] = dict(
             env_config=self.env_config, num_envs=self.num_envs_per_worker,
             rollout_fragment_length=self.rollout_fragment_length, seed=self.seed,
-            explore=self.explore, policies_to_train=self.policies_to_train)
+            explore=self.explore, policies_to_train=self.policies_to_train,
+            preprocessor_pref=self.preprocessor_pref)
         if self.policies is not None:
             kwargs.update(policies=self.policies, policy_mapping_fn=self.policy_mapping_fn)
         else:
