@@ -29,11 +29,13 @@ def evaluate_policy(algo, episodes: int, seed: int | None = None,
                     explore: bool = False, max_steps: int = 100_000) -> dict[str, Any]:
     """Play ``episodes`` episodes with ``algo``'s learner policy; returns ``returns``,
     ``lengths``, ``mean``, ``std``, ``min``, ``max``. An episode longer than
-    ``max_steps`` steps is cut there (an env without a time limit cannot hang it)."""
+    ``max_steps`` steps is cut there (an env without a time limit cannot hang it).
+    Envs are made for evaluation (Atari: whole games, raw scores); a recurrent
+    policy carries its state through each episode."""
     import gymnasium as gym
 
     from flowrl.workers.multi_agent_env import MultiAgentEnv
-    from flowrl.workers.rollout_worker import _env_creator
+    from flowrl.workers.rollout_worker import flat_observations, make_env_creator
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ConfigError(f"evaluate(episodes={episodes!r}): must be an int >= 1")
     local = algo.workers.local_worker()
@@ -41,9 +43,12 @@ def evaluate_policy(algo, episodes: int, seed: int | None = None,
         raise ConfigError("evaluate: the algorithm has several policies "
                           f"{sorted(local.policy_map)}; evaluation plays single-agent envs")
     policy = next(iter(local.policy_map.values()))
-    env = _env_creator(algo.config.env, dict(algo.config.env_config))()
+    env = make_env_creator(algo.config.env, dict(algo.config.env_config),
+                           algo.config.preprocessor_pref, training=False)()
     if isinstance(env, MultiAgentEnv):
         raise ConfigError("evaluate: the env is multi-agent; evaluation plays single-agent envs")
+    env = flat_observations(env)
+    recurrent = getattr(policy, "is_recurrent", False)
     space = env.action_space
     clip = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
     returns, lengths = [], []
@@ -51,12 +56,22 @@ def evaluate_policy(algo, episodes: int, seed: int | None = None,
         for i in range(episodes):
             obs, _ = env.reset(seed=None if seed is None else seed + i)
             total, steps, done = 0.0, 0, False
+            memory: dict = {}  # a recurrent policy's state, previous action and reward
+            if recurrent:
+                memory = {"state_batches": [s[None] for s in policy.get_initial_state()],
+                          "prev_actions": None, "prev_rewards": np.zeros(1, np.float32)}
             while not done and steps < max_steps:
-                actions, _ = policy.compute_actions(np.asarray(obs)[None], explore=explore)
+                actions, extra = policy.compute_actions(np.asarray(obs)[None], explore=explore,
+                                                        **memory)
                 action = actions[0]
                 if clip is not None:
                     action = np.clip(action, *clip)
                 obs, reward, terminated, truncated, _ = env.step(action)
+                if recurrent:
+                    memory = {"state_batches": [extra[f"state_out_{k}"]
+                                                for k in range(len(memory["state_batches"]))],
+                              "prev_actions": actions,
+                              "prev_rewards": np.asarray([reward], np.float32)}
                 total += float(reward)
                 steps += 1
                 done = terminated or truncated

@@ -172,6 +172,8 @@ def apply_overrides(spec: dict[str, Any], overrides: Sequence[str]) -> dict[str,
                 raise ConfigError(f"--set {text!r}: write field.key=value, e.g. "
                                   "--set env_config.size=5")
             current = spec["config"].get(head, {})
+            if head == "model" and isinstance(current, (list, tuple)):
+                current = {"fcnet_hiddens": list(current)}  # hidden sizes, as a dict
             if not isinstance(current, dict):
                 raise ConfigError(f"--set {key}: config field {head!r} is not a mapping")
             spec["config"][head] = {**current, rest: value}

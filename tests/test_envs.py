@@ -18,7 +18,7 @@ import pytest
 import flowrl.envs  # noqa: F401  (registers the flowrl/ ids)
 from flowrl.envs import CueRecall, reports_episode_infos
 from flowrl.errors import ConfigError
-from flowrl.workers.rollout_worker import _env_creator
+from flowrl.workers.rollout_worker import make_env_creator
 
 
 # -- StatelessCartPole -----------------------------------------------------------------
@@ -320,7 +320,7 @@ def test_reports_episode_infos_walks_the_wrapper_chain():
 def test_atari_chains_report_whole_games():
     pytest.importorskip("ale_py")
     for training in (True, False):
-        assert reports_episode_infos(_env_creator("ALE/Breakout-v5", {},
+        assert reports_episode_infos(make_env_creator("ALE/Breakout-v5", {},
                                                   training=training)())
 
 
@@ -329,7 +329,7 @@ def test_atari_chains_report_whole_games():
 def test_env_creator_registers_flowrl_ids_in_a_fresh_process(monkeypatch):
     # a Ray worker starts without flowrl.envs imported: the id is unknown there
     monkeypatch.delitem(gym.registry, "flowrl/CueRecall-v0")
-    env = _env_creator("flowrl/CueRecall-v0", {"num_cues": 3, "delay": 2})()
+    env = make_env_creator("flowrl/CueRecall-v0", {"num_cues": 3, "delay": 2})()
     assert env.observation_space.shape == (5,) and env.unwrapped.delay == 2
 
 
@@ -344,11 +344,11 @@ def test_env_creator_wraps_ale_ids_by_preprocessor_pref():
             env = getattr(env, "env", None)
         return False
 
-    train = _env_creator("ALE/Breakout-v5", {}, "deepmind")()
+    train = make_env_creator("ALE/Breakout-v5", {}, "deepmind")()
     assert train.observation_space.shape == (4, 84, 84) and has_episodic_life(train)
-    evaluate = _env_creator("ALE/Breakout-v5", {}, "deepmind", training=False)()
+    evaluate = make_env_creator("ALE/Breakout-v5", {}, "deepmind", training=False)()
     assert evaluate.observation_space.shape == (4, 84, 84) and not has_episodic_life(evaluate)
-    assert _env_creator("ALE/Breakout-v5", {}, None)().observation_space.shape == (210, 160, 3)
+    assert make_env_creator("ALE/Breakout-v5", {}, None)().observation_space.shape == (210, 160, 3)
 
 
 def test_preprocessor_pref_is_validated_and_travels_to_workers():

@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterable, Iterator
 import gymnasium as gym
 
 from flowrl.batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
+from flowrl.envs import reports_episode_infos
 from flowrl.errors import ConfigError
 from flowrl.runtime.shard_host import ShardHost
 from flowrl.policies.replica import NumpyActingPolicy, is_replica_state, set_policy_state
@@ -99,7 +100,7 @@ def as_policy_spec(pid: str, value: Any, default_class: Callable[..., Any] | Non
     return spec
 
 
-def _env_creator(env, env_config: dict, preprocessor_pref: str | None = "deepmind", *,
+def make_env_creator(env, env_config: dict, preprocessor_pref: str | None = "deepmind", *,
                  training: bool = True) -> Callable[[], Any]:
     """A function making one env: ``env(env_config)`` for a creator; for an id,
     ``gymnasium.make(env, **env_config)`` after making the id's namespace known in
@@ -118,6 +119,15 @@ def _env_creator(env, env_config: dict, preprocessor_pref: str | None = "deepmin
         return lambda: env(env_config)
     raise ConfigError(f"RolloutWorker(env={env!r}): env must be a registered gymnasium id "
                       "or a callable env_creator(env_config) -> env")
+
+
+def flat_observations(env: Any) -> Any:
+    """``env`` with ``Dict``/``Tuple`` observations flattened to one ``Box`` (gymnasium's
+    ``FlattenObservation``: discrete parts one-hot), as models take them; any
+    other env as it is."""
+    if isinstance(getattr(env, "observation_space", None), (gym.spaces.Dict, gym.spaces.Tuple)):
+        return gym.wrappers.FlattenObservation(env)
+    return env
 
 
 def _set_torch_threads(n: int) -> None:
@@ -184,7 +194,7 @@ class RolloutWorker(ShardHost):
         policy_mapping_fn = as_mapping_fn(policy_mapping_fn)
 
         self.preprocessor_pref = preprocessor_pref
-        create = _env_creator(env, self.env_config, preprocessor_pref)
+        create = make_env_creator(env, self.env_config, preprocessor_pref)
         first = self.env = create()
         eps_base = worker_index << 32
         if isinstance(first, MultiAgentEnv):
@@ -206,8 +216,9 @@ class RolloutWorker(ShardHost):
                 raise ConfigError(f"RolloutWorker: env {env!r} is single-agent but "
                                   f"{len(specs)} policies were given; give one policy or a "
                                   "MultiAgentEnv")
+            first = self.env = flat_observations(first)
             self.envs = [gym.vector.SyncVectorEnv(
-                [lambda: first] + [create] * (num_envs - 1),
+                [lambda: first] + [lambda: flat_observations(create())] * (num_envs - 1),
                 autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)]
             venv = self.envs[0]
             (pid, spec), = specs.items()
@@ -215,7 +226,8 @@ class RolloutWorker(ShardHost):
                 pid, spec, venv.single_observation_space, venv.single_action_space)}
             self.sampler = VectorSampler(venv, self.policy_map[pid],
                                          fragment_length=rollout_fragment_length,
-                                         seed=self.seed, explore=explore, eps_id_base=eps_base)
+                                         seed=self.seed, explore=explore, eps_id_base=eps_base,
+                                         episode_infos=reports_episode_infos(first))
         self.policy_mapping_fn = policy_mapping_fn
         to_train = list(self.policy_map) if policies_to_train is None else list(policies_to_train)
         unknown = sorted(set(to_train) - set(self.policy_map))
@@ -265,6 +277,11 @@ class RolloutWorker(ShardHost):
                                   "agents' spaces differ, so its spaces are unknown; set "
                                   "PolicySpec observation_space and action_space")
             out[pid] = self._build_policy(pid, spec, obs_space, act_space)
+            if getattr(out[pid], "is_recurrent", False):
+                raise ConfigError(f"RolloutWorker: policy {pid!r} is recurrent (model.use_lstm "
+                                  "or a stateful custom model), which multi-agent sampling does "
+                                  "not carry state for yet; use a feed-forward model for "
+                                  "multi-agent envs")
         return out
 
     # -- sampling ----------------------------------------------------------------

@@ -92,15 +92,21 @@ class VectorSampler:
     """Collects postprocessed fragments from ``venv`` with ``policy``.
 
     ``venv`` must be a gymnasium vector env in ``SAME_STEP`` autoreset mode;
-    ``eps_id_base`` makes episode ids unique across workers. ``num_forwards``
+    ``eps_id_base`` makes episode ids unique across workers. ``episode_infos``: the
+    reported episodes are the ones the envs report in ``info["episode"]``
+    (gymnasium's ``RecordEpisodeStatistics`` beneath wrappers that end training
+    episodes early or change rewards, as Atari's episodic life and reward
+    clipping do: whole games, raw scores) instead of the sampler's own counts. ``num_forwards``
     counts the policy's ``compute_actions`` calls. ``Discrete`` actions reach the
     envs as Python ints (as in the multi-agent sampler), ``Box`` actions as numpy
     rows clipped to the bounds; the batch keeps the policy's numpy actions.
     """
 
     def __init__(self, venv: gym.vector.VectorEnv, policy, *, fragment_length: int,
-                 seed: int | None, explore: bool = True, eps_id_base: int = 0):
+                 seed: int | None, explore: bool = True, eps_id_base: int = 0,
+                 episode_infos: bool = False):
         self.venv, self.policy = venv, policy
+        self.episode_infos = episode_infos
         self.explore = explore
         self.num_envs, self.fragment_length = venv.num_envs, fragment_length
         space = venv.single_action_space
@@ -201,10 +207,17 @@ class VectorSampler:
                     self._prev_rewards[done] = 0.0
             if done.any():
                 final = infos["final_obs"]
+                final_info = infos.get("final_info", {}) if self.episode_infos else {}
+                games = final_info.get("_episode")
                 for i in np.flatnonzero(done).tolist():
                     new_obs[i] = final[i]
-                    self._episodes.append({"episode_reward": float(ep_ret[i]),
-                                           "episode_len": int(ep_t[i])})
+                    if not self.episode_infos:
+                        self._episodes.append({"episode_reward": float(ep_ret[i]),
+                                               "episode_len": int(ep_t[i])})
+                    elif games is not None and games[i]:
+                        game = final_info["episode"]
+                        self._episodes.append({"episode_reward": float(game["r"][i]),
+                                               "episode_len": int(game["l"][i])})
                     eps_id[i] = self._next_eps
                     self._next_eps += 1
                     ep_t[i] = 0

@@ -1,0 +1,354 @@
+"""Models: the catalog, recurrent state through sampling and learning, custom models.
+
+Sequence cutting, padding and masking are checked against hand-computed cases;
+the learner's forward over cut sequences must reproduce what the workers computed
+while acting (the state really is carried, reset and restarted), and padding must
+not change any loss or gradient.
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from flowrl.algorithms import (A3C, A3CConfig, DQN, DQNConfig, IMPALA, IMPALAConfig, PPO,
+                               PPOConfig)
+from flowrl.batch import SampleBatch as SB
+from flowrl.errors import ConfigError
+from flowrl.models import ModelConfig, TorchModelV2, get_model, register_model
+from flowrl.models.recurrent import LSTMWrapper
+from flowrl.models.sequences import (SEQ_BOOTSTRAP_VALUE, SEQ_LENS, SEQ_MASK, cut_sequences,
+                                     pad_sequences, sequence_mask)
+from flowrl.policies import IMPALAPolicy, PPOPolicy
+from flowrl.workers import RolloutWorker
+
+RAY = pytest.param("ray", marks=pytest.mark.ray)
+BOX = gym.spaces.Box(-1, 1, (3,), np.float32)
+TWO = gym.spaces.Discrete(2)
+LSTM = {"use_lstm": True, "lstm_cell_size": 8, "max_seq_len": 4,
+        "lstm_use_prev_action": True, "lstm_use_prev_reward": True}
+
+
+def _backend(backend, request):
+    if backend == "ray":
+        request.getfixturevalue("ray_session")
+    return backend
+
+
+# -- ModelConfig -----------------------------------------------------------------
+def test_model_config_accepts_sizes_dicts_and_itself_and_names_bad_fields():
+    assert ModelConfig.coerce((32,)) == ModelConfig(fcnet_hiddens=(32,))
+    assert ModelConfig.coerce({"use_lstm": True}).use_lstm
+    config = ModelConfig(max_seq_len=5)
+    assert ModelConfig.coerce(config) is config
+    assert PPOConfig(env="CartPole-v1", model=[16]).model.fcnet_hiddens == (16,)
+    with pytest.raises(ConfigError, match=r"PPOConfig\.model\.conv_filters\[1\]=\[8, 3\]: give "
+                                          r"\[out_channels, kernel, stride\]"):
+        PPOConfig(env="CartPole-v1", model={"conv_filters": [[8, 3, 1], [8, 3]]})
+    with pytest.raises(ConfigError, match=r"model\.lstm_cel_size: unknown model field; did you "
+                                          r"mean lstm_cell_size\?"):
+        ModelConfig.coerce({"lstm_cel_size": 8})
+    with pytest.raises(ConfigError, match=r"model\.use_lstm='yes': must be true or false"):
+        ModelConfig.coerce({"use_lstm": "yes"})
+
+
+# -- sequences: hand-computed cases ----------------------------------------------
+def test_cut_sequences_splits_at_episodes_gaps_and_max_seq_len():
+    # episode 3 runs t=0..4 (cut at 3 steps), then episode 4 t=0..1, then a gap in
+    # episode 4's t (another fragment), then a one-step episode 9
+    eps = np.array([3, 3, 3, 3, 3, 4, 4, 4, 4, 9])
+    t = np.array([0, 1, 2, 3, 4, 0, 1, 7, 8, 0])
+    starts, lens = cut_sequences(eps, t, max_seq_len=3)
+    assert starts.tolist() == [0, 3, 5, 7, 9]
+    assert lens.tolist() == [3, 2, 2, 2, 1]
+    padded = pad_sequences(np.arange(10) + 10, starts, lens, 3)
+    assert padded.tolist() == [[10, 11, 12], [13, 14, 0], [15, 16, 0], [17, 18, 0], [19, 0, 0]]
+    assert sequence_mask(lens, 3).sum() == 10
+    images = np.arange(10 * 2, dtype=np.uint8).reshape(10, 2)
+    assert pad_sequences(images, starts, lens, 3).dtype == np.uint8  # dtype kept
+
+
+def test_lstm_state_out_is_taken_at_each_sequences_true_end_not_at_the_padding():
+    # ray-project/ray#21392: the state must come from step seq_len, not max_seq_len.
+    torch.manual_seed(0)
+    model = get_model(BOX, TWO, 2, {"use_lstm": True, "lstm_cell_size": 5})
+    lens = torch.tensor([3, 1, 2])
+    steps = 4
+    x = torch.randn(3, steps, 3)
+    x[sequence_mask(lens.numpy(), steps) == 0] = 0.0
+    h0, c0 = torch.randn(3, 5), torch.randn(3, 5)
+    with torch.no_grad():
+        out, (h, c) = model({"obs_flat": x.reshape(-1, 3)}, [h0, c0], lens)
+        for b in range(3):  # one step at a time from the same start state
+            state = [h0[b:b + 1], c0[b:b + 1]]
+            for step in range(int(lens[b])):
+                o, state = model({"obs_flat": x[b, step:step + 1]}, state, torch.ones(1))
+                torch.testing.assert_close(o[0], out.reshape(3, steps, -1)[b, step])
+            torch.testing.assert_close(state[0][0], h[b])
+            torch.testing.assert_close(state[1][0], c[b])
+
+
+# -- recurrent sampling and learning ---------------------------------------------
+def _recurrent_worker(policy_cls=PPOPolicy, **kwargs):
+    return RolloutWorker(env="flowrl/CueRecall-v0", env_config={"num_cues": 3, "delay": 3},
+                         policy=policy_cls, policy_config={"model": LSTM, **kwargs},
+                         num_envs=3, rollout_fragment_length=11, seed=0)
+
+
+def test_workers_carry_state_per_env_and_reset_it_at_episode_starts():
+    batch = _recurrent_worker().sample()
+    for k in ("state_in_0", "state_in_1", "state_out_0", "state_out_1", SB.PREV_ACTIONS,
+              SB.PREV_REWARDS):
+        assert k in batch, k
+    first = batch[SB.T] == 0
+    assert (batch["state_in_0"][first] == 0).all() and (batch["state_in_1"][first] == 0).all()
+    assert (batch[SB.PREV_ACTIONS][first] == 0).all() and (batch[SB.PREV_REWARDS][first] == 0).all()
+    same = (batch[SB.EPS_ID][1:] == batch[SB.EPS_ID][:-1]) & (batch[SB.T][1:] == batch[SB.T][:-1] + 1)
+    assert same.sum() > 10
+    np.testing.assert_array_equal(batch["state_in_0"][1:][same], batch["state_out_0"][:-1][same])
+    np.testing.assert_array_equal(batch[SB.PREV_ACTIONS][1:][same], batch[SB.ACTIONS][:-1][same])
+    np.testing.assert_array_equal(batch[SB.PREV_REWARDS][1:][same], batch[SB.REWARDS][:-1][same])
+    assert not (batch["state_in_0"][~first] == 0).all()  # the state moved during episodes
+
+
+def test_learner_sequences_reproduce_what_the_workers_computed_while_acting():
+    worker = _recurrent_worker()
+    policy = worker.get_policy()
+    batch = worker.sample()
+    train = policy._train_tensors(batch)
+    mask = train[SEQ_MASK]
+    assert mask.shape[1] == policy.max_seq_len and mask.sum() == batch.count
+    with torch.no_grad():
+        inputs, values = policy.model_out(policy._rows(train))
+    flat = mask.reshape(-1)
+    expected = pad_sequences(batch[SB.ACTION_DIST_INPUTS],
+                             *cut_sequences(batch[SB.EPS_ID], batch[SB.T], policy.max_seq_len),
+                             mask.shape[1]).reshape(-1, 3)[flat.numpy()]
+    np.testing.assert_allclose(inputs[flat].numpy(), expected, atol=1e-5)
+    np.testing.assert_allclose(values[flat].numpy(),
+                               train[SB.VF_PREDS].reshape(-1)[flat].numpy(), atol=1e-5)
+
+
+def test_padding_changes_no_loss_and_no_gradient():
+    worker = _recurrent_worker()
+    policy = worker.get_policy()
+    batch = worker.sample()
+    train = policy._train_tensors(batch)
+    assert (~train[SEQ_MASK]).any()  # there is padding to poison
+
+    def loss_and_grads(t):
+        policy.model.zero_grad()
+        loss, _ = policy.loss(policy._rows(t))
+        loss.backward()
+        return loss.detach(), [p.grad.clone() for p in policy.model.parameters()]
+
+    clean = loss_and_grads(train)
+    pad = ~train[SEQ_MASK]
+    poisoned = {k: v.clone() for k, v in train.items()}
+    for k in (SB.OBS, SB.ADVANTAGES, SB.VALUE_TARGETS, SB.ACTION_LOGP, SB.VF_PREDS,
+              SB.PREV_REWARDS):
+        poisoned[k][pad] = 1e3
+    dirty = loss_and_grads(poisoned)
+    torch.testing.assert_close(clean[0], dirty[0])
+    for a, b in zip(clean[1], dirty[1]):
+        torch.testing.assert_close(a, b)
+
+
+def test_ppo_minibatches_shuffle_whole_sequences():
+    worker = _recurrent_worker(sgd_minibatch_size=8, num_sgd_iter=2)
+    policy = worker.get_policy()
+    batch = worker.sample()
+    seen = []
+    step = policy.sgd_step
+    policy.sgd_step = lambda mb: seen.append(mb.copies[0][SEQ_LENS].clone()) or step(mb)
+    policy.learn_on_batch(batch)
+    n_seqs = len(cut_sequences(batch[SB.EPS_ID], batch[SB.T], 4)[0])
+    assert all(len(s) <= 2 for s in seen)  # 8 rows // max_seq_len 4 = 2 sequences
+    per_epoch = sum(len(s) for s in seen) // 2
+    assert per_epoch == n_seqs
+
+
+def test_vtrace_runs_time_major_over_sequences_against_a_hand_computed_case():
+    # on-policy with clip thresholds 1: vs is the n-step return bootstrapped from
+    # each sequence's seq_bootstrap_value (gamma 0.5, rewards 1)
+    policy = IMPALAPolicy(BOX, TWO, model=LSTM, gamma=0.5)
+    lens = torch.tensor([3, 2])
+    train = {SB.EPS_ID: torch.tensor([1, 1, 1, 2, 2, 0]), SB.T: torch.tensor([0, 1, 2, 5, 6, 0]),
+             SB.TERMINATEDS: torch.tensor([False, False, False, False, True, False]),
+             SB.TRUNCATEDS: torch.zeros(6, dtype=torch.bool),
+             SB.REWARDS: torch.tensor([1.0, 1, 1, 1, 1, 0]),
+             SB.ACTION_LOGP: torch.zeros(6), SEQ_LENS: lens,
+             SEQ_MASK: torch.tensor([True, True, True, True, True, False]),
+             SEQ_BOOTSTRAP_VALUE: torch.tensor([5.0, 0.0])}
+    vs, _ = policy.vtrace_targets(train, torch.zeros(6), torch.full((6,), 0.25))
+    np.testing.assert_allclose(vs[:5].numpy(), [2.375, 2.75, 3.5, 1.5, 1.0])
+
+
+@pytest.mark.parametrize("backend", ["local", RAY])
+@pytest.mark.parametrize("algo_cls, config_cls, extra", [
+    (PPO, PPOConfig, {"sgd_minibatch_size": 32, "num_sgd_iter": 2}),
+    (IMPALA, IMPALAConfig, {}), (A3C, A3CConfig, {})])
+def test_lstm_trains_end_to_end(algo_cls, config_cls, extra, backend, request):
+    config = config_cls(env="flowrl/CueRecall-v0", env_config={"num_cues": 2, "delay": 2},
+                        num_workers=1, backend=_backend(backend, request), seed=0, model=LSTM,
+                        rollout_fragment_length=16, train_batch_size=64, **extra)
+    algo = algo_cls(config)
+    try:
+        for _ in range(2):
+            result = algo.train()
+        assert result["timesteps_total"] > 0 and np.isfinite(result["episode_reward_mean"])
+    finally:
+        algo.stop()
+
+
+def test_a_restored_recurrent_run_keeps_training(tmp_path):
+    def make():
+        return PPO(PPOConfig(env="flowrl/StatelessCartPole-v1", seed=0, model=LSTM,
+                             rollout_fragment_length=32, train_batch_size=64,
+                             sgd_minibatch_size=16, num_sgd_iter=1))
+    algo = make()
+    first = algo.train()["timesteps_total"]
+    path = algo.save(str(tmp_path / "ckpt"))
+    algo.stop()
+    again = make()
+    again.restore(path)
+    assert again.train()["timesteps_total"] == 2 * first
+    again.stop()
+
+
+# -- images ----------------------------------------------------------------------
+def test_cnn_keeps_uint8_until_the_model_and_refuses_stacks_that_do_not_fit():
+    worker = RolloutWorker(env="flowrl/MinAtarBreakout-v0", policy=PPOPolicy,
+                           policy_config={"model": {"vf_share_layers": True}},
+                           num_envs=2, rollout_fragment_length=5, seed=0)
+    batch = worker.sample()
+    assert batch[SB.OBS].dtype == np.uint8 and batch[SB.OBS].shape[1:] == (4, 10, 10)
+    policy = worker.get_policy()
+    assert type(policy.model).__name__ == "VisionNetwork"
+    assert policy.load_batch(batch).copies[0][SB.OBS].dtype == torch.uint8
+    policy.learn_on_batch(batch)
+    space = gym.spaces.Box(0, 255, (4, 10, 10), np.uint8)
+    with pytest.raises(ConfigError, match=r"model\.conv_filters\[1\]=\[8, 9, 1\]: the 9x9 kernel "
+                                          r"does not fit the 8x8 input"):
+        PPOPolicy(space, TWO, model={"conv_filters": [[8, 3, 1], [8, 9, 1]]})
+    with pytest.raises(ConfigError, match=r"no default conv stack for 12x12 images"):
+        PPOPolicy(gym.spaces.Box(0, 255, (1, 12, 12), np.uint8), TWO)
+
+
+def test_dqn_takes_a_cnn_and_refuses_use_lstm():
+    algo = DQN(DQNConfig(env="flowrl/MinAtarBreakout-v0", seed=0, learning_starts=32,
+                         rollout_fragment_length=16, train_batch_size=16,
+                         timesteps_per_iteration=64, buffer_size=1000))
+    algo.train()
+    assert type(algo.workers.local_worker().get_policy().model.torso).__name__ == "_ImageTorso"
+    algo.stop()
+    with pytest.raises(ConfigError, match=r"DQNConfig\.model\.use_lstm=True: not supported"):
+        DQNConfig(env="CartPole-v1", model={"use_lstm": True})
+
+
+# -- custom models (RLlib's TorchModelV2 shape) ----------------------------------
+class PortedModel(TorchModelV2, nn.Module):
+    """An RLlib-style custom model: both base classes initialised explicitly."""
+
+    def __init__(self, obs_space, action_space, num_outputs, model_config, name):
+        TorchModelV2.__init__(self, obs_space, action_space, num_outputs, model_config, name)
+        nn.Module.__init__(self)
+        hidden = model_config["custom_model_config"].get("hidden", 16)
+        self.body = nn.Sequential(nn.Linear(int(np.prod(obs_space.shape)), hidden), nn.ReLU())
+        self.pi = nn.Linear(hidden, num_outputs)
+        self.vf = nn.Linear(hidden, 1)
+        self._features = None
+
+    def forward(self, input_dict, state, seq_lens):
+        self._features = self.body(input_dict["obs_flat"])
+        return self.pi(self._features), state
+
+    def value_function(self):
+        return self.vf(self._features).squeeze(-1)
+
+
+class NoValue(TorchModelV2):
+    def __init__(self, obs_space, action_space, num_outputs, model_config, name):
+        super().__init__(obs_space, action_space, num_outputs, model_config, name)
+        self.pi = nn.Linear(int(np.prod(obs_space.shape)), num_outputs)
+
+    def forward(self, input_dict, state, seq_lens):
+        return self.pi(input_dict["obs_flat"]), state
+
+
+@pytest.mark.parametrize("backend", ["local", RAY])
+def test_a_registered_custom_model_trains_on_both_backends(backend, request):
+    register_model("ported_test_model", PortedModel)
+    algo = PPO(PPOConfig(env="CartPole-v1", num_workers=1, backend=_backend(backend, request),
+                         seed=0, model={"custom_model": "ported_test_model",
+                                        "custom_model_config": {"hidden": 8}},
+                         rollout_fragment_length=32, train_batch_size=64,
+                         sgd_minibatch_size=32, num_sgd_iter=1))
+    try:
+        algo.train()
+        policy = algo.workers.local_worker().get_policy()
+        assert type(policy.model) is PortedModel and policy.model.body[0].out_features == 8
+    finally:
+        algo.stop()
+
+
+def test_custom_model_errors_name_the_model_at_build_time():
+    with pytest.raises(ConfigError, match=r"model\.custom_model='NoValue': NoValue does not "
+                                          r"implement value_function\(\)"):
+        PPOPolicy(BOX, TWO, model={"custom_model": NoValue})
+    with pytest.raises(ConfigError, match=r"model\.custom_model='nowhere': no model is "
+                                          r"registered under that name"):
+        PPOPolicy(BOX, TWO, model={"custom_model": "nowhere"})
+
+    class Wrong(PortedModel):
+        def forward(self, input_dict, state, seq_lens):
+            out, state = super().forward(input_dict, state, seq_lens)
+            return out[:, :1], state
+    with pytest.raises(ConfigError, match=r"Wrong\.forward returned shape \(1, 1\) for one "
+                                          r"observation; the action space Discrete\(2\) needs"):
+        PPOPolicy(BOX, TWO, model={"custom_model": Wrong})
+
+
+# -- spaces ----------------------------------------------------------------------
+def test_multidiscrete_actions_and_dict_observations():
+    policy = PPOPolicy(BOX, gym.spaces.MultiDiscrete([2, 3]), seed=0)
+    actions, extra = policy.compute_actions(np.zeros((4, 3), np.float32))
+    assert actions.shape == (4, 2) and extra[SB.ACTION_DIST_INPUTS].shape == (4, 5)
+    assert (actions[:, 1] < 3).all()
+
+    class DictEnv(gym.Env):
+        observation_space = gym.spaces.Dict({"pos": gym.spaces.Box(-1, 1, (2,)),
+                                             "mode": gym.spaces.Discrete(3)})
+        action_space = gym.spaces.MultiDiscrete([2, 2])
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            return self.observation_space.sample(), {}
+
+        def step(self, action):
+            return self.observation_space.sample(), float(action.sum()), False, False, {}
+
+    worker = RolloutWorker(env=lambda cfg: gym.wrappers.TimeLimit(DictEnv(), 5),
+                           policy=PPOPolicy, policy_config={"sgd_minibatch_size": 8},
+                           num_envs=2, rollout_fragment_length=8, seed=0)
+    batch = worker.sample()
+    assert batch[SB.OBS].shape == (16, 5) and batch[SB.ACTIONS].shape == (16, 2)
+    worker.learn_on_batch(batch)
+    with pytest.raises(ConfigError, match=r"observation space Dict.* is not supported by a "
+                                          r"policy directly"):
+        PPOPolicy(DictEnv.observation_space, TWO)
+
+
+def test_box_actions_with_a_cnn_and_an_lstm():
+    space = gym.spaces.Box(0, 255, (2, 10, 10), np.uint8)
+    policy = PPOPolicy(space, gym.spaces.Box(-1, 1, (2,)), seed=0,
+                       model={"use_lstm": True, "lstm_cell_size": 8,
+                              "lstm_use_prev_action": True})
+    assert isinstance(policy.model, LSTMWrapper)
+    state = [s[None].repeat(3, 0) for s in policy.get_initial_state()]
+    actions, extra = policy.compute_actions(np.zeros((3, 2, 10, 10), np.uint8),
+                                            state_batches=state)
+    assert actions.shape == (3, 2) and extra["state_out_0"].shape == (3, 8)
