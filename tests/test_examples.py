@@ -105,3 +105,9 @@ def test_ray_cluster_example_trains_on_a_cluster_address():
             head.kill()
             head.wait()
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_custom_model_trains_unchanged(monkeypatch, capsys):
+    curve = run_example("custom_model.py", monkeypatch)
+    assert len(curve) == 4 and curve[-1] > curve[0]
+    assert capsys.readouterr().out.startswith("ResidualMLP on local")
