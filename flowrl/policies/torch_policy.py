@@ -285,6 +285,9 @@ class TorchPolicy(Postprocessing):
                                                         f"{name}: observation space")
         self._discrete_obs = isinstance(observation_space, gym.spaces.Discrete)
         self._image_obs = is_image(observation_space)
+        # Spaces numpy acting covers (the model decides the rest: _NumpyActorCritic).
+        self._numpy_spaces = isinstance(action_space, (gym.spaces.Discrete, gym.spaces.Box)) \
+            and not self._image_obs
         self._obs_dim = int(np.prod(self._model_obs_space.shape))
         self.dist_class, num_outputs = distribution_for(action_space, name)
         with torch.random.fork_rng(devices=[]):
@@ -416,11 +419,6 @@ class TorchPolicy(Postprocessing):
         ``vf_share_layers``): computing them apart from actions then costs no extra
         policy forward (the samplers batch them per fragment)."""
         return type(self.model) is FullyConnectedNetwork and not self.model.vf_share_layers
-
-    @property
-    def _numpy_spaces(self) -> bool:
-        return isinstance(self.action_space, (gym.spaces.Discrete, gym.spaces.Box)) \
-            and not self._image_obs
 
     def _obs_array(self, obs) -> np.ndarray:
         return obs_rows(obs, self._obs_dim, self._discrete_obs)
