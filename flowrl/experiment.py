@@ -24,7 +24,7 @@ flowrl.errors.ConfigError: unknown field 'lr_rate' in ppo config; did you mean '
 ...                        ["lr=0.01", "model=[32, 32]", "stop.training_iteration=3"])
 >>> spec["config"], spec["stop"]
 ({'lr': 0.01, 'model': [32, 32]}, {'training_iteration': 3})
->>> make_config(spec["algo"], {"env": spec["env"], **spec["config"]}).model
+>>> make_config(spec["algo"], {"env": spec["env"], **spec["config"]}).model.fcnet_hiddens
 (32, 32)
 """
 

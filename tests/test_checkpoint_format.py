@@ -171,7 +171,8 @@ def test_a_pg_checkpoint_is_plain_data_and_arrays(tmp_path):
     assert sorted(os.listdir(tmp_path / "ck")) == ["arrays.safetensors", "state.json"]
     state = checkpoint.read_checkpoint(str(tmp_path / "ck"))
     assert checkpoint.find_pickled(state) is None
-    assert state["config"]["model"] == (64, 64) and list(state["remote_workers"]) == [1]
+    assert state["config"]["model"]["fcnet_hiddens"] == [64, 64]
+    assert list(state["remote_workers"]) == [1]
 
 
 # -- durability ---------------------------------------------------------------------

@@ -76,7 +76,7 @@ def cheap(config) -> bool:
     steps = get("rollout_fragment_length", 1) * get("num_envs_per_worker", 1)
     return (get("backend") == "local" and get("num_workers") <= 2 and steps <= 2000
             and get("train_batch_size", 1) <= 2000 and get("timesteps_per_iteration") <= 2000
-            and get("min_time_s_per_reporting") <= 0.5 and sum(get("model", (1,))) <= 1024
+            and get("min_time_s_per_reporting") <= 0.5 and sum(get("model").fcnet_hiddens) <= 1024
             and get("num_sgd_iter", 1) <= 8 and get("torch_threads", 1) in (None, 1, 2)
             and get("num_gpus") <= 2)
 

@@ -31,10 +31,9 @@ from torch import nn
 from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
 from flowrl.models.catalog import is_image
-from flowrl.models.config import ModelConfig
 from flowrl.policies.numpy_forward import (NumpyMLP, ParameterGuard, SnapshotCache,
                                            in_chunks, max_rows, obs_rows)
-from flowrl.policies.torch_policy import _to_numpy_tree, _to_torch_tree, make_adam
+from flowrl.policies.torch_policy import _to_numpy_tree, _to_torch_tree, make_adam, model_config
 
 SB = SampleBatch
 #: Column of postprocessed DQN rows: γ^k for the k rewards summed, 0 after a termination.
@@ -221,9 +220,7 @@ class DQNPolicy:
             raise ConfigError(f"{name}: the env's action space {action_space} is not "
                               "supported; DQN needs a Discrete action space: choose an env "
                               "with discrete actions (e.g. CartPole-v1)")
-        if model is not None and hidden_sizes is not None:
-            raise ConfigError(f"{name}: give model= or hidden_sizes=, not both")
-        config = ModelConfig.coerce(model if model is not None else hidden_sizes or (64, 64))
+        config = model_config(model, hidden_sizes)
         if config.use_lstm:
             raise ConfigError(f"{name}: model.use_lstm=True is not supported; DQN and Ape-X "
                               "learn from replayed single transitions, so use a feed-forward "

@@ -1,23 +1,26 @@
-"""Torch MLP actor-critic policy: acting, postprocessing, learning, weights and state.
+"""Torch actor-critic policy: acting, postprocessing, learning, weights and state.
 
-:class:`TorchPolicy` holds the model (separate ``tanh`` MLPs for the policy and the
-value function), an Adam optimizer and a seeded ``torch.Generator`` for action
-sampling. Algorithms subclass it and implement :meth:`TorchPolicy.loss`
+:class:`TorchPolicy` holds the model (:attr:`TorchPolicy.model`, built by the
+catalog of :mod:`flowrl.models` from a ``ModelConfig``: by default separate
+``tanh`` MLPs for the policy and the value function), an Adam optimizer and a
+seeded ``torch.Generator`` for action sampling. Algorithms subclass it and implement :meth:`TorchPolicy.loss`
 (:class:`~flowrl.policies.pg.PGPolicy`, :class:`~flowrl.policies.a2c.A2CPolicy`,
 :class:`~flowrl.policies.ppo.PPOPolicy`); every hyperparameter is an explicit
 keyword argument.
 
-Spaces: observations may be ``Box`` (flattened) or ``Discrete`` (one-hot); actions
-``Discrete`` (categorical) or ``Box`` (diagonal Gaussian with a state-independent
-log-std, sampled unclipped; the rollout worker clips to the bounds for the env).
+Spaces: observations may be ``Box`` (flattened, or an image for a CNN) or
+``Discrete`` (one-hot); actions ``Discrete`` (categorical), ``MultiDiscrete``
+(independent categoricals) or ``Box`` (diagonal Gaussian, sampled unclipped; the
+rollout worker clips to the bounds for the env).
 
 Weights (:meth:`get_weights`) are a dict of parameter name to numpy array; state
 (:meth:`get_state`) adds the optimizer state and whatever a subclass keeps (e.g.
 PPO's KL coefficient), all as numpy/plain Python so it pickles and checkpoints.
 
 Acting (:meth:`TorchPolicy.compute_actions`, :meth:`TorchPolicy.value`) runs the
-built-in model in numpy at every batch size (:mod:`flowrl.policies.numpy_forward`)
-unless ``numpy_inference=False``; learning always runs in torch. Postprocessing (GAE) is numpy, from
+built-in MLP in numpy at every batch size (:mod:`flowrl.policies.numpy_forward`)
+unless ``numpy_inference=False``; other models act through torch; learning always
+runs in torch. Postprocessing (GAE) is numpy, from
 :class:`~flowrl.policies.numpy_acting.Postprocessing`. A subclass that sets
 ``numpy_replica = True`` in its own body gets torch-free replicas on remote
 rollout workers (:mod:`flowrl.policies.replica`, which says what such a
@@ -212,6 +215,21 @@ class LoadedBatch:
         return out
 
 
+def model_config(model: Any, hidden_sizes: Sequence[int] | None) -> ModelConfig:
+    """A policy's ``model`` (anything :meth:`ModelConfig.coerce` takes; None: the
+    default) with ``hidden_sizes``, the older spelling, setting its ``fcnet_hiddens``
+    when given (a policy config that names ``hidden_sizes`` overrides the
+    algorithm's ``model`` there).
+
+    >>> model_config({"use_lstm": True}, (8,)).fcnet_hiddens
+    (8,)
+    """
+    config = ModelConfig.coerce(ModelConfig() if model is None else model)
+    if hidden_sizes is None:
+        return config
+    return ModelConfig.coerce({**config.to_dict(), "fcnet_hiddens": list(hidden_sizes)})
+
+
 class TorchPolicy(Postprocessing):
     """Base torch policy; subclasses define :meth:`loss`.
 
@@ -258,11 +276,7 @@ class TorchPolicy(Postprocessing):
             if not ok:
                 raise ConfigError(f"{name}({field}={value!r}) is out of range; see the "
                                   f"{name} docstring for valid values")
-        if model is not None and hidden_sizes is not None:
-            raise ConfigError(f"{name}: give model= or hidden_sizes=, not both "
-                              "(hidden_sizes=[64, 64] is model={'fcnet_hiddens': [64, 64]})")
-        self.model_config = ModelConfig.coerce((64, 64) if model is None and hidden_sizes is None
-                                               else model if model is not None else hidden_sizes)
+        self.model_config = model_config(model, hidden_sizes)
         self.observation_space = observation_space
         self.action_space = action_space
         self.lr, self.gamma, self.lambda_ = lr, gamma, lambda_
