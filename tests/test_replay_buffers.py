@@ -205,3 +205,61 @@ def test_a_restored_buffer_draws_what_the_original_would(cls):
     assert buf.stats() == other.stats()
     with pytest.raises(ConfigError, match="capacity 16, this one has 8"):
         cls(8).set_state(state)
+
+
+# -- frame-stacked observations: one frame per row -------------------------------------
+def _stacked_episodes(rng, lengths, k=4, size=3):
+    """Rows of episodes of stacked frames as an Atari env gives them (reset frames
+    repeated at the start), with unique frame contents."""
+    obs, new_obs, counter = [], [], 0
+    for length in lengths:
+        frames = [rng.integers(0, 255, (size, size), dtype=np.uint8) for _ in range(length + 1)]
+        stack = [frames[0]] * k
+        for t in range(length):
+            nxt = stack[1:] + [frames[t + 1]]
+            obs.append(np.stack(stack))
+            new_obs.append(np.stack(nxt))
+            stack = nxt
+            counter += 1
+    return np.stack(obs), np.stack(new_obs)
+
+
+@pytest.mark.parametrize("cls", [ReplayBuffer, PrioritizedReplayBuffer])
+def test_frame_stacks_are_stored_once_and_rebuilt_exactly_through_wraparound(cls):
+    rng = np.random.default_rng(0)
+    obs, new_obs = _stacked_episodes(rng, [7, 3, 12, 1, 9, 20, 5], size=12)
+    n = len(obs)
+    capacity = 23
+    buf, plain = cls(capacity, seed=1), cls(capacity, seed=1, dedup_frames=False)
+    ids = np.arange(n)
+    for lo in range(0, n, 5):   # batches of 5 rows, wrapping the ring several times
+        part = SampleBatch(obs=obs[lo:lo + 5], new_obs=new_obs[lo:lo + 5], t=ids[lo:lo + 5])
+        buf.add(part)
+        plain.add(part)
+        stored = min(lo + 5, n)
+        got = buf.sample(64)
+        t = got["t"]
+        assert (t >= stored - capacity).all() and (t < stored).all()
+        np.testing.assert_array_equal(got["obs"], obs[t])
+        np.testing.assert_array_equal(got["new_obs"], new_obs[t])
+    # 2 frames a row plus whole stacks for the first 3 rows of each episode, against 8
+    assert buf.stats()["bytes_per_row"] < plain.stats()["bytes_per_row"] / 2
+    # a checkpoint round trip keeps every row
+    again = cls(capacity, seed=1)
+    again.set_state(buf.get_state())
+    s = again.sample(64)
+    np.testing.assert_array_equal(s["obs"], obs[s["t"]])
+    np.testing.assert_array_equal(s["new_obs"], new_obs[s["t"]])
+
+
+def test_rows_that_are_not_frame_stacks_are_kept_whole():
+    rng = np.random.default_rng(1)
+    obs, new_obs = _stacked_episodes(rng, [6, 6])
+    new_obs[3] = rng.integers(0, 255, new_obs[3].shape, dtype=np.uint8)  # breaks the shift
+    obs[8] = rng.integers(0, 255, obs[8].shape, dtype=np.uint8)          # breaks the chain
+    buf = ReplayBuffer(8, seed=0)
+    buf.add(SampleBatch(obs=obs[:2], new_obs=new_obs[:2], t=np.arange(2)))  # stacks
+    buf.add(SampleBatch(obs=obs[2:], new_obs=new_obs[2:], t=np.arange(2, 12)))
+    got = buf.sample(100)
+    np.testing.assert_array_equal(got["obs"], obs[got["t"]])
+    np.testing.assert_array_equal(got["new_obs"], new_obs[got["t"]])

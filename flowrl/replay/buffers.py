@@ -19,6 +19,12 @@ unless the caller gives theirs (worker-side prioritization).
 
 Adding, sampling and updating a batch of ``n`` rows is a fixed number of numpy
 calls (tree updates are one call per tree level), never a Python loop per row.
+
+Frame-stacked image observations (uint8 ``obs``/``new_obs`` of ``(K, H, W)``, each
+``new_obs`` its ``obs`` shifted by one frame: Atari's) are stored one frame per
+row and rebuilt on sampling (:mod:`flowrl.replay.frames`), unless the buffer is
+built with ``dedup_frames=False``; ``stats()["bytes_per_row"]`` says what a stored
+row costs either way.
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import numpy as np
 
 from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
+from flowrl.replay.frames import FrameStackColumns, is_frame_stack
 from flowrl.replay.segment_tree import MinTree, SumTree
 
 #: Column of sampled prioritized batches: the importance weight of each row.
@@ -69,10 +76,12 @@ class ReplayBuffer:
     (4, 20)
     """
 
-    def __init__(self, capacity: int, seed: int | None = None):
+    def __init__(self, capacity: int, seed: int | None = None, *, dedup_frames: bool = True):
         name = type(self).__name__
         self.capacity = _check_int(name, "capacity", capacity, 1)
+        self.dedup_frames = bool(dedup_frames)
         self._columns: dict[str, np.ndarray] | None = None
+        self._frames: FrameStackColumns | None = None  # obs/new_obs, one frame per row
         self._row_ids = np.full(self.capacity, -1, dtype=np.int64)
         self._next = 0          # the slot the next row goes to
         self._num_added = 0     # rows ever added (the next row id)
@@ -92,24 +101,37 @@ class ReplayBuffer:
         if reserved:
             raise ConfigError(f"{type(self).__name__}.add: the batch has column(s) "
                               f"{sorted(reserved)}, which sampling adds; drop them first")
-        if self._columns is not None and set(batch.keys()) != set(self._columns):
+        if self._columns is not None and set(batch.keys()) != self._column_names():
             raise ConfigError(f"{type(self).__name__}.add: the batch has columns "
                               f"{sorted(batch.keys())} but the buffer stores "
-                              f"{sorted(self._columns)}; add batches with the same columns")
+                              f"{sorted(self._column_names())}; add batches with the same "
+                              "columns")
+
+    def _column_names(self) -> set[str]:
+        names = set(self._columns or ())
+        return names | {SampleBatch.OBS, SampleBatch.NEXT_OBS} if self._frames else names
 
     def _write(self, batch: SampleBatch) -> np.ndarray:
         """Store ``batch``'s rows; returns the slots written (of the rows kept)."""
         n = batch.count
+        obs, new_obs = SampleBatch.OBS, SampleBatch.NEXT_OBS
         if self._columns is None:
+            if self.dedup_frames and obs in batch and new_obs in batch \
+                    and is_frame_stack(batch[obs], batch[new_obs]):
+                self._frames = FrameStackColumns(self.capacity, batch[obs].shape[1:])
             self._columns = {k: np.zeros((self.capacity, *v.shape[1:]), dtype=v.dtype)
-                             for k, v in batch.items()}
+                             for k, v in batch.items()
+                             if self._frames is None or k not in (obs, new_obs)}
         skip = max(0, n - self.capacity)  # rows overwritten within this very batch
         kept = n - skip
         start = (self._next + skip) % self.capacity
         slots = (start + np.arange(kept)) % self.capacity
-        for k, v in batch.items():
-            self._columns[k][slots] = v[skip:]
-        self._row_ids[slots] = self._num_added + skip + np.arange(kept)
+        row_ids = self._num_added + skip + np.arange(kept)
+        for k, column in self._columns.items():
+            column[slots] = batch[k][skip:]
+        if self._frames is not None:
+            self._frames.write(slots, row_ids, batch[obs][skip:], batch[new_obs][skip:])
+        self._row_ids[slots] = row_ids
         self._next = (self._next + n) % self.capacity
         self._num_added += n
         return slots
@@ -122,6 +144,8 @@ class ReplayBuffer:
 
     def _rows(self, slots: np.ndarray) -> SampleBatch:
         out = SampleBatch({k: v[slots] for k, v in self._columns.items()})
+        if self._frames is not None:
+            out[SampleBatch.OBS], out[SampleBatch.NEXT_OBS] = self._frames.read(slots)
         out[BATCH_INDEXES] = slots.astype(np.int64)
         out[BATCH_ROW_IDS] = self._row_ids[slots]
         return out
@@ -142,9 +166,15 @@ class ReplayBuffer:
 
     # -- introspection and checkpoints --------------------------------------------
     def stats(self) -> dict[str, Any]:
-        """``num_entries``, ``capacity``, ``num_added``, ``num_sampled``."""
+        """``num_entries``, ``capacity``, ``num_added``, ``num_sampled`` and
+        ``bytes_per_row``: the storage held per slot (columns, frames and their
+        anchors, row ids; 0 before the first add)."""
+        held = self._row_ids.nbytes + sum(c.nbytes for c in (self._columns or {}).values())
+        if self._frames is not None:
+            held += self._frames.nbytes()
         return {"num_entries": len(self), "capacity": self.capacity,
-                "num_added": self._num_added, "num_sampled": self._num_sampled}
+                "num_added": self._num_added, "num_sampled": self._num_sampled,
+                "bytes_per_row": 0 if self._columns is None else round(held / self.capacity)}
 
     def get_state(self) -> dict[str, Any]:
         """Everything needed to continue exactly: stored rows, ring position,
@@ -155,6 +185,7 @@ class ReplayBuffer:
                 "row_ids": self._row_ids[:n].copy(),
                 "columns": None if self._columns is None else
                 {k: v[:n].copy() for k, v in self._columns.items()},
+                "frames": None if self._frames is None else self._frames.get_state(n),
                 "rng": self._rng.bit_generator.state}
 
     def set_state(self, state: dict[str, Any]) -> None:
@@ -171,6 +202,12 @@ class ReplayBuffer:
                 col = np.zeros((self.capacity, *v.shape[1:]), dtype=v.dtype)
                 col[:n] = v
                 self._columns[k] = col
+        frames = state.get("frames")
+        self._frames = None
+        if frames is not None:
+            self._frames = FrameStackColumns(self.capacity,
+                                             (int(frames["stack"]), *frames["frame"].shape[1:]))
+            self._frames.set_state(frames)
         self._row_ids[:] = -1
         self._row_ids[:n] = state["row_ids"]
         self._next, self._num_added = state["next"], state["num_added"]
@@ -207,8 +244,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     """
 
     def __init__(self, capacity: int, alpha: float = 0.6, beta: float = 0.4,
-                 eps: float = 1e-6, seed: int | None = None):
-        super().__init__(capacity, seed)
+                 eps: float = 1e-6, seed: int | None = None, *, dedup_frames: bool = True):
+        super().__init__(capacity, seed, dedup_frames=dedup_frames)
         name = type(self).__name__
         self.alpha = _check_num(name, "alpha", alpha, 0.0)
         self.beta = _check_num(name, "beta", beta, 0.0)

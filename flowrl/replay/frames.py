@@ -1,0 +1,172 @@
+"""Frame-stacked observations stored one frame per row in a replay ring.
+
+An Atari observation is a stack of the last ``K`` frames, ``(K, H, W)`` uint8, and
+consecutive steps share ``K - 1`` of them; ``new_obs`` is ``obs`` shifted by one
+frame. Storing both columns as they are keeps every frame ``2K`` times.
+:class:`FrameStackColumns` keeps, per ring slot, the newest frame of ``obs`` and of
+``new_obs`` (``2 x H x W`` bytes per row), and rebuilds the stacks on sampling:
+
+- ``obs`` of a row whose ``K - 1`` previous slots hold its predecessors (each
+  row's stack is the one before it shifted by one frame) is those slots' newest
+  frames and its own. Every other row (the first ``K - 1`` steps after an episode
+  starts or a break between batches) keeps its whole stack (an *anchor*).
+- ``new_obs`` is ``obs[1:]`` plus the stored next frame; a row where that does not
+  hold keeps its whole ``new_obs``.
+- Before a write overwrites slots that surviving rows rebuild from, those rows
+  (at most ``K - 1``) become anchors.
+
+So storage is exact for any data (tests compare every sampled row with what was
+added) and deduplicated when the data has the frame-stack structure.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def is_frame_stack(obs: np.ndarray, new_obs: np.ndarray) -> bool:
+    """Whether ``obs``/``new_obs`` columns look like stacked frames: uint8 ``(N, K, H,
+    W)`` with ``K > 1`` and every ``new_obs`` its ``obs`` shifted by one frame.
+
+    >>> o = np.zeros((2, 4, 3, 3), np.uint8)
+    >>> is_frame_stack(o, o), is_frame_stack(o[:, :1], o[:, :1])
+    (True, False)
+    """
+    return (obs.dtype == np.uint8 and obs.ndim == 4 and obs.shape[1] > 1
+            and new_obs.shape == obs.shape and new_obs.dtype == obs.dtype
+            and bool(np.array_equal(new_obs[:, :-1], obs[:, 1:])))
+
+
+class FrameStackColumns:
+    """The ``obs`` and ``new_obs`` columns of a ring of ``capacity`` slots; see the
+    module docstring. ``write(slots, row_ids, obs, new_obs)`` stores rows written in
+    that order; ``read(slots)`` rebuilds ``(obs, new_obs)``.
+
+    >>> store = FrameStackColumns(8, (3, 1, 1))
+    >>> frames = np.arange(10, dtype=np.uint8)
+    >>> obs = np.stack([frames[t:t + 3] for t in range(6)])[:, :, None, None]
+    >>> new = np.stack([frames[t + 1:t + 4] for t in range(6)])[:, :, None, None]
+    >>> store.write(np.arange(6), np.arange(6), obs, new)
+    >>> o, n = store.read(np.array([5, 0]))
+    >>> o[:, :, 0, 0].tolist(), n[:, :, 0, 0].tolist(), store.num_anchors
+    ([[5, 6, 7], [0, 1, 2]], [[6, 7, 8], [1, 2, 3]], 2)
+    """
+
+    def __init__(self, capacity: int, shape: tuple):
+        self.capacity, self.stack = capacity, shape[0]
+        frame = shape[1:]
+        self.frame = np.zeros((capacity, *frame), np.uint8)
+        self.next_frame = np.zeros((capacity, *frame), np.uint8)
+        #: Earlier frames of a row's stack that the slots before it hold (0 .. K-1).
+        self.depth = np.zeros(capacity, np.int64)
+        self.row_ids = np.full(capacity, -1, np.int64)
+        self.anchors: dict[int, np.ndarray] = {}       # slot -> whole obs
+        self.next_anchors: dict[int, np.ndarray] = {}  # slot -> whole new_obs
+
+    @property
+    def num_anchors(self) -> int:
+        return len(self.anchors) + len(self.next_anchors)
+
+    def nbytes(self) -> int:
+        """Bytes held: the frame rings, the per-slot bookkeeping and the anchors."""
+        return int(self.frame.nbytes + self.next_frame.nbytes + self.depth.nbytes
+                   + self.row_ids.nbytes
+                   + sum(a.nbytes for a in self.anchors.values())
+                   + sum(a.nbytes for a in self.next_anchors.values()))
+
+    def _stacks(self, slots: np.ndarray) -> np.ndarray:
+        k = self.stack
+        back = (slots[:, None] - np.arange(k - 1, -1, -1)[None, :]) % self.capacity
+        out = self.frame[back]
+        for i, slot in enumerate(slots.tolist()):
+            anchor = self.anchors.get(slot)
+            if anchor is not None:
+                out[i] = anchor
+        return out
+
+    def read(self, slots: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``(obs, new_obs)`` of ``slots``, ``(n, K, H, W)`` each."""
+        slots = np.asarray(slots, np.int64)
+        obs = self._stacks(slots)
+        new_obs = np.concatenate([obs[:, 1:], self.next_frame[slots][:, None]], axis=1)
+        for i, slot in enumerate(slots.tolist()):
+            anchor = self.next_anchors.get(slot)
+            if anchor is not None:
+                new_obs[i] = anchor
+        return obs, new_obs
+
+    def _anchor_dependents(self, slots: np.ndarray) -> None:
+        """Make anchors of the surviving rows that rebuild from ``slots`` (contiguous
+        ring slots holding the oldest rows): the up to ``K - 1`` rows after them."""
+        lost = self.row_ids[slots]
+        if len(slots) >= self.capacity or not (lost >= 0).any():
+            return
+        newest_lost = int(lost.max())
+        for step in range(1, self.stack):
+            slot = (int(slots[-1]) + step) % self.capacity
+            rid = int(self.row_ids[slot])
+            if rid > newest_lost and rid - self.depth[slot] <= newest_lost \
+                    and slot not in self.anchors:
+                self.anchors[slot] = self._stacks(np.array([slot]))[0]
+                self.depth[slot] = 0
+
+    def write(self, slots: np.ndarray, row_ids: np.ndarray, obs: np.ndarray,
+              new_obs: np.ndarray) -> None:
+        """Store rows ``row_ids`` (consecutive, in order) at ``slots``."""
+        slots = np.asarray(slots, np.int64)
+        self._anchor_dependents(slots)
+        for slot in slots.tolist():
+            self.anchors.pop(slot, None)
+            self.next_anchors.pop(slot, None)
+        # the row each new row follows: the previous new row, or what the ring holds
+        prev_slot = (int(slots[0]) - 1) % self.capacity
+        first_prev = None
+        if self.row_ids[prev_slot] == row_ids[0] - 1 and row_ids[0] > 0:
+            first_prev = self._stacks(np.array([prev_slot]))[0]
+        follows = np.zeros(len(slots), bool)
+        follows[1:] = np.all((obs[1:, :-1] == obs[:-1, 1:]).reshape(len(slots) - 1, -1), axis=1)
+        if first_prev is not None:
+            follows[0] = bool(np.array_equal(obs[0, :-1], first_prev[1:]))
+        depth = np.zeros(len(slots), np.int64)
+        last = int(self.depth[prev_slot]) if first_prev is not None else -1
+        for i in range(len(slots)):
+            last = min(self.stack - 1, last + 1) if follows[i] else 0
+            depth[i] = last
+        self.frame[slots] = obs[:, -1]
+        self.next_frame[slots] = new_obs[:, -1]
+        self.depth[slots] = depth
+        self.row_ids[slots] = row_ids
+        for i in np.flatnonzero(depth < self.stack - 1).tolist():
+            self.anchors[int(slots[i])] = obs[i].copy()
+        shifted = np.all((new_obs[:, :-1] == obs[:, 1:]).reshape(len(slots), -1), axis=1)
+        for i in np.flatnonzero(~shifted).tolist():
+            self.next_anchors[int(slots[i])] = new_obs[i].copy()
+
+    def get_state(self, n: int) -> dict[str, Any]:
+        """The first ``n`` slots' contents as arrays (for checkpoints)."""
+        keys = sorted(s for s in self.anchors if s < n)
+        nkeys = sorted(s for s in self.next_anchors if s < n)
+        return {"stack": self.stack, "frame": self.frame[:n].copy(), "next_frame": self.next_frame[:n].copy(),
+                "depth": self.depth[:n].copy(), "row_ids": self.row_ids[:n].copy(),
+                "anchor_slots": np.asarray(keys, np.int64),
+                "anchors": np.stack([self.anchors[s] for s in keys]) if keys else None,
+                "next_anchor_slots": np.asarray(nkeys, np.int64),
+                "next_anchors": (np.stack([self.next_anchors[s] for s in nkeys])
+                                 if nkeys else None)}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        n = len(state["depth"])
+        self.frame[:n], self.next_frame[:n] = state["frame"], state["next_frame"]
+        self.depth[:n], self.row_ids[:n] = state["depth"], state["row_ids"]
+        self.anchors = {int(s): a for s, a in zip(state["anchor_slots"],
+                                                  state["anchors"] if state["anchors"]
+                                                  is not None else [])}
+        self.next_anchors = {int(s): a for s, a in zip(state["next_anchor_slots"],
+                                                       state["next_anchors"]
+                                                       if state["next_anchors"] is not None
+                                                       else [])}
+
+
+__all__ = ["FrameStackColumns", "is_frame_stack"]
