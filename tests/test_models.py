@@ -352,3 +352,13 @@ def test_box_actions_with_a_cnn_and_an_lstm():
     actions, extra = policy.compute_actions(np.zeros((3, 2, 10, 10), np.uint8),
                                             state_batches=state)
     assert actions.shape == (3, 2) and extra["state_out_0"].shape == (3, 8)
+
+
+def test_a_replay_buffer_larger_than_memory_is_refused_at_build_time(monkeypatch):
+    import flowrl.replay.frames as frames
+    monkeypatch.setattr(frames, "available_memory", lambda: 2**25)
+    with pytest.raises(ConfigError, match=r"DQNConfig\.buffer_size=100000: the replay buffer "
+                                          r"needs about 43 MiB \(456 bytes a row\), more "
+                                          r"than the 32 MiB of memory available; use "
+                                          r"buffer_size <= 73,584"):
+        DQN(DQNConfig(env="flowrl/MinAtarBreakout-v0", buffer_size=100_000))

@@ -50,6 +50,7 @@ from flowrl.ops import (Dequeue, Enqueue, LearnerThread, LearningStarts, Paralle
                         StandardMetricsReporting, StoreToReplayBuffer, UpdateReplayPriorities,
                         UpdateTargetNetwork)
 from flowrl.ops.train_ops import policy_batches
+from flowrl.replay.frames import check_replay_memory
 from flowrl.replay import ReplayCalls, create_replay_actors
 from flowrl.runtime.calls import calls_for
 
@@ -261,6 +262,8 @@ class ApeX(DQN):
         n = config.num_workers
         workers.foreach_worker(lambda w: _set_apex_epsilon(w, n))
         shards = config.num_replay_buffer_shards
+        check_replay_memory(f"{type(config).__name__}.buffer_size", config.buffer_size,
+                            workers.local_worker().env.observation_space)
         actors = create_replay_actors(
             shards, capacity=config.buffer_size // shards, backend=workers.backend,
             prioritized=config.prioritized_replay, alpha=config.prioritized_replay_alpha,

@@ -37,6 +37,7 @@ from flowrl.ops import (LearningStarts, ParallelRollouts, Replay, StandardMetric
                         UpdateTargetNetwork)
 from flowrl.policies.dqn import DEFAULT_EXPLORATION, DQNPolicy
 from flowrl.replay import PrioritizedReplayBuffer, ReplayBuffer
+from flowrl.replay.frames import check_replay_memory
 
 
 @dataclass
@@ -167,6 +168,8 @@ class DQN(Algorithm):
         self.local_replay_buffer = None
 
         def plan(workers, config):
+            check_replay_memory(f"{type(config).__name__}.buffer_size", config.buffer_size,
+                                workers.local_worker().env.observation_space)
             self.local_replay_buffer = make_buffer(config)
             return type(self).execution_plan(workers, config,
                                              local_buffer=self.local_replay_buffer)

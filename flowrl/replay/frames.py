@@ -21,9 +21,12 @@ added) and deduplicated when the data has the frame-stack structure.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import numpy as np
+
+from flowrl.errors import ConfigError
 
 
 def is_frame_stack(obs: np.ndarray, new_obs: np.ndarray) -> bool:
@@ -169,4 +172,70 @@ class FrameStackColumns:
                                                        else [])}
 
 
-__all__ = ["FrameStackColumns", "is_frame_stack"]
+#: Bytes a stored row takes besides its observations (actions, rewards, flags, ids,
+#: Q-values, priorities): a generous bound for the memory check.
+OTHER_COLUMNS_BYTES = 256
+
+
+def row_bytes(observation_space) -> int:
+    """The bytes a replay row of ``observation_space`` observations takes: two frames
+    for frame-stacked uint8 images (see the module docstring), else ``obs`` and
+    ``new_obs`` whole, plus :data:`OTHER_COLUMNS_BYTES`.
+
+    >>> import gymnasium as gym
+    >>> row_bytes(gym.spaces.Box(0, 255, (4, 84, 84), np.uint8))
+    14368
+    """
+    shape = tuple(getattr(observation_space, "shape", None) or (1,))
+    dtype = np.dtype(getattr(observation_space, "dtype", None) or np.float32)
+    if dtype == np.uint8 and len(shape) == 3 and shape[0] > 1:
+        return 2 * shape[1] * shape[2] + OTHER_COLUMNS_BYTES
+    return 2 * int(np.prod(shape)) * dtype.itemsize + OTHER_COLUMNS_BYTES
+
+
+def available_memory() -> int:
+    """Bytes of memory available to new allocations (``MemAvailable`` of
+    ``/proc/meminfo``; the free physical pages where there is none)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_replay_memory(where: str, capacity: int, observation_space,
+                        available: int | None = None) -> int:
+    """The bytes ``capacity`` rows of ``observation_space`` need (:func:`row_bytes`);
+    a ConfigError naming ``where`` when that exceeds the memory available.
+
+    >>> import gymnasium as gym
+    >>> check_replay_memory("DQNConfig.buffer_size", 10**6,
+    ...                     gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), available=8 * 10**9)
+    Traceback (most recent call last):
+    ...
+    flowrl.errors.ConfigError: DQNConfig.buffer_size=1000000: the replay buffer needs about 13.4 GiB (14,368 bytes a row), more than the 7.5 GiB of memory available; use buffer_size <= 556,792
+    """
+    per_row = row_bytes(observation_space)
+    need = per_row * capacity
+    available = available_memory() if available is None else available
+    if need > available:
+        raise ConfigError(f"{where}={capacity}: the replay buffer needs about {_human(need)} "
+                          f"({per_row:,} bytes a row), more than the {_human(available)} of "
+                          f"memory available; use buffer_size <= {available // per_row:,}")
+    return need
+
+
+def _human(n: int) -> str:
+    """``n`` bytes as GiB (or MiB below one GiB).
+
+    >>> _human(3 * 2**30), _human(5 * 2**20)
+    ('3.0 GiB', '5 MiB')
+    """
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
+
+
+__all__ = ["FrameStackColumns", "is_frame_stack", "row_bytes", "check_replay_memory",
+           "available_memory"]
