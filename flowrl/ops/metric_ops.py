@@ -19,6 +19,7 @@ from flowrl.errors import ConfigError
 from flowrl.graph.stream import LocalStream
 from flowrl.runtime.calls import CALL_TIMEOUT_S, calls_for
 from flowrl.runtime.driver import WORKER_RESTARTS_COUNTER
+from flowrl.workers.episode import summarize_custom_metrics
 from flowrl.metrics import (LEARNER_INFO, STEPS_SAMPLED_COUNTER, STEPS_TRAINED_COUNTER,
                             get_metrics)
 
@@ -92,7 +93,9 @@ def summarize_episodes(episodes: list[dict]) -> dict[str, Any]:
     ``episode_reward_mean/min/max`` and ``episode_len_mean`` (NaN without episodes)
     and, per policy, ``policy_reward_mean/min/max``: over every (episode, agent)
     that policy played, that agent's return (as RLlib 1.x); empty dicts for
-    single-agent episodes.
+    single-agent episodes. ``custom_metrics`` (``<name>_mean``/``_min``/``_max``)
+    and ``hist_stats`` from the episodes' callbacks
+    (:func:`~flowrl.workers.episode.summarize_custom_metrics`; empty dicts without).
 
     >>> s = summarize_episodes([
     ...     {"episode_reward": 3.0, "episode_len": 2, "policy_rewards": {"a": [1.0, 2.0]}},
@@ -114,6 +117,7 @@ def summarize_episodes(episodes: list[dict]) -> dict[str, Any]:
         "policy_reward_mean": {pid: _mean(rs) for pid, rs in per_policy.items()},
         "policy_reward_min": {pid: min(rs) for pid, rs in per_policy.items()},
         "policy_reward_max": {pid: max(rs) for pid, rs in per_policy.items()},
+        **summarize_custom_metrics(episodes),
     }
 
 

@@ -2,7 +2,7 @@
 
 from flowrl.workers.global_worker import get_global_worker
 from flowrl.workers.multi_agent_env import MultiAgentEnv, make_multi_agent
-from flowrl.workers.multi_agent_sampler import Episode
+from flowrl.workers.episode import Episode
 from flowrl.workers.pettingzoo_env import PettingZooEnv
 from flowrl.workers.rollout_worker import PolicySpec, RolloutWorker
 from flowrl.workers.worker_set import MultiWorkerSet, WorkerConfig, WorkerSet

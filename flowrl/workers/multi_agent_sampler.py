@@ -33,43 +33,10 @@ import numpy as np
 
 from flowrl.batch import MultiAgentBatch, SampleBatch
 from flowrl.errors import ConfigError, OperatorError
+from flowrl.workers.episode import Episode
 from flowrl.workers.sampler import defers_vf_preds, postprocess_trajectories
 
 SB = SampleBatch
-
-
-class Episode:
-    """One env episode as ``policy_mapping_fn(agent_id, episode)`` sees it.
-
-    ``episode_id`` (equal to the rows' ``eps_id``), ``env_index`` (which env copy of
-    the worker), ``length`` (env steps so far) and ``agent_rewards`` (agent id ->
-    return so far). :meth:`policy_for` is the mapping's (cached) answer.
-
-    >>> e = Episode(7, 0, lambda agent, episode: f"p{agent % 2}")
-    >>> e.policy_for(3), e.policy_for(3), e.episode_id
-    ('p1', 'p1', 7)
-    """
-
-    __slots__ = ("episode_id", "env_index", "length", "agent_rewards", "_mapping", "_policies")
-
-    def __init__(self, episode_id: int, env_index: int, mapping: Callable[[Any, "Episode"], str]):
-        self.episode_id, self.env_index = episode_id, env_index
-        self.length = 0
-        self.agent_rewards: dict[Any, float] = {}
-        self._mapping = mapping
-        self._policies: dict[Any, str] = {}
-
-    def policy_for(self, agent_id: Any) -> str:
-        """The policy id of ``agent_id`` in this episode (maps it on first use)."""
-        pid = self._policies.get(agent_id)
-        if pid is None:
-            pid = self._policies[agent_id] = self._mapping(agent_id, self)
-        return pid
-
-    @property
-    def agent_policies(self) -> dict[Any, str]:
-        """Agent id -> policy id for the agents mapped so far (a copy)."""
-        return dict(self._policies)
 
 
 def as_mapping_fn(fn: Callable[..., str] | None) -> Callable[[Any, Any], str] | None:

@@ -44,8 +44,8 @@ from flowrl.errors import ConfigError
 from flowrl.runtime.shard_host import ShardHost
 from flowrl.policies.replica import NumpyActingPolicy, is_replica_state, set_policy_state
 from flowrl.workers.multi_agent_env import MultiAgentEnv
-from flowrl.workers.multi_agent_sampler import (Episode, MultiAgentSampler, as_mapping_fn,
-                                                spaces_match)
+from flowrl.workers.episode import Episode
+from flowrl.workers.multi_agent_sampler import MultiAgentSampler, as_mapping_fn, spaces_match
 from flowrl.workers.sampler import VectorSampler
 
 
