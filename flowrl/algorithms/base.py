@@ -32,6 +32,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar
 
+from flowrl.callbacks import call_hook, check_callbacks, make_callbacks, overrides
 from flowrl.checkpoint import CHECKPOINT_FILE  # noqa: F401  (re-exported)
 from flowrl.envs import PREPROCESSOR_PREFS, ensure_registered
 from flowrl.models.config import ModelConfig
@@ -209,6 +210,9 @@ class AlgorithmConfig:
     the raw ale-py env (:func:`flowrl.envs.make_atari`). Workers get it with
     ``env_config``, through :class:`~flowrl.workers.WorkerConfig`.
 
+    ``callbacks`` (RLlib 1.x's name): a :class:`~flowrl.callbacks.DefaultCallbacks`
+    subclass or a list of them, or None; see :mod:`flowrl.callbacks`.
+
     >>> AlgorithmConfig(env="CartPole-v1", num_workers=-1)
     Traceback (most recent call last):
     ...
@@ -237,6 +241,7 @@ class AlgorithmConfig:
     max_worker_restarts: int | None = None
     sample_timeout_s: float | None = None
     preprocessor_pref: str | None = "deepmind"
+    callbacks: Any = None
 
     checks: ClassVar[dict[str, tuple]] = {
         "num_workers": _int_ge(0), "num_envs_per_worker": _int_ge(1),
@@ -266,6 +271,7 @@ class AlgorithmConfig:
                               f"{list(COUNT_STEPS_BY)}")
         check_env(self.env, f"{name}.env")
         check_env_config(self.env, self.env_config, f"{name}.env_config")
+        check_callbacks(self.callbacks, f"{name}.callbacks")
 
     @property
     def count_steps_by(self) -> str:
@@ -370,6 +376,8 @@ class Algorithm:
                               f"{self.config_class.__name__}, got {type(config).__name__}")
         self.config = config
         self.workers = None
+        #: The driver's callbacks instance (``on_train_result``); workers build their own.
+        self.callbacks = make_callbacks(config.callbacks)
         try:
             policy_class = self._hook("get_policy_class", self.get_policy_class, config)
             declared = inspect.getattr_static(type(self), "policy_class", None)  # not imported yet
@@ -485,7 +493,7 @@ class Algorithm:
             ignore_worker_failures=config.ignore_worker_failures,
             max_worker_restarts=config.max_worker_restarts,
             sample_timeout_s=config.sample_timeout_s,
-            preprocessor_pref=config.preprocessor_pref)
+            preprocessor_pref=config.preprocessor_pref, callbacks=config.callbacks)
 
     # -- running -----------------------------------------------------------------
     @property
@@ -494,12 +502,17 @@ class Algorithm:
         return self._run.metrics
 
     def train(self) -> dict[str, Any]:
-        """Run the plan to its next result: one reporting step. Returns the result dict."""
+        """Run the plan to its next result: one reporting step. Returns the result dict,
+        after the callbacks' ``on_train_result`` (``algorithm=self``, also as
+        ``trainer=``) changed it."""
         try:
             result = next(self._run)
         except StopIteration:
             raise FlowError(f"{self.name}: the plan ended (was stop() called?); build a new "
                             "algorithm to train again") from None
+        if overrides(self.callbacks, "on_train_result"):
+            call_hook(self.callbacks, "on_train_result", algorithm=self, trainer=self,
+                      result=result)
         self.last_result = result
         return result
 

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from flowrl.batch import SampleBatch
+from flowrl.callbacks import learn_callbacks
 from flowrl.errors import ConfigError
 from flowrl.models.catalog import is_image
 from flowrl.policies.numpy_forward import (NumpyMLP, ParameterGuard, SnapshotCache,
@@ -409,15 +410,21 @@ class DQNPolicy:
         ``sgd_minibatch_size``-row minibatches through the shared loop
         (:func:`~flowrl.policies.sgd.minibatch_sgd`) when given. Stats: ``loss``,
         ``mean_q``, ``mean_td_error`` (of |δ|), ``grad_gnorm``, ``cur_lr``,
-        ``cur_epsilon``."""
+        ``cur_epsilon``; ``custom_metrics`` when callbacks run ``on_learn_on_batch``
+        first (:func:`~flowrl.callbacks.learn_callbacks`)."""
         if batch.count == 0:
             raise ConfigError("DQNPolicy.learn_on_batch got an empty batch")
+        custom = learn_callbacks(self, batch)
         if (num_sgd_iter or 1) == 1 and not sgd_minibatch_size:
-            return self.sgd_step(batch)
-        from flowrl.policies.sgd import minibatch_sgd
-        return minibatch_sgd(batch, num_sgd_iter=num_sgd_iter or 1,
-                             sgd_minibatch_size=sgd_minibatch_size,
-                             rng=self._rng if rng is None else rng, step=self.sgd_step)
+            stats = self.sgd_step(batch)
+        else:
+            from flowrl.policies.sgd import minibatch_sgd
+            stats = minibatch_sgd(batch, num_sgd_iter=num_sgd_iter or 1,
+                                  sgd_minibatch_size=sgd_minibatch_size,
+                                  rng=self._rng if rng is None else rng, step=self.sgd_step)
+        if custom is not None:
+            stats["custom_metrics"] = custom
+        return stats
 
     def sgd_step(self, batch: SampleBatch) -> dict[str, float]:
         """One Adam step on ``batch`` (see :meth:`learn_on_batch`)."""

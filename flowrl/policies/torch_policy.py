@@ -39,6 +39,7 @@ import torch
 from torch import nn
 
 from flowrl.batch import SampleBatch
+from flowrl.callbacks import learn_callbacks
 from flowrl.errors import ConfigError
 from flowrl.models.base import TorchModelV2
 from flowrl.models.catalog import get_model, is_image, is_recurrent, model_observation_space
@@ -740,13 +741,17 @@ class TorchPolicy(Postprocessing):
         :meth:`sgd_step`; the mean stats of the last epoch.
 
         Stats include ``total_loss``, ``grad_gnorm``, ``cur_lr`` and the loss's
-        own terms (``policy_loss``, ``vf_loss``, ``entropy``, ``kl``...).
+        own terms (``policy_loss``, ``vf_loss``, ``entropy``, ``kl``...), and
+        ``custom_metrics`` when callbacks run ``on_learn_on_batch`` first
+        (:func:`~flowrl.callbacks.learn_callbacks`).
 
         A recurrent policy shuffles whole sequences: a minibatch is
         ``sgd_minibatch_size // max_seq_len`` sequences (at least one), as RLlib 1.x.
         """
         if batch.count == 0:
             raise ConfigError(f"{type(self).__name__}.learn_on_batch got an empty batch")
+        custom = learn_callbacks(self, batch.source if isinstance(batch, LoadedBatch)
+                                 and batch.rows is None and batch.source is not None else batch)
         loaded = batch if isinstance(batch, LoadedBatch) else self.load_batch(batch)
         size = self.sgd_minibatch_size if sgd_minibatch_size is None else sgd_minibatch_size
         if size and self.is_recurrent:
@@ -767,6 +772,8 @@ class TorchPolicy(Postprocessing):
                     values, targets = values[rows[SEQ_MASK]], targets[rows[SEQ_MASK]]
             stats["vf_explained_var"] = explained_variance(values.cpu().numpy(),
                                                            targets.cpu().numpy())
+        if custom is not None:
+            stats["custom_metrics"] = custom
         return stats
 
     def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], dict]:

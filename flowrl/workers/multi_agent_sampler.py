@@ -21,6 +21,13 @@ acting), its :class:`Episode` and step count; completed episodes are buffered
 as ``{"episode_reward", "episode_len", "policy_rewards", "agent_rewards"}``
 dicts (``policy_rewards[pid]`` lists the return of each agent that policy played)
 until :meth:`MultiAgentSampler.episode_stats` drains them.
+
+Callbacks (``callbacks``, an :class:`~flowrl.callbacks.EpisodeCallbacks`, or None):
+each episode's start runs once its env was reset (the first ones at the first
+``sample()``), its step after each env step (the agents' latest observation,
+action, reward and info recorded in the :class:`Episode` first), its end after
+its last step; an ended episode's entry then also holds the custom metrics the
+callbacks set (:meth:`Episode.finished_stats`).
 """
 
 from __future__ import annotations
@@ -112,13 +119,16 @@ class MultiAgentSampler:
     Actions reach the env as Python ints for ``Discrete`` policies (the type
     ``Discrete.contains`` checks first) and as numpy rows otherwise (``Box``
     actions clipped to the policy's bounds); the batch keeps the policy's numpy
-    actions, unclipped.
+    actions, unclipped. ``callbacks``: see the module docstring.
     """
 
     def __init__(self, envs: list, policies: dict[str, Any],
                  policy_mapping_fn: Callable[[Any, Episode], str], *, fragment_length: int,
-                 seed: int | None, explore: bool = True, eps_id_base: int = 0):
+                 seed: int | None, explore: bool = True, eps_id_base: int = 0,
+                 callbacks: Any = None):
         self.envs, self.policies = envs, policies
+        self.callbacks = callbacks
+        self._started = False  # whether the first episodes' starts ran
         self.policy_mapping_fn = as_mapping_fn(policy_mapping_fn)
         self.fragment_length, self.explore = fragment_length, explore
         self._next_eps = eps_id_base
@@ -160,13 +170,22 @@ class MultiAgentSampler:
         return pid
 
     def _reset(self, k: int, seed: int | None) -> None:
-        obs, _ = self.envs[k].reset(seed=seed)
-        self._episode[k] = Episode(self._next_eps, k, self._map)
+        obs, infos = self.envs[k].reset(seed=seed)
+        episode = self._episode[k] = Episode(self._next_eps, k, self._map)
         self._next_eps += 1
         self._obs[k] = obs
+        if self.callbacks is not None:
+            for agent, o in obs.items():
+                episode._last[agent] = (o, None, 0.0, infos.get(agent, {}))
+            if self._started:
+                self.callbacks.start(episode)
 
     def sample(self) -> MultiAgentBatch:
         """``fragment_length`` steps of every env, postprocessed per policy."""
+        if self.callbacks is not None and not self._started:
+            self._started = True
+            for episode in self._episode:
+                self.callbacks.start(episode)
         rows: dict[str, _Rows] = {}
         # [pid, eps_id, agent_index, first t, done, env, agent(, final obs once done)]
         trajs: list[list] = []
@@ -221,7 +240,7 @@ class MultiAgentSampler:
     def _step_env(self, k: int, actions: dict, rows: dict, trajs: list,
                   traj_of: dict) -> None:
         episode = self._episode[k]
-        obs, rewards, terms, truncs, _ = self.envs[k].step(actions)
+        obs, rewards, terms, truncs, infos = self.envs[k].step(actions)
         t = episode.length
         returns = episode.agent_rewards
         mapped = episode._policies
@@ -246,6 +265,12 @@ class MultiAgentSampler:
                     f"{missing[0]!r}, which acted; a MultiAgentEnv returns an obs for every "
                     "agent in the actions (its final one when the agent is done)")
             obs = {a: obs[a] for a in actions}
+        if self.callbacks is not None:
+            last = episode._last
+            for agent, o in obs.items():
+                last[agent] = (o, actions.get(agent), float(rewards.get(agent, 0.0)),
+                               infos.get(agent, {}))
+            self.callbacks.step(episode)
         if not (any(terms.values()) or any(truncs.values())):
             self._obs[k] = obs
             return
@@ -269,10 +294,14 @@ class MultiAgentSampler:
             per_policy: dict[str, list[float]] = {}
             for agent, ret in returns.items():
                 per_policy.setdefault(mapped[agent], []).append(ret)
-            self._episodes.append({
+            entry = {
                 "episode_reward": float(sum(returns.values())), "episode_len": episode.length,
                 "policy_rewards": per_policy,
-                "agent_rewards": {a: (mapped[a], ret) for a, ret in returns.items()}})
+                "agent_rewards": {a: (mapped[a], ret) for a, ret in returns.items()}}
+            if self.callbacks is not None:
+                self.callbacks.end(episode)
+                entry.update(episode.finished_stats())
+            self._episodes.append(entry)
             traj_of.clear()
             self._reset(k, None)
         else:

@@ -27,6 +27,11 @@ as they are. Everything that needs the real policy goes through
 policy state in ``set_state``), which builds it once
 (:meth:`~flowrl.policies.replica.NumpyActingPolicy.materialize`) and puts it in
 the replica's place: the worker acts with it from then on.
+
+Callbacks (``callbacks=``, see :mod:`flowrl.callbacks`): the worker builds its own
+instance (``worker.callbacks``); its sampler runs the episode hooks,
+:meth:`RolloutWorker.sample` runs ``on_sample_end``, and the worker's real
+policies get it as ``policy.callbacks`` when ``on_learn_on_batch`` is overridden.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ from typing import Any, Callable, Iterable, Iterator
 import gymnasium as gym
 
 from flowrl.batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
+from flowrl.callbacks import call_hook, episode_callbacks, make_callbacks, overrides
 from flowrl.envs import reports_episode_infos
 from flowrl.errors import ConfigError
 from flowrl.runtime.shard_host import ShardHost
@@ -152,7 +158,8 @@ class RolloutWorker(ShardHost):
     episode (a one-argument ``fn(agent_id)`` is accepted too). ``env`` is the env
     object the creator returned first (``worker.env``). ``preprocessor_pref``
     (``"deepmind"`` or None) applies to ``ALE/`` ids only
-    (:func:`flowrl.envs.make_atari`).
+    (:func:`flowrl.envs.make_atari`). ``callbacks``: a
+    :class:`~flowrl.callbacks.DefaultCallbacks` subclass, a list of them, or None.
 
     >>> from flowrl.policies import PGPolicy
     >>> w = RolloutWorker("CartPole-v1", policy=PGPolicy, num_envs=2,
@@ -170,7 +177,8 @@ class RolloutWorker(ShardHost):
                  policies_to_train: Iterable[str] | None = None,
                  num_envs: int = 1, rollout_fragment_length: int = 200,
                  seed: int | None = None, worker_index: int = 0, explore: bool = True,
-                 torch_threads: int | None = None, preprocessor_pref: str | None = "deepmind"):
+                 torch_threads: int | None = None, preprocessor_pref: str | None = "deepmind",
+                 callbacks: Any = None):
         for name, value in (("num_envs", num_envs),
                             ("rollout_fragment_length", rollout_fragment_length)):
             if not isinstance(value, int) or value < 1:
@@ -192,6 +200,9 @@ class RolloutWorker(ShardHost):
                 raise ConfigError(f"RolloutWorker: policy {pid!r} has no policy_class; give one "
                                   "in its PolicySpec (None is filled in only by an Algorithm)")
         policy_mapping_fn = as_mapping_fn(policy_mapping_fn)
+        self.callbacks = make_callbacks(callbacks)
+        self._on_sample_end = overrides(self.callbacks, "on_sample_end")
+        self._on_learn = overrides(self.callbacks, "on_learn_on_batch")
 
         self.preprocessor_pref = preprocessor_pref
         create = make_env_creator(env, self.env_config, preprocessor_pref)
@@ -210,7 +221,9 @@ class RolloutWorker(ShardHost):
             self.sampler = MultiAgentSampler(
                 self.envs, self.policy_map, policy_mapping_fn,
                 fragment_length=rollout_fragment_length, seed=self.seed,
-                explore=explore, eps_id_base=eps_base)
+                explore=explore, eps_id_base=eps_base,
+                callbacks=episode_callbacks(self.callbacks, worker=self, envs=self.envs,
+                                            policies=self.policy_map))
         else:
             if len(specs) != 1:
                 raise ConfigError(f"RolloutWorker: env {env!r} is single-agent but "
@@ -224,10 +237,12 @@ class RolloutWorker(ShardHost):
             (pid, spec), = specs.items()
             self.policy_map = {pid: self._build_policy(
                 pid, spec, venv.single_observation_space, venv.single_action_space)}
-            self.sampler = VectorSampler(venv, self.policy_map[pid],
-                                         fragment_length=rollout_fragment_length,
-                                         seed=self.seed, explore=explore, eps_id_base=eps_base,
-                                         episode_infos=reports_episode_infos(first))
+            self.sampler = VectorSampler(
+                venv, self.policy_map[pid], fragment_length=rollout_fragment_length,
+                seed=self.seed, explore=explore, eps_id_base=eps_base,
+                episode_infos=reports_episode_infos(first),
+                callbacks=episode_callbacks(self.callbacks, worker=self, envs=venv.envs,
+                                            policies=self.policy_map))
         self.policy_mapping_fn = policy_mapping_fn
         to_train = list(self.policy_map) if policies_to_train is None else list(policies_to_train)
         unknown = sorted(set(to_train) - set(self.policy_map))
@@ -238,8 +253,15 @@ class RolloutWorker(ShardHost):
 
     def _build_policy(self, pid: str, spec: PolicySpec, obs_space, act_space):
         kwargs = {"seed": self.seed, **spec.config}
-        return spec.policy_class(spec.observation_space or obs_space,
-                                 spec.action_space or act_space, **kwargs)
+        return self._with_callbacks(spec.policy_class(spec.observation_space or obs_space,
+                                                      spec.action_space or act_space, **kwargs))
+
+    def _with_callbacks(self, policy):
+        """``policy``, given the worker's callbacks when they run ``on_learn_on_batch``
+        (a numpy replica never learns; the policy it materializes gets them)."""
+        if self._on_learn and not isinstance(policy, NumpyActingPolicy):
+            policy.callbacks = self.callbacks
+        return policy
 
     def _build_multi_agent(self, specs, env: MultiAgentEnv, mapping_fn) -> dict[str, Any]:
         # Probe the mapping once per agent (episode_id -1) to learn which spaces each
@@ -289,9 +311,12 @@ class RolloutWorker(ShardHost):
         """``num_envs * rollout_fragment_length`` env steps, postprocessed.
 
         A :class:`SampleBatch` for single-agent envs, a :class:`MultiAgentBatch`
-        for multi-agent envs.
+        for multi-agent envs. Runs the callbacks' ``on_sample_end`` on it.
         """
-        return self.sampler.sample()
+        batch = self.sampler.sample()
+        if self._on_sample_end:
+            call_hook(self.callbacks, "on_sample_end", worker=self, samples=batch)
+        return batch
 
     def shard_items(self) -> Iterator[SampleBatch | MultiAgentBatch]:
         """``sample()`` forever (this worker's shard for the dataflow runtime)."""
@@ -310,7 +335,7 @@ class RolloutWorker(ShardHost):
         docstring; this imports torch in a worker that had not)."""
         policy = self._acting_policy(policy_id, "get_policy")
         if isinstance(policy, NumpyActingPolicy):
-            policy = self.policy_map[policy_id] = policy.materialize()
+            policy = self.policy_map[policy_id] = self._with_callbacks(policy.materialize())
             if isinstance(self.sampler, VectorSampler):  # the multi-agent one reads policy_map
                 self.sampler.policy = policy
         return policy

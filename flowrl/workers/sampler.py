@@ -24,14 +24,29 @@ State kept between calls: the current observations, and per env the episode id,
 step within the episode and running return. Completed episodes are buffered as
 ``{"episode_reward", "episode_len"}`` dicts until :meth:`VectorSampler.episode_stats`
 drains them. Numpy buffers of shape ``(T, N, ...)`` are allocated once and reused.
+
+Callbacks (``callbacks``, an :class:`~flowrl.callbacks.EpisodeCallbacks`, or None):
+only then does the sampler keep an :class:`~flowrl.workers.Episode` per env
+(``_live``), record each step's observation, action, reward and info in it (the
+info is read from the vector env's only when a callback asks), run the episode
+hooks (starts at the first ``sample()``, a step after every vector step, an end
+when the episode ends, then the next episode's start) and add the episode's
+custom metrics to its entry. Without callbacks none of this runs. With
+``episode_infos`` the callbacks see the training episodes (Atari: lives) and a
+reported game carries the custom metrics of its lives (a later life's value of a
+metric replaces an earlier one's).
 """
 
 from __future__ import annotations
+
+import functools
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 from flowrl.batch import SampleBatch
+from flowrl.workers.episode import SINGLE_AGENT_ID, Episode, merge_finished_stats
 
 SB = SampleBatch
 
@@ -100,11 +115,12 @@ class VectorSampler:
     counts the policy's ``compute_actions`` calls. ``Discrete`` actions reach the
     envs as Python ints (as in the multi-agent sampler), ``Box`` actions as numpy
     rows clipped to the bounds; the batch keeps the policy's numpy actions.
+    ``callbacks``: see the module docstring.
     """
 
     def __init__(self, venv: gym.vector.VectorEnv, policy, *, fragment_length: int,
                  seed: int | None, explore: bool = True, eps_id_base: int = 0,
-                 episode_infos: bool = False):
+                 episode_infos: bool = False, callbacks: Any = None):
         self.venv, self.policy = venv, policy
         self.episode_infos = episode_infos
         self.explore = explore
@@ -112,7 +128,7 @@ class VectorSampler:
         space = venv.single_action_space
         self._clip = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
         self._discrete = isinstance(space, gym.spaces.Discrete)
-        self._obs, _ = venv.reset(seed=seed)
+        self._obs, infos = venv.reset(seed=seed)
         n = self.num_envs
         self._next_eps = eps_id_base
         self._eps_id = np.arange(n, dtype=np.int64) + eps_id_base
@@ -131,6 +147,12 @@ class VectorSampler:
         self._buf: dict[str, np.ndarray] | None = None
         self._buf_deferred: bool | None = None
         self.num_forwards = 0
+        self.callbacks = callbacks
+        if callbacks is not None:
+            self._live: list[Episode] | None = None  # per env, from the first sample()
+            self._reset_infos = infos
+            self._ended: dict[int, dict] = {}  # env -> finished_stats(), this step
+            self._carried: dict[int, dict] = {}  # env -> stats of lives not yet reported
 
     def _allocate(self, actions: np.ndarray, extra: dict) -> dict[str, np.ndarray]:
         T, N = self.fragment_length, self.num_envs
@@ -161,6 +183,11 @@ class VectorSampler:
         defer = defers_vf_preds(policy)
         buf = self._buf if self._buf_deferred == defer else None
         recurrent = self.recurrent
+        callbacks = self.callbacks
+        if callbacks is not None and self._live is None:
+            self._live = [None] * self.num_envs  # type: ignore[list-item]
+            for i in range(self.num_envs):
+                self._start_episode(i, obs[i], self._reset_infos)
         for step in range(T):
             if recurrent:
                 actions, extra = policy.compute_actions(
@@ -205,27 +232,73 @@ class VectorSampler:
                         s[done] = init
                     self._prev_actions[done] = 0
                     self._prev_rewards[done] = 0.0
+            if callbacks is not None:
+                self._step_episodes(actions, rewards, infos, next_obs, done)
             if done.any():
                 final = infos["final_obs"]
                 final_info = infos.get("final_info", {}) if self.episode_infos else {}
                 games = final_info.get("_episode")
                 for i in np.flatnonzero(done).tolist():
                     new_obs[i] = final[i]
+                    entry = None
                     if not self.episode_infos:
-                        self._episodes.append({"episode_reward": float(ep_ret[i]),
-                                               "episode_len": int(ep_t[i])})
+                        entry = {"episode_reward": float(ep_ret[i]), "episode_len": int(ep_t[i])}
                     elif games is not None and games[i]:
                         game = final_info["episode"]
-                        self._episodes.append({"episode_reward": float(game["r"][i]),
-                                               "episode_len": int(game["l"][i])})
+                        entry = {"episode_reward": float(game["r"][i]),
+                                 "episode_len": int(game["l"][i])}
+                    if callbacks is not None:
+                        self._add_episode_stats(i, entry)
+                    if entry is not None:
+                        self._episodes.append(entry)
                     eps_id[i] = self._next_eps
                     self._next_eps += 1
                     ep_t[i] = 0
                     ep_ret[i] = 0.0
+                    if callbacks is not None:
+                        self._start_episode(i, next_obs[i], infos)
             obs = next_obs
         self._obs = obs
         self.num_forwards += T
         return self._postprocess(buf, defer)
+
+    # -- episode callbacks (only with callbacks) ------------------------------------
+    def _start_episode(self, i: int, obs: Any, infos: dict) -> None:
+        pid = next(iter(self.callbacks.policies))
+        episode = Episode(int(self._eps_id[i]), i, lambda agent_id, episode: pid)
+        episode._last[SINGLE_AGENT_ID] = (obs, None, 0.0,
+                                          functools.partial(vector_info, infos, i))
+        self._live[i] = episode
+        self.callbacks.start(episode)
+
+    def _step_episodes(self, actions, rewards, infos: dict, next_obs, done) -> None:
+        """The step's outcome into each env's Episode, its step hook, and the end hook
+        of the episodes it ended (their stats kept in ``_ended`` for their entry)."""
+        callbacks, live = self.callbacks, self._live
+        final, final_info = infos.get("final_obs"), infos.get("final_info", {})
+        for i, episode in enumerate(live):
+            episode.length = int(self._ep_t[i])
+            episode.agent_rewards[SINGLE_AGENT_ID] = float(self._ep_ret[i])
+            ended = bool(done[i])
+            episode._last[SINGLE_AGENT_ID] = (
+                final[i] if ended else next_obs[i], actions[i], float(rewards[i]),
+                functools.partial(vector_info, final_info if ended else infos, i))
+            callbacks.step(episode)
+            if ended:
+                callbacks.end(episode)
+                self._ended[i] = episode.finished_stats()
+
+    def _add_episode_stats(self, i: int, entry: dict | None) -> None:
+        """The custom metrics of env ``i``'s ended episode into its ``entry``; with
+        ``episode_infos`` (``entry`` None until the game ends) carried to the game's."""
+        stats = self._ended.pop(i)
+        carried = self._carried.pop(i, None)
+        if carried is not None:
+            stats = merge_finished_stats(carried, stats)
+        if entry is not None:
+            entry.update(stats)
+        elif stats:
+            self._carried[i] = stats
 
     def _postprocess(self, buf: dict[str, np.ndarray], deferred: bool) -> SampleBatch:
         T, N = self.fragment_length, self.num_envs
@@ -270,4 +343,24 @@ class VectorSampler:
         return out
 
 
-__all__ = ["VectorSampler", "postprocess_trajectories"]
+def vector_info(infos: dict, i: int) -> dict:
+    """Env ``i``'s info from a gymnasium vector env's ``infos`` (arrays with ``_key``
+    masks; the autoreset's ``final_obs``/``final_info`` left out).
+
+    >>> vector_info({"x": np.array([1, 2]), "_x": np.array([False, True]),
+    ...              "d": {"y": np.array([3, 4]), "_y": np.array([True, True])},
+    ...              "_d": np.array([True, True])}, 1)
+    {'x': np.int64(2), 'd': {'y': np.int64(4)}}
+    """
+    out = {}
+    for k, v in infos.items():
+        if k.startswith("_") or k in ("final_obs", "final_info"):
+            continue
+        mask = infos.get("_" + k)
+        if mask is not None and not mask[i]:
+            continue
+        out[k] = vector_info(v, i) if isinstance(v, dict) else v[i]
+    return out
+
+
+__all__ = ["VectorSampler", "postprocess_trajectories", "vector_info"]

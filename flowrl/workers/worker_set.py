@@ -79,6 +79,8 @@ class WorkerConfig:
     they build the real policy with the worker instead of on first use.
     ``preprocessor_pref`` (``"deepmind"`` or None) is how workers wrap ``ALE/``
     env ids (:func:`flowrl.envs.make_atari`); it travels like ``env_config``.
+    ``callbacks`` (a :class:`~flowrl.callbacks.DefaultCallbacks` subclass or a list
+    of them) travels the same way: each worker builds its own instance.
 
     >>> WorkerConfig(num_envs_per_worker=0)
     Traceback (most recent call last):
@@ -103,6 +105,7 @@ class WorkerConfig:
     sample_timeout_s: float | None = None
     numpy_replicas: bool = True
     preprocessor_pref: str | None = "deepmind"
+    callbacks: Any = None
 
     @property
     def tolerates_failures(self) -> bool:
@@ -127,7 +130,7 @@ class WorkerConfig:
             env_config=self.env_config, num_envs=self.num_envs_per_worker,
             rollout_fragment_length=self.rollout_fragment_length, seed=self.seed,
             explore=self.explore, policies_to_train=self.policies_to_train,
-            preprocessor_pref=self.preprocessor_pref)
+            preprocessor_pref=self.preprocessor_pref, callbacks=self.callbacks)
         if self.policies is not None:
             kwargs.update(policies=self.policies, policy_mapping_fn=self.policy_mapping_fn)
         else:
