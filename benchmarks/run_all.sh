@@ -7,14 +7,15 @@
 # the ones below go to every script (e.g. --seeds 5). A benchmark that fails is
 # reported and the others still run; the exit status is 1 if any failed.
 #
-# Expected duration on 2 idle cores: about 3 h in all (startup 2, sampling 5,
-# local_overhead 5, ray_overhead 25 (3 seeds: 15) and --paired 15, compiled_graph 7,
-# profile_ppo 5, ppo_cartpole --matched 25 and --tuned 25, impala_throughput 10,
-# impala_fairness 8, async_cartpole 15, apex_throughput 10, replay 2, dqn_cartpole 20,
-# multi_agent_sampling 3, ddppo_cartpole 8, chaos 12 minutes; the targeted ones are
-# upper bounds, reached when runs use their whole budget). Idle waits add to it on a
-# machine that is not idle. --quick --no-idle-wait (a smoke run of every script,
-# results under benchmarks/results/smoke/) takes about 20 min.
+# Expected duration on 2 idle cores: about 3 h 20 min in all (startup 2, sampling 5,
+# models_throughput 20, local_overhead 5, ray_overhead 25 (3 seeds: 15) and --paired
+# 15, compiled_graph 7, profile_ppo 5, ppo_cartpole --matched 25 and --tuned 25,
+# impala_throughput 10, impala_fairness 8, async_cartpole 15, apex_throughput 10,
+# replay 2, dqn_cartpole 20, multi_agent_sampling 3, ddppo_cartpole 8, chaos 12
+# minutes; the targeted ones are upper bounds, reached when runs use their whole
+# budget). Idle waits add to it on a machine that is not idle. --quick --no-idle-wait
+# (a smoke run of every script, results under benchmarks/results/smoke/) takes about
+# 25 min.
 #
 #   bash benchmarks/run_all.sh                            # everything
 #   bash benchmarks/run_all.sh replay dqn_cartpole        # a subset, by name
@@ -32,6 +33,7 @@ export RAY_ADDRESS=local  # never attach to a Ray cluster that happens to run he
 BENCHMARKS=(
   "startup|startup"
   "sampling|sampling"
+  "models_throughput|models_throughput"
   "local_overhead|local_overhead"
   "ray_overhead|ray_overhead"
   "ray_overhead-paired|ray_overhead --paired --items 2000"

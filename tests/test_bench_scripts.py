@@ -1,9 +1,12 @@
-"""The benchmark scripts' own reporting and ``run_all.sh``: no benchmark is run and nothing is timed.
+"""The benchmark scripts' own reporting and ``run_all.sh``; no timing is asserted.
 
 Each script's table is checked on synthetic run records (as ``harness.run_all``
 saves them): runs that missed the target get their own row and never enter the
 medians or ratios of the runs that reached it. ``run_all.sh`` must know every
-script under ``benchmarks/`` and refuse an unknown name.
+script under ``benchmarks/`` and refuse an unknown name. ``models_throughput``'s
+child functions also run, at tiny sizes, for every model (they must give rates
+and ratios), and its plain loops are checked to do flowrl's work: same weights,
+same sequences, same loss.
 """
 
 from __future__ import annotations
@@ -247,3 +250,87 @@ def test_impala_fairness_probe_tags_rows_and_counts_each_fragment_once_with_its_
     del weights[fb.VERSION_KEY]
     with pytest.raises(RuntimeError, match="weights without '__probe_version__'"):
         sampler.get_policy().set_weights(weights)
+
+
+@pytest.fixture
+def one_torch_thread():
+    """As the benchmark's children run (several threads crawl on a loaded machine)."""
+    import torch
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_models_throughput_measures_both_systems_of_every_model_and_reports_ratios(
+        capsys, one_torch_thread):
+    import models_throughput as mt
+    sizes = mt.setups(quick=True, lstm_cell=16, num_envs=2, fragment=16)
+    runs = []
+    for model in mt.MODELS:
+        for impl in mt.IMPLS:
+            result = mt.measure(f"{impl}-{model}", sizes[model], seed=0, reps=1)
+            assert result["sample_steps_per_s"] > 0 and result["learn_rows_per_s"] > 0
+            assert result["batch_rows"] == 32
+            runs.append(_run(f"{impl}-{model}", **result))
+    ratios = mt.report(runs, mt.MODELS, sizes)
+    out = capsys.readouterr().out
+    for model in mt.MODELS:
+        assert all(0 < r < math.inf for r in ratios[model].values())
+        row = next(ln for ln in out.splitlines() if ln.startswith(f"{model} "))
+        assert row.count("x ok") + row.count("x BELOW") == 2
+        assert next(ln for ln in out.splitlines() if ln.startswith(f"flowrl-{model} "))
+
+
+def test_models_throughput_flags_ratios_below_target_and_missing_systems(capsys):
+    import models_throughput as mt
+    runs = [_run("raw-mlp", sample_steps_per_s=1000.0, learn_rows_per_s=2000.0),
+            _run("flowrl-mlp", sample_steps_per_s=950.0, learn_rows_per_s=1800.0),
+            _run("flowrl-mlp", sample_steps_per_s=850.0, learn_rows_per_s=1800.0),
+            _run("raw-cnn", sample_steps_per_s=100.0, learn_rows_per_s=50.0)]
+    ratios = mt.report(runs, ["mlp", "cnn"], mt.setups())
+    out = capsys.readouterr().out
+    assert ratios["mlp"] == {"sample_steps_per_s": 0.9, "learn_rows_per_s": 0.9}
+    row = next(ln for ln in out.splitlines() if ln.startswith("mlp "))
+    assert "0.90x ok" in row and "0.90x BELOW" in row  # targets 0.9 and 0.95
+    assert "900 [850-950]" in next(ln for ln in out.splitlines() if ln.startswith("flowrl-mlp"))
+    assert "0 runs" in next(ln for ln in out.splitlines() if ln.startswith("flowrl-cnn"))
+    assert math.isnan(ratios["cnn"]["sample_steps_per_s"])
+
+
+def test_models_throughput_raw_learner_trains_on_what_flowrl_trains_on(one_torch_thread):
+    """Equal work: the raw loop's model starts from the policy's weights, its padded
+    sequences are flowrl's, and its PPO loss on them is flowrl's."""
+    import models_throughput as mt
+    import numpy as np
+    import torch
+    sizes = mt.setups(quick=True, lstm_cell=16, num_envs=3, fragment=40)
+    for model in ("mlp", "lstm"):
+        setup = sizes[model]
+        worker = mt.flowrl_worker(setup, seed=1)
+        batch = worker.sample()
+        policy = worker.get_policy()
+        raw = mt.RawLearner(setup, policy.observation_space, policy.action_space, seed=1)
+        for a, b in zip(raw.model.state_dict().values(), policy.model.state_dict().values()):
+            assert torch.equal(a, b)
+        cols = mt.raw_columns(batch, setup)
+        train = policy._train_tensors(batch)
+        with torch.no_grad():
+            expected = float(policy._loss(train)[0])
+            if setup.recurrent:
+                _, lens, padded = mt.cut_and_pad(cols, setup.num_envs, setup.fragment, 20)
+                assert np.array_equal(lens, train["seq_lens"].numpy())
+                assert np.array_equal(padded["obs"], train["obs"].numpy())
+                assert np.array_equal(padded["h"], train["state_in_0"].numpy())
+                data = {k: torch.as_tensor(v) for k, v in padded.items()}
+                flat = {k: v.reshape(-1, *v.shape[2:]) for k, v in data.items()
+                        if k not in ("h", "c")}
+                logits, _ = raw.model({"obs": flat["obs"], "obs_flat": flat["obs"]},
+                                      [data["h"], data["c"]], torch.as_tensor(lens))
+                got = raw.loss(logits, raw.model.value_function(), flat, flat["mask"])
+            else:
+                data = {k: torch.as_tensor(v) for k, v in cols.items()}
+                logits, _ = raw.model({"obs": data["obs"], "obs_flat": data["obs"]}, [], None)
+                got = raw.loss(logits, raw.model.value_function(), data)
+        assert float(got) == pytest.approx(expected, rel=1e-5)
+        worker.stop()

@@ -7,9 +7,7 @@ first use (PEP 562), so reading a config on the driver stays light.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
+from flowrl.lazy import lazy_attributes
 from flowrl.models.config import ModelConfig
 
 _WHERE = {
@@ -21,15 +19,4 @@ _WHERE = {
 
 __all__ = ["ModelConfig", *_WHERE]
 
-
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'flowrl.models' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"flowrl.models.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_attributes(__name__, _WHERE, globals(), __all__)

@@ -6,8 +6,7 @@ Names resolve on first use (PEP 562), so importing a light submodule such as
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from flowrl.lazy import lazy_attributes
 
 # Light (numpy-only) names are bound now; ``vtrace`` must be, since the import of
 # its submodule would otherwise leave the package attribute ``vtrace`` the module.
@@ -19,23 +18,13 @@ _WHERE = {
     "A2CPolicy": "a2c", "APPOPolicy": "appo", "DQNPolicy": "dqn",
     "Categorical": "distributions", "DiagGaussian": "distributions",
     "IMPALAPolicy": "impala", "PGPolicy": "pg", "PPOPolicy": "ppo",
-    "ActorCriticModel": "torch_policy", "LoadedBatch": "torch_policy",
+    "MultiCategorical": "distributions", "LoadedBatch": "torch_policy",
     "TorchPolicy": "torch_policy",
 }
 
-__all__ = ["TorchPolicy", "ActorCriticModel", "PGPolicy", "A2CPolicy", "PPOPolicy",
+__all__ = ["TorchPolicy", "MultiCategorical", "PGPolicy", "A2CPolicy", "PPOPolicy",
            "Categorical", "DiagGaussian", "discounted_returns", "gae", "explained_variance",
            "IMPALAPolicy", "APPOPolicy", "vtrace", "minibatch_sgd", "LoadedBatch", "DQNPolicy"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _WHERE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'flowrl.policies' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"flowrl.policies.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_attributes(__name__, _WHERE, globals(), __all__)

@@ -49,7 +49,6 @@ from flowrl.models.recurrent import LSTMWrapper
 from flowrl.models.sequences import (SEQ_BOOTSTRAP_VALUE, SEQ_LENS, SEQ_MASK, cut_sequences,
                                      next_values, pad_sequences, sequence_mask)
 from flowrl.policies.distributions import distribution_for
-from flowrl.policies.maths import explained_variance
 from flowrl.policies.numpy_acting import Postprocessing, act
 from flowrl.policies.numpy_forward import (NumpyMLP, ParameterGuard, SnapshotCache, in_chunks,
                                            max_rows, obs_rows)
@@ -231,6 +230,14 @@ def model_config(model: Any, hidden_sizes: Sequence[int] | None) -> ModelConfig:
     return ModelConfig.coerce({**config.to_dict(), "fcnet_hiddens": list(hidden_sizes)})
 
 
+def _explained_variance(values: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """:func:`~flowrl.policies.maths.explained_variance` in torch, without a sync."""
+    var_y = targets.var(unbiased=False)
+    var_d = (targets - values).var(unbiased=False)
+    exact = torch.where(var_d == 0, 1.0, -1.0)
+    return torch.where(var_y > 0, (1.0 - var_d / var_y).clamp(min=-1.0), exact)
+
+
 class TorchPolicy(Postprocessing):
     """Base torch policy; subclasses define :meth:`loss`.
 
@@ -324,6 +331,7 @@ class TorchPolicy(Postprocessing):
         self._optimizer: torch.optim.Adam | None = None  # see the optimizer property
         self._towers: list[tuple[nn.Module, torch.device]] = [(self.model, torch.device("cpu"))]
         self._params: tuple[nn.Module, list[nn.Parameter]] | None = None  # (model, its parameters)
+        self._values_seen: torch.Tensor | None = None  # the last model_out's values
 
     def _check_model(self, num_outputs: int) -> None:
         """A ConfigError now, on the driver, for a model that cannot act: one forward
@@ -541,7 +549,9 @@ class TorchPolicy(Postprocessing):
             out, _ = self.model(self._input_dict(train[SB.OBS], training=True), [], None)
         if not self.use_critic:
             return out, torch.zeros(out.shape[0], device=out.device)
-        return out, self.model.value_function()
+        values = self.model.value_function()
+        self._values_seen = values.detach()  # for vf_explained_var (see _loss)
+        return out, values
 
     @staticmethod
     def mean(x: torch.Tensor, train: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -602,7 +612,21 @@ class TorchPolicy(Postprocessing):
                 for k, v in train.items()}
 
     def _loss(self, train: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
-        return self.loss(self._rows(train))
+        """:meth:`loss` on ``train``'s rows, with ``vf_explained_var`` of the values the
+        loss computed against the batch's ``value_targets`` added to its stats (as
+        RLlib 1.x: per minibatch, so learning stats average it over the last epoch;
+        no extra forward)."""
+        rows = self._rows(train)
+        self._values_seen = None
+        loss, stats = self.loss(rows)
+        values = self._values_seen
+        if values is not None and SB.VALUE_TARGETS in rows and values.shape[0] == \
+                rows[SB.VALUE_TARGETS].shape[0]:
+            targets, mask = rows[SB.VALUE_TARGETS], rows.get(SEQ_MASK)
+            if mask is not None:
+                values, targets = values[mask], targets[mask]
+            stats = {**stats, "vf_explained_var": _explained_variance(values, targets)}
+        return loss, stats
 
     def _backward(self, batch: SampleBatch) -> dict[str, float]:
         self.model.zero_grad(set_to_none=True)  # not the optimizer's: see `optimizer`
@@ -740,9 +764,10 @@ class TorchPolicy(Postprocessing):
         the whole batch), through :func:`~flowrl.policies.sgd.minibatch_sgd` with
         :meth:`sgd_step`; the mean stats of the last epoch.
 
-        Stats include ``total_loss``, ``grad_gnorm``, ``cur_lr`` and the loss's
-        own terms (``policy_loss``, ``vf_loss``, ``entropy``, ``kl``...), and
-        ``custom_metrics`` when callbacks run ``on_learn_on_batch`` first
+        Stats include ``total_loss``, ``grad_gnorm``, ``cur_lr``,
+        ``vf_explained_var`` (with a critic) and the loss's own terms
+        (``policy_loss``, ``vf_loss``, ``entropy``, ``kl``...), and ``custom_metrics``
+        when callbacks run ``on_learn_on_batch`` first
         (:func:`~flowrl.callbacks.learn_callbacks`).
 
         A recurrent policy shuffles whole sequences: a minibatch is
@@ -761,17 +786,6 @@ class TorchPolicy(Postprocessing):
             sgd_minibatch_size=size, rng=self._np_rng if rng is None else rng,
             step=self.sgd_step)
         stats["cur_lr"] = self.optimizer.param_groups[0]["lr"]  # as a scheduler set it
-        train = loaded.copies[0] if loaded.rows is None else None
-        if self.use_critic and train is not None and SB.VALUE_TARGETS in train:
-            # A learning statistic: one batched torch forward, as learning runs.
-            with torch.inference_mode():
-                rows = self._rows(train)
-                _, values = self.model_out(rows)
-                targets = rows[SB.VALUE_TARGETS]
-                if SEQ_MASK in rows:
-                    values, targets = values[rows[SEQ_MASK]], targets[rows[SEQ_MASK]]
-            stats["vf_explained_var"] = explained_variance(values.cpu().numpy(),
-                                                           targets.cpu().numpy())
         if custom is not None:
             stats["custom_metrics"] = custom
         return stats
