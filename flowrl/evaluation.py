@@ -70,9 +70,10 @@ def assign_episodes(episodes: Sequence[int], slots: Sequence[tuple[int, int]]
     return out
 
 
-def _stack(parts: list, like: Any = None) -> Any:
-    """Rows ``parts`` as one batch; None rows (an episode's first step) become zeros."""
-    known = next((p for p in parts if p is not None), like)
+def _stack(parts: list) -> Any:
+    """Rows ``parts`` as one batch; None rows (an episode's first step) become zeros
+    (None when every row is)."""
+    known = next((p for p in parts if p is not None), None)
     if known is None:
         return None
     return np.stack([np.zeros_like(known) if p is None else p for p in parts])
@@ -88,8 +89,9 @@ def play_episodes(envs: Sequence[Any], policy, schedule: Sequence[Sequence[int]]
     Each step is one ``policy.compute_actions`` over the envs still playing,
     taking the mode unless ``explore``; a recurrent policy gets each env's state,
     previous action and reward (zeros at an episode's start). ``Box`` actions are
-    clipped to the bounds. Returns ``{"episode": index, "episode_reward",
-    "episode_len"}`` per episode, ordered by index. Touches no metrics.
+    clipped to the bounds, ``Discrete`` ones reach the env as ints. Returns
+    ``{"episode": index, "episode_reward", "episode_len"}`` per episode, ordered by
+    index. Touches no metrics.
 
     >>> import gymnasium as gym
     >>> from flowrl.policies import PGPolicy
@@ -107,6 +109,7 @@ def play_episodes(envs: Sequence[Any], policy, schedule: Sequence[Sequence[int]]
                           f"{len(envs)} envs")
     space = envs[0].action_space if envs else None
     clip = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
+    discrete = isinstance(space, gym.spaces.Discrete)
     recurrent = bool(getattr(policy, "is_recurrent", False))
     lean = {} if recurrent or not defers_vf_preds(policy) else {"vf_preds": False}
     initial = [np.asarray(s) for s in policy.get_initial_state()] if recurrent else []
@@ -149,7 +152,8 @@ def play_episodes(envs: Sequence[Any], policy, schedule: Sequence[Sequence[int]]
             actions, extra = policy.compute_actions(batch, explore, **lean)
         for row, i in enumerate(active):
             action = actions[row]
-            step_action = np.clip(action, *clip) if clip is not None else action
+            step_action = (int(action) if discrete else
+                           np.clip(action, *clip) if clip is not None else action)
             obs[i], reward, terminated, truncated, _ = envs[i].step(step_action)
             ret[i] += float(reward)
             length[i] += 1
