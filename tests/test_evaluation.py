@@ -124,6 +124,19 @@ def test_greedy_by_default_matches_a_hand_computed_return():
         assert algo.evaluate()["evaluation"]["episode_reward_mean"] != pytest.approx(-1.5)
 
 
+@pytest.mark.parametrize("name, fields", [
+    ("dqn", dict(learning_starts=64, timesteps_per_iteration=64)),  # replay, epsilon-greedy
+    ("impala", dict(num_workers=1))])                                # async, learner thread
+def test_other_plan_shapes_take_the_evaluation_step(name, fields):
+    from flowrl.algorithms import ALGORITHMS
+    cls = ALGORITHMS[name]
+    config = cls.config_class(env="CartPole-v1", seed=0, rollout_fragment_length=16,
+                              train_batch_size=32, evaluation_interval=1,
+                              evaluation_duration=3, **fields)
+    with cls(config) as algo:
+        assert [algo.train()["evaluation"]["episodes_this_iter"] for _ in range(2)] == [3, 3]
+
+
 def test_evaluation_steps_are_not_training_steps():
     with PG(PGConfig(**FAST)) as plain, \
             PG(PGConfig(**FAST, evaluation_interval=1, evaluation_duration=2)) as evaluated:

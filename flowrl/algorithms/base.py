@@ -718,9 +718,14 @@ class Algorithm:
         if run is not None:
             run.stop()
         self.workers.stop()
-        if self._evaluation is not None:
-            self._evaluation.cancel()
-            self._evaluation.workers.stop()
+        self._stop_evaluation()
+
+    def _stop_evaluation(self) -> None:
+        """Stop the evaluation workers, if any (idempotent; for subclasses' ``stop``)."""
+        evaluation = getattr(self, "_evaluation", None)
+        if evaluation is not None:
+            evaluation.cancel()
+            evaluation.workers.stop()
 
     def __enter__(self) -> "Algorithm":
         return self
