@@ -1,14 +1,16 @@
 """The ``flowrl`` command: ``flowrl train``, ``flowrl evaluate`` and ``flowrl plan``.
 
 ``flowrl train [ALGO] [--env ENV] [--config FILE.yaml] [--set key=value ...]``
-trains with a live progress display (rich) until a stop criterion holds:
+trains with a live progress display (rich; with ``--eval-interval N`` also the
+last evaluation's mean return) until a stop criterion holds:
 ``--stop-reward`` (default: the env's registered reward threshold, e.g. 475 for
 CartPole-v1), ``--stop-timesteps``, ``--stop-iters`` (the first one reached
 stops). ``--config`` reads an experiment spec (algo, env, stop, config; see
 :mod:`flowrl.experiment`) and ``--set`` overrides one field; unknown names get a
 suggestion. Each run writes ``<run-dir>/<algo>-<env>-<time>/`` with
-``result.jsonl`` (one result per iteration), TensorBoard event files with the same
-scalars, and ``checkpoint/`` (or ``--checkpoint-dir D``) holding numbered
+``result.jsonl`` (one result per iteration; evaluations under ``evaluation``),
+TensorBoard event files with the same scalars (``evaluation/episode_reward_mean``
+...), and ``checkpoint/`` (or ``--checkpoint-dir D``) holding numbered
 checkpoints ``checkpoint_NNNNNN/``: every ``--checkpoint-freq N`` iterations (the
 last ``--keep-checkpoints K`` kept) and a final one at the end or on Ctrl-C.
 Saves are atomic (:mod:`flowrl.checkpoint`); a periodic save that fails is
@@ -124,6 +126,9 @@ def _parser() -> argparse.ArgumentParser:
                    "extra state); unpickling can run any code: only for checkpoints you trust")
     t.add_argument("--run-dir", type=_path, default="runs", help="parent of the run directory")
     t.add_argument("--seed", type=int, default=None)
+    t.add_argument("--eval-interval", type=_int_at_least(1), default=None, metavar="N",
+                   help="evaluate every N iterations (evaluation_interval; episodes: "
+                   "--set evaluation_duration=K, default 10)")
     t.add_argument("--no-tensorboard", action="store_true", help="no TensorBoard event files")
     t.add_argument("--quiet", action="store_true", help="no live display")
     e = sub.add_parser("evaluate", help="play episodes with a checkpoint's policy")
@@ -174,11 +179,13 @@ def _fmt(x: float) -> str:
 
 
 class _Progress:
-    """The live display: a rich table refreshed after every iteration."""
+    """The live display: a rich table refreshed after every iteration; with
+    ``evaluation`` also the last evaluation's mean return and iteration."""
 
-    def __init__(self, title: str, quiet: bool):
-        self.title, self.quiet = title, quiet
+    def __init__(self, title: str, quiet: bool, evaluation: bool = False):
+        self.title, self.quiet, self.evaluation = title, quiet, evaluation
         self.live = None
+        self._last_eval: tuple[int, float] | None = None
 
     def __enter__(self):
         if not self.quiet:
@@ -190,12 +197,22 @@ class _Progress:
     def _table(self, r: dict | None, steps_per_s: float = 0.0):
         from rich.table import Table
         t = Table(title=self.title)
-        for col in ("iter", "timesteps", "mean return", "episodes", "steps/s", "time (s)"):
+        cols = ["iter", "timesteps", "mean return", "episodes", "steps/s", "time (s)"]
+        if self.evaluation:
+            cols += ["eval return", "eval iter"]
+        for col in cols:
             t.add_column(col, justify="right")
         if r is not None:
-            t.add_row(str(r["training_iteration"]), str(r["timesteps_total"]),
-                      _fmt(r["episode_reward_mean"]), str(r["episodes_total"]),
-                      f"{steps_per_s:,.0f}", f"{r['time_total_s']:.1f}")
+            if "evaluation" in r:
+                self._last_eval = (r["training_iteration"],
+                                   r["evaluation"]["episode_reward_mean"])
+            row = [str(r["training_iteration"]), str(r["timesteps_total"]),
+                   _fmt(r["episode_reward_mean"]), str(r["episodes_total"]),
+                   f"{steps_per_s:,.0f}", f"{r['time_total_s']:.1f}"]
+            if self.evaluation:
+                it, mean = self._last_eval or (None, None)
+                row += [_fmt(mean), "-" if it is None else str(it)]
+            t.add_row(*row)
         return t
 
     def update(self, r: dict, steps_per_s: float) -> None:
@@ -283,7 +300,7 @@ def _train_spec(args: argparse.Namespace) -> dict[str, Any]:
     if args.env is not None:
         spec["env"] = args.env
     for name, value in (("num_workers", args.num_workers), ("backend", args.backend),
-                        ("seed", args.seed)):
+                        ("seed", args.seed), ("evaluation_interval", args.eval_interval)):
         if value is not None:
             spec["config"][name] = value
     spec = apply_overrides(spec, args.set)
@@ -355,7 +372,8 @@ def _train_loop(args, algo, stop: dict[str, Any], logger_cls) -> int:
     steps_at_start = algo.metrics.counters.get("num_steps_sampled", 0)
     with logger_cls(run_dir, tensorboard=not args.no_tensorboard) as results, \
             _Interrupts() as interrupts, \
-            _Progress(f"flowrl {algo.name} {algo.config.env}", args.quiet) as progress:
+            _Progress(f"flowrl {algo.name} {algo.config.env}", args.quiet,
+                      evaluation=algo.config.evaluation_interval is not None) as progress:
         while True:
             if interrupts.requested:
                 code, reason = EXIT_INTERRUPTED, "interrupted"

@@ -1,12 +1,29 @@
-"""Evaluating a trained policy: whole episodes on a fresh env, mean and std of return.
+"""Evaluation: whole episodes with the current weights, exactly as many as asked.
 
-:func:`evaluate_policy` plays ``episodes`` complete episodes with the learner's
-policy on one new env built like the workers' (env id or creator plus
-``env_config``), taking the distribution's mode unless ``explore=True``, and
-returns the returns with their mean and (population) standard deviation. It does
-not touch the training run: no counters move and no worker is used.
-:func:`load_for_evaluation` rebuilds an algorithm from a checkpoint alone (the
-config is stored in it), with no remote workers.
+Policy. An evaluation of ``n`` episodes hands them out before anything runs:
+episode ``e`` goes to env slot ``e % S`` of the ``S`` slots (every env of every
+evaluation worker, in worker then env order; :func:`assign_episodes`). Each slot
+plays its episodes one after the other, each from a fresh reset, and stops when
+it has played them. So exactly ``n`` episodes complete, which episodes count does
+not depend on how long any of them is (no bias toward short episodes, as taking
+the first ``n`` to finish across parallel envs would have), and there are no
+extra in-flight episodes to discard. The price: an evaluation lasts as long as
+its slowest slot. Results are ordered by episode index, whatever finished first.
+
+:func:`play_episodes` is the one episode loop (one batched policy forward per
+step over the slots still playing; a recurrent policy carries its state per
+slot). Envs are made for evaluation (Atari: whole games, raw scores). With a
+seed, episode ``e`` resets with ``seed + e``, so an evaluation repeats exactly.
+
+:class:`Evaluation` is the plan step an :class:`~flowrl.algorithms.Algorithm`
+adds after its reporting when ``evaluation_interval`` is set (node
+``evaluation`` in ``algo.plan.to_dot()``): on iterations ``N, 2N, ...`` it copies
+the learner's weights to its own evaluation WorkerSet, runs one evaluation
+there, and returns the result with ``result["evaluation"]``. State it keeps: the
+last iteration it saw and at most one evaluation in flight (started early by
+``evaluation_parallel_to_training``). It touches no counter: evaluation steps
+are not training steps. :func:`evaluate_policy` (``flowrl evaluate``) plays the
+same loop on one env beside an algorithm.
 
 >>> from flowrl.algorithms import PG, PGConfig
 >>> algo = PG(PGConfig(env="CartPole-v1", seed=0))
@@ -18,22 +35,292 @@ config is stored in it), with no remote workers.
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import time
+from dataclasses import dataclass
+from typing import Any, Sequence
 
 import numpy as np
 
 from flowrl.errors import ConfigError, FlowError
 
+#: An episode longer than this many steps is cut there (an env without a time
+#: limit cannot hang an evaluation).
+MAX_EPISODE_STEPS = 100_000
 
-def evaluate_policy(algo, episodes: int, seed: int | None = None,
-                    explore: bool = False, max_steps: int = 100_000) -> dict[str, Any]:
-    """Play ``episodes`` episodes with ``algo``'s learner policy; returns ``returns``,
-    ``lengths``, ``mean``, ``std``, ``min``, ``max``. An episode longer than
-    ``max_steps`` steps is cut there (an env without a time limit cannot hang it).
-    Envs are made for evaluation (Atari: whole games, raw scores); a recurrent
-    policy carries its state through each episode."""
+
+def assign_episodes(episodes: Sequence[int], slots: Sequence[tuple[int, int]]
+                    ) -> dict[int, list[list[int]]]:
+    """Episode indices per worker and env: ``{worker_index: [env 0's, env 1's, ...]}``.
+
+    ``slots`` is ``(worker_index, num_envs)`` per worker; episode ``episodes[k]``
+    goes to the ``k % S``-th of the ``S`` env slots (workers in the order given,
+    envs in order), so slots differ by at most one episode.
+
+    >>> assign_episodes(range(5), [(1, 2), (2, 1)])
+    {1: [[0, 3], [1, 4]], 2: [[2]]}
+    """
+    order = [(w, i) for w, n in slots for i in range(n)]
+    if not order:
+        raise ConfigError("assign_episodes: no env slot to play episodes on")
+    out: dict[int, list[list[int]]] = {w: [[] for _ in range(n)] for w, n in slots}
+    for k, e in enumerate(episodes):
+        w, i = order[k % len(order)]
+        out[w][i].append(int(e))
+    return out
+
+
+def _stack(parts: list) -> Any:
+    """Rows ``parts`` as one batch; None rows (an episode's first step) become zeros
+    (None when every row is)."""
+    known = next((p for p in parts if p is not None), None)
+    if known is None:
+        return None
+    return np.stack([np.zeros_like(known) if p is None else p for p in parts])
+
+
+def play_episodes(envs: Sequence[Any], policy, schedule: Sequence[Sequence[int]], *,
+                  explore: bool = False, seed: int | None = None,
+                  max_steps: int = MAX_EPISODE_STEPS) -> list[dict[str, Any]]:
+    """Play ``schedule[i]`` (episode indices) on ``envs[i]``, every env at once.
+
+    Each episode starts from ``env.reset(seed=seed + index)`` (``seed=None``: no
+    reseeding) and runs to termination or truncation, or ``max_steps`` steps.
+    Each step is one ``policy.compute_actions`` over the envs still playing,
+    taking the mode unless ``explore``; a recurrent policy gets each env's state,
+    previous action and reward (zeros at an episode's start). ``Box`` actions are
+    clipped to the bounds, ``Discrete`` ones reach the env as ints. Returns
+    ``{"episode": index, "episode_reward", "episode_len"}`` per episode, ordered by
+    index. Touches no metrics.
+
+    >>> import gymnasium as gym
+    >>> from flowrl.policies import PGPolicy
+    >>> envs = [gym.make("CartPole-v1") for _ in range(2)]
+    >>> p = PGPolicy(envs[0].observation_space, envs[0].action_space, seed=0)
+    >>> out = play_episodes(envs, p, [[0, 2], [1]], seed=0)
+    >>> [e["episode"] for e in out], all(e["episode_len"] > 0 for e in out)
+    ([0, 1, 2], True)
+    """
     import gymnasium as gym
 
+    from flowrl.workers.sampler import defers_vf_preds
+    if len(schedule) > len(envs):
+        raise ConfigError(f"play_episodes: a schedule for {len(schedule)} envs, but "
+                          f"{len(envs)} envs")
+    space = envs[0].action_space if envs else None
+    clip = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
+    discrete = isinstance(space, gym.spaces.Discrete)
+    recurrent = bool(getattr(policy, "is_recurrent", False))
+    lean = {} if recurrent or not defers_vf_preds(policy) else {"vf_preds": False}
+    initial = [np.asarray(s) for s in policy.get_initial_state()] if recurrent else []
+    queues = [list(s) for s in schedule]
+    # Per env: the episode it plays (None: done), its observation, return, length,
+    # and for recurrent policies its state, previous action and reward.
+    episode: list[int | None] = [None] * len(queues)
+    obs: list[Any] = [None] * len(queues)
+    ret = [0.0] * len(queues)
+    length = [0] * len(queues)
+    state: list[list[np.ndarray]] = [list(initial) for _ in queues]
+    prev_action: list[Any] = [None] * len(queues)
+    prev_reward = [0.0] * len(queues)
+    out: list[dict[str, Any]] = []
+
+    def begin(i: int) -> None:
+        if not queues[i]:
+            episode[i] = None
+            return
+        e = episode[i] = queues[i].pop(0)
+        obs[i], _ = envs[i].reset(seed=None if seed is None else seed + e)
+        ret[i], length[i] = 0.0, 0
+        state[i], prev_action[i], prev_reward[i] = list(initial), None, 0.0
+
+    for i in range(len(queues)):
+        begin(i)
+    while True:
+        active = [i for i, e in enumerate(episode) if e is not None]
+        if not active:
+            break
+        batch = np.stack([np.asarray(obs[i]) for i in active])
+        if recurrent:
+            actions, extra = policy.compute_actions(
+                batch, explore,
+                state_batches=[np.stack([state[i][k] for i in active])
+                               for k in range(len(initial))],
+                prev_actions=_stack([prev_action[i] for i in active]),
+                prev_rewards=np.asarray([prev_reward[i] for i in active], np.float32))
+        else:
+            actions, extra = policy.compute_actions(batch, explore, **lean)
+        for row, i in enumerate(active):
+            action = actions[row]
+            step_action = (int(action) if discrete else
+                           np.clip(action, *clip) if clip is not None else action)
+            obs[i], reward, terminated, truncated, _ = envs[i].step(step_action)
+            ret[i] += float(reward)
+            length[i] += 1
+            if recurrent:
+                state[i] = [np.asarray(extra[f"state_out_{k}"][row])
+                            for k in range(len(initial))]
+                prev_action[i], prev_reward[i] = np.asarray(action), float(reward)
+            if terminated or truncated or length[i] >= max_steps:
+                out.append({"episode": episode[i], "episode_reward": ret[i],
+                            "episode_len": length[i]})
+                begin(i)
+    return sorted(out, key=lambda e: e["episode"])
+
+
+def _play_on_worker(schedule: dict[int, list[list[int]]], explore: bool, seed: int | None,
+                    max_steps: int, worker) -> list[dict[str, Any]]:
+    """What an evaluation worker runs: its part of ``schedule``."""
+    mine = schedule.get(worker.worker_index)
+    if not mine:
+        return []
+    return worker.play_episodes(mine, explore=explore, seed=seed, max_steps=max_steps)
+
+
+def summarize_evaluation(episodes: list[dict[str, Any]]) -> dict[str, Any]:
+    """``result["evaluation"]``: :func:`~flowrl.ops.metric_ops.summarize_episodes`
+    of ``episodes`` plus ``episodes_this_iter`` and ``timesteps_this_iter`` (the
+    evaluation's env steps).
+
+    >>> summarize_evaluation([{"episode_reward": 2.0, "episode_len": 2},
+    ...                       {"episode_reward": 4.0, "episode_len": 4}])["episode_reward_mean"]
+    3.0
+    """
+    from flowrl.ops.metric_ops import summarize_episodes
+    return {**summarize_episodes(episodes), "episodes_this_iter": len(episodes),
+            "timesteps_this_iter": int(sum(e["episode_len"] for e in episodes))}
+
+
+@dataclass
+class _InFlight:
+    """One started evaluation: for which iteration, what each remote worker was
+    asked (WorkerSet calls), and the driver's evaluation worker's episodes."""
+
+    iteration: int
+    started: list
+    local: list
+    seed: int | None
+    began: float
+
+
+class Evaluation:
+    """``for_each(Evaluation(...))`` on an algorithm's result stream; see the module
+    docstring.
+
+    ``workers`` is the evaluation WorkerSet (its envs made for evaluation; with no
+    remote workers its local worker plays every episode, else the remote workers
+    do), ``learner`` the training WorkerSet whose local worker's weights are
+    evaluated. On a result of iteration ``k`` with ``k % interval == 0`` it returns
+    a copy of the result with ``"evaluation"``: :func:`summarize_evaluation` of
+    exactly ``duration`` episodes plus ``time_s``. ``seed`` (None: unseeded) seeds
+    the episodes of iteration ``k`` from ``(seed, k)``, so a restored run evaluates
+    the same episodes.
+
+    ``parallel`` (``evaluation_parallel_to_training``): :meth:`before_iteration`
+    (called by ``Algorithm.train()`` before it steps the plan) starts iteration
+    ``k``'s evaluation, with the weights iteration ``k`` starts from, before its
+    training step; the result of iteration ``k`` then waits for it. The requests
+    go through the WorkerSet's calls: on Ray the evaluation workers play while the
+    driver trains; on the local backend a request runs when it is made, so the
+    evaluation runs before the training step (same episodes, same weights, no
+    overlap). Without ``parallel`` (or when iterated without ``train()``) the
+    evaluation runs after the training step, with the weights it produced.
+
+    A remote evaluation worker lost during an evaluation is replaced (or dropped)
+    as the WorkerSet's failure settings say; its episodes are then played on the
+    driver's evaluation worker, so the count stays exact.
+    """
+
+    def __init__(self, workers, learner, *, interval: int | None, duration: int,
+                 explore: bool = False, parallel: bool = False, seed: int | None = None,
+                 max_steps: int = MAX_EPISODE_STEPS):
+        if interval is not None and (isinstance(interval, bool) or not isinstance(interval, int)
+                                     or interval < 1):
+            raise ConfigError(f"Evaluation(interval={interval!r}): must be None or an int >= 1")
+        if isinstance(duration, bool) or not isinstance(duration, int) or duration < 1:
+            raise ConfigError(f"Evaluation(duration={duration!r}): must be an int >= 1")
+        self.workers, self.learner = workers, learner
+        self.interval, self.duration = interval, duration
+        self.explore, self.parallel, self.seed = explore, parallel, seed
+        self.max_steps = max_steps
+        self._last_iteration = 0
+        self._in_flight: _InFlight | None = None
+
+    def due(self, iteration: int) -> bool:
+        """Whether iteration ``iteration`` reports an evaluation."""
+        return self.interval is not None and iteration % self.interval == 0
+
+    def __call__(self, result: Any) -> Any:
+        it = result.get("training_iteration") if isinstance(result, dict) else None
+        it = it if isinstance(it, int) else self._last_iteration + 1
+        self._last_iteration = it
+        if not self.due(it):
+            return result
+        flight, self._in_flight = self._in_flight, None
+        if flight is not None and flight.iteration != it:
+            self._finish(flight)  # started for an iteration that reported otherwise
+            flight = None
+        return {**result, "evaluation": self._finish(flight or self._start(it))}
+
+    def before_iteration(self, iteration: int) -> None:
+        """Start ``iteration``'s evaluation now when it is due and runs in parallel
+        to training (no-op otherwise)."""
+        if self.parallel and self.due(iteration) and self._in_flight is None:
+            self._in_flight = self._start(iteration)
+
+    def evaluate(self, iteration: int) -> dict[str, Any]:
+        """One evaluation now, with the learner's current weights (episodes seeded
+        as for ``iteration``); returns what ``result["evaluation"]`` would hold."""
+        return self._finish(self._start(iteration))
+
+    def _round_seed(self, iteration: int) -> int | None:
+        if self.seed is None:
+            return None
+        return int(np.random.SeedSequence([self.seed, iteration]).generate_state(1)[0])
+
+    def _start(self, iteration: int) -> _InFlight:
+        local = self.workers.local_worker()
+        local.set_weights(self.learner.local_worker().get_weights())
+        self.workers.sync_weights()
+        remotes = self.workers.worker_indices()
+        slots = [(idx, local.num_envs) for idx in (remotes or [local.worker_index])]
+        schedule = assign_episodes(range(self.duration), slots)
+        seed = self._round_seed(iteration)
+        play = functools.partial(_play_on_worker, schedule, self.explore, seed, self.max_steps)
+        began = time.perf_counter()
+        started = self.workers.foreach_remote_worker_start(play) if remotes else []
+        return _InFlight(iteration, started, [] if remotes else play(local), seed, began)
+
+    def _finish(self, flight: _InFlight) -> dict[str, Any]:
+        episodes = list(flight.local)
+        if flight.started:
+            for part in self.workers.foreach_remote_worker_finish(flight.started):
+                episodes.extend(part)
+        got = {e["episode"] for e in episodes}
+        missing = [e for e in range(self.duration) if e not in got]
+        if missing:  # a lost remote worker's share, played on the driver's worker
+            local = self.workers.local_worker()
+            schedule = assign_episodes(missing, [(local.worker_index, local.num_envs)])
+            episodes.extend(_play_on_worker(schedule, self.explore, flight.seed,
+                                            self.max_steps, local))
+        episodes.sort(key=lambda e: e["episode"])
+        out = summarize_evaluation(episodes)
+        out["time_s"] = time.perf_counter() - flight.began
+        return out
+
+    def cancel(self) -> None:
+        """Forget an evaluation in flight (the algorithm is stopping)."""
+        self._in_flight = None
+
+
+def evaluate_policy(algo, episodes: int, seed: int | None = None,
+                    explore: bool = False, max_steps: int = MAX_EPISODE_STEPS) -> dict[str, Any]:
+    """Play ``episodes`` episodes with ``algo``'s learner policy on one new env built
+    like the workers' but for evaluation (Atari: whole games, raw scores), with
+    :func:`play_episodes` (episode ``i`` resets with ``seed + i``); returns
+    ``returns``, ``lengths``, ``mean``, ``std`` (population), ``min``, ``max``. An
+    episode longer than ``max_steps`` steps is cut there. It does not touch the
+    training run: no counters move and no worker is used."""
     from flowrl.workers.multi_agent_env import MultiAgentEnv
     from flowrl.workers.rollout_worker import flat_observations, make_env_creator
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
@@ -45,51 +332,27 @@ def evaluate_policy(algo, episodes: int, seed: int | None = None,
     policy = next(iter(local.policy_map.values()))
     env = make_env_creator(algo.config.env, dict(algo.config.env_config),
                            algo.config.preprocessor_pref, training=False)()
-    if isinstance(env, MultiAgentEnv):
-        raise ConfigError("evaluate: the env is multi-agent; evaluation plays single-agent envs")
-    env = flat_observations(env)
-    recurrent = getattr(policy, "is_recurrent", False)
-    space = env.action_space
-    clip = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
-    returns, lengths = [], []
     try:
-        for i in range(episodes):
-            obs, _ = env.reset(seed=None if seed is None else seed + i)
-            total, steps, done = 0.0, 0, False
-            memory: dict = {}  # a recurrent policy's state, previous action and reward
-            if recurrent:
-                memory = {"state_batches": [s[None] for s in policy.get_initial_state()],
-                          "prev_actions": None, "prev_rewards": np.zeros(1, np.float32)}
-            while not done and steps < max_steps:
-                actions, extra = policy.compute_actions(np.asarray(obs)[None], explore=explore,
-                                                        **memory)
-                action = actions[0]
-                if clip is not None:
-                    action = np.clip(action, *clip)
-                obs, reward, terminated, truncated, _ = env.step(action)
-                if recurrent:
-                    memory = {"state_batches": [extra[f"state_out_{k}"]
-                                                for k in range(len(memory["state_batches"]))],
-                              "prev_actions": actions,
-                              "prev_rewards": np.asarray([reward], np.float32)}
-                total += float(reward)
-                steps += 1
-                done = terminated or truncated
-            returns.append(total)
-            lengths.append(steps)
+        if isinstance(env, MultiAgentEnv):
+            raise ConfigError("evaluate: the env is multi-agent; evaluation plays "
+                              "single-agent envs")
+        played = play_episodes([flat_observations(env)], policy, [list(range(episodes))],
+                               explore=explore, seed=seed, max_steps=max_steps)
     finally:
         env.close()
+    returns = [e["episode_reward"] for e in played]
     arr = np.asarray(returns)
-    return {"returns": returns, "lengths": lengths, "mean": float(arr.mean()),
-            "std": float(arr.std()), "min": float(arr.min()), "max": float(arr.max())}
+    return {"returns": returns, "lengths": [e["episode_len"] for e in played],
+            "mean": float(arr.mean()), "std": float(arr.std()), "min": float(arr.min()),
+            "max": float(arr.max())}
 
 
 def load_for_evaluation(path: str, *, allow_pickle: bool = False):
     """An algorithm rebuilt from the checkpoint at ``path`` (file, checkpoint
-    directory or a directory of checkpoints), local backend, no remote workers,
-    with the checkpoint restored. ``allow_pickle`` lets it load the checkpoint's
-    pickled parts (a config holding functions, custom extra state): only for
-    checkpoints you trust. ConfigError (one line) when it cannot be."""
+    directory or a directory of checkpoints), local backend, no remote workers and
+    no evaluation workers, with the checkpoint restored. ``allow_pickle`` lets it
+    load the checkpoint's pickled parts (a config holding functions, custom extra
+    state): only for checkpoints you trust. ConfigError (one line) when it cannot be."""
     from flowrl import checkpoint
     from flowrl.experiment import algorithm_class
     state = checkpoint.read_checkpoint(path, allow_pickle=allow_pickle)
@@ -109,7 +372,8 @@ def load_for_evaluation(path: str, *, allow_pickle: bool = False):
     except (TypeError, FlowError) as e:
         raise ConfigError(f"checkpoint {state['path']!r}: its config cannot be rebuilt here "
                           f"({type(e).__name__}: {e})") from None
-    algo = cls(config.replace(num_workers=0, backend="local"))
+    algo = cls(config.replace(num_workers=0, backend="local", evaluation_interval=None,
+                              evaluation_num_workers=0, evaluation_parallel_to_training=False))
     try:
         algo.restore(state["path"], allow_pickle=allow_pickle)
     except BaseException:
@@ -118,4 +382,5 @@ def load_for_evaluation(path: str, *, allow_pickle: bool = False):
     return algo
 
 
-__all__ = ["evaluate_policy", "load_for_evaluation"]
+__all__ = ["evaluate_policy", "load_for_evaluation", "play_episodes", "assign_episodes",
+           "summarize_evaluation", "Evaluation", "MAX_EPISODE_STEPS"]

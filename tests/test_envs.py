@@ -361,7 +361,9 @@ def test_preprocessor_pref_is_validated_and_travels_to_workers():
         PGConfig(env="CartPole-v1", preprocessor_pref="rllib")
     assert PGConfig(env="CartPole-v1").preprocessor_pref == "deepmind"
     for pref, shape in (("deepmind", (4, 84, 84)), (None, (210, 160, 3))):
-        config = PGConfig(env="ALE/Breakout-v5", preprocessor_pref=pref)
+        # raw frames have no default conv stack: the config names one
+        model = {} if pref else {"conv_filters": [[16, 8, 4], [32, 4, 4]]}
+        config = PGConfig(env="ALE/Breakout-v5", preprocessor_pref=pref, model=model)
         kwargs = PG.worker_config(config).worker_kwargs(PGPolicy)
         worker = RolloutWorker(config.env, worker_index=1, **kwargs)
         assert worker.env.observation_space.shape == shape

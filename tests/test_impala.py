@@ -204,3 +204,25 @@ def test_save_and_restore_between_learner_updates(tmp_path):
         again.restore(str(tmp_path))
         assert again.metrics.counters["num_steps_trained"] == trained
         assert again.train()["info"]["num_steps_trained"] > trained
+
+
+def test_next_values_come_from_the_next_row_or_one_forward_over_the_cut_rows():
+    # V(s_{t+1}) is the next row's value where that row is s_{t+1}; the rest come from
+    # a forward over their new_obs: together, exactly a forward over every new_obs.
+    import torch
+
+    from flowrl.batch import SampleBatch as SB
+    from flowrl.policies import IMPALAPolicy
+    from flowrl.workers import RolloutWorker
+    worker = RolloutWorker("CartPole-v1", policy=IMPALAPolicy, num_envs=3,
+                           rollout_fragment_length=40, seed=3)
+    policy = worker.get_policy()
+    batch = worker.sample()
+    train = policy._train_tensors(batch)
+    with torch.no_grad():
+        _, values = policy.model_out(train)
+        got = policy._next_values(train, values)
+        policy.model({"obs_flat": train[SB.NEXT_OBS]}, [], None)
+        want = policy.model.value_function()
+    assert (~batch[SB.TERMINATEDS]).sum() > 100 and batch[SB.TERMINATEDS].any()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)

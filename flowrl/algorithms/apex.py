@@ -343,6 +343,7 @@ class ApeX(DQN):
             run.stop()
         self._stop_replay()
         self.workers.stop()
+        self._stop_evaluation()
 
 
 __all__ = ["ApeX", "ApeXConfig", "ApeXLearnerThread", "UpdateWorkerWeights", "apex_epsilon",

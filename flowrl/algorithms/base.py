@@ -37,10 +37,13 @@ from flowrl.checkpoint import CHECKPOINT_FILE  # noqa: F401  (re-exported)
 from flowrl.envs import PREPROCESSOR_PREFS, ensure_registered
 from flowrl.models.config import ModelConfig
 from flowrl.errors import ConfigError, FlowError
+from flowrl.evaluation import Evaluation
 from flowrl.graph.plan import Plan
 from flowrl.graph.stream import LocalStream
+from flowrl.ops.metric_ops import TRAINING_ITERATION
 from flowrl.runtime.calls import BACKENDS, ensure_ray
 from flowrl.workers import PolicySpec, WorkerConfig, WorkerSet
+from flowrl.workers.multi_agent_env import MultiAgentEnv
 from flowrl.workers.rollout_worker import as_policy_spec
 
 #: An algorithm's backends: the runtime's, less "auto" (an algorithm says where it runs).
@@ -153,6 +156,12 @@ def check_env_config(env: Any, env_config: dict, where: str) -> None:
 
 _BOOL = (lambda v: isinstance(v, bool), "True or False")
 
+#: What ``AlgorithmConfig.evaluation_config`` may override for evaluation workers.
+EVALUATION_OVERRIDES = ("explore", "env", "env_config", "num_envs_per_worker",
+                        "preprocessor_pref", "num_cpus_per_worker", "seed")
+#: Bound on ``evaluation_duration`` (episodes per evaluation).
+MAX_EVALUATION_EPISODES = 100_000
+
 
 def _or_none(check):
     ok, what = check
@@ -213,6 +222,19 @@ class AlgorithmConfig:
     ``callbacks`` (RLlib 1.x's name): a :class:`~flowrl.callbacks.DefaultCallbacks`
     subclass or a list of them, or None; see :mod:`flowrl.callbacks`.
 
+    Evaluation (RLlib 1.x names; :mod:`flowrl.evaluation`): with
+    ``evaluation_interval=N`` (None: off) iterations ``N, 2N, ...`` report
+    ``result["evaluation"]`` over exactly ``evaluation_duration`` whole episodes
+    (default 10) played with the learner's current weights on a WorkerSet of
+    their own: ``evaluation_num_workers`` remote workers, or with 0 the driver's
+    evaluation worker. ``evaluation_config`` overrides fields for it (keys among
+    :data:`EVALUATION_OVERRIDES`); it does not explore unless it says
+    ``"explore": True``. ``evaluation_parallel_to_training`` (needs
+    ``evaluation_num_workers >= 1``) starts each evaluation before the training
+    step of its iteration, with the weights that step starts from; on Ray it runs
+    beside the step, on the local backend just before it. Evaluation steps are
+    not counted in ``timesteps_total``.
+
     >>> AlgorithmConfig(env="CartPole-v1", num_workers=-1)
     Traceback (most recent call last):
     ...
@@ -242,6 +264,11 @@ class AlgorithmConfig:
     sample_timeout_s: float | None = None
     preprocessor_pref: str | None = "deepmind"
     callbacks: Any = None
+    evaluation_interval: int | None = None
+    evaluation_duration: int = 10
+    evaluation_num_workers: int = 0
+    evaluation_config: dict = field(default_factory=lambda: {"explore": False})
+    evaluation_parallel_to_training: bool = False
 
     checks: ClassVar[dict[str, tuple]] = {
         "num_workers": _int_ge(0), "num_envs_per_worker": _int_ge(1),
@@ -255,6 +282,10 @@ class AlgorithmConfig:
         "max_worker_restarts": _or_none(_int_ge(0)),
         "sample_timeout_s": _or_none(_num(0, open_lo=True)),
         "preprocessor_pref": _or_none(_one_of(PREPROCESSOR_PREFS)),
+        "evaluation_interval": _or_none(_int_ge(1)),
+        "evaluation_duration": _int_between(1, MAX_EVALUATION_EPISODES),
+        "evaluation_num_workers": _int_ge(0), "evaluation_config": _str_dict(),
+        "evaluation_parallel_to_training": _BOOL,
     }
 
     def __post_init__(self) -> None:
@@ -272,6 +303,35 @@ class AlgorithmConfig:
         check_env(self.env, f"{name}.env")
         check_env_config(self.env, self.env_config, f"{name}.env_config")
         check_callbacks(self.callbacks, f"{name}.callbacks")
+        self._check_evaluation(name)
+
+    def _check_evaluation(self, name: str) -> None:
+        if self.evaluation_parallel_to_training and self.evaluation_num_workers == 0:
+            raise ConfigError(f"{name}.evaluation_parallel_to_training=True needs evaluation "
+                              "workers to run beside training; set evaluation_num_workers >= 1 "
+                              "or evaluation_parallel_to_training=False")
+        unknown = sorted(set(self.evaluation_config) - set(EVALUATION_OVERRIDES))
+        if unknown:
+            raise ConfigError(f"{name}.evaluation_config: unknown key {unknown[0]!r}; it may "
+                              f"override {list(EVALUATION_OVERRIDES)}")
+        explore = self.evaluation_config.get("explore", False)
+        if not isinstance(explore, bool):
+            raise ConfigError(f"{name}.evaluation_config['explore']={explore!r}: must be True "
+                              "or False")
+        if set(self.evaluation_config) - {"explore"}:
+            try:
+                self.for_evaluation()
+            except ConfigError as e:
+                raise ConfigError(f"{name}.evaluation_config={self.evaluation_config!r}: "
+                                  f"{e}") from None
+
+    def for_evaluation(self) -> tuple["AlgorithmConfig", bool]:
+        """``(config, explore)`` for evaluation workers: this config with
+        ``evaluation_config``'s overrides applied, and whether they explore (False
+        unless ``evaluation_config`` says ``"explore": True``)."""
+        overrides = {"explore": False, **self.evaluation_config}
+        explore = overrides.pop("explore")
+        return dataclasses.replace(self, evaluation_config={}, **overrides), explore
 
     @property
     def count_steps_by(self) -> str:
@@ -378,6 +438,7 @@ class Algorithm:
         self.workers = None
         #: The driver's callbacks instance (``on_train_result``); workers build their own.
         self.callbacks = make_callbacks(config.callbacks)
+        self._evaluation: Evaluation | None = None
         try:
             policy_class = self._hook("get_policy_class", self.get_policy_class, config)
             declared = inspect.getattr_static(type(self), "policy_class", None)  # not imported yet
@@ -386,10 +447,11 @@ class Algorithm:
                                   "and the algorithm has no default policy; return a policy "
                                   "class or set multiagent.policies")
             self._hook("before_init", self.before_init)
-            if config.backend == "ray" and config.num_workers > 0:
+            eval_remotes = config.evaluation_num_workers if config.evaluation_interval else 0
+            if config.backend == "ray" and config.num_workers + eval_remotes > 0:
                 lazy = policy_class is None and isinstance(declared, _LazyClass)
                 ensure_ray(max(os.cpu_count() or 1,
-                               config.num_workers * config.num_cpus_per_worker),
+                               (config.num_workers + eval_remotes) * config.num_cpus_per_worker),
                            preload=[declared.module] if lazy else [])
             self._policy_class = policy_class if policy_class is not None else self.policy_class
             if config.torch_threads is not None:
@@ -407,6 +469,9 @@ class Algorithm:
             if not isinstance(output, LocalStream):
                 raise FlowError(f"{type(self).__name__}.execution_plan must return a LocalStream "
                                 f"of result dicts, got {output!r}")
+            if config.evaluation_interval is not None:
+                self._evaluation = self._make_evaluation()
+                output = output.for_each(self._evaluation, name="evaluation")
             self.plan = Plan(output, name=self.name)
             timeout = {} if config.sample_timeout_s is None else {
                 "remote_timeout_s": config.sample_timeout_s}
@@ -421,6 +486,8 @@ class Algorithm:
                 self._run.stop()
             if self.workers is not None:
                 self.workers.stop()
+            if self._evaluation is not None:
+                self._evaluation.workers.stop()
             raise
         self.last_result: dict | None = None
 
@@ -501,10 +568,52 @@ class Algorithm:
         """The run's :class:`~flowrl.metrics.MetricsContext` (counters, timers, info)."""
         return self._run.metrics
 
+    def _make_evaluation(self) -> Evaluation:
+        """The evaluation step and its own WorkerSet (``evaluation_config`` applied,
+        envs made for evaluation); see :class:`~flowrl.evaluation.Evaluation`."""
+        config, explore = self.config.for_evaluation()
+        worker_config = dataclasses.replace(
+            self.worker_config(config, self._policy_class), explore=explore, training=False)
+        workers = WorkerSet(config.env, self._policy_class, worker_config,
+                            num_workers=self.config.evaluation_num_workers,
+                            backend=self.config.backend)
+        try:
+            if isinstance(workers.local_worker().env, MultiAgentEnv):
+                raise ConfigError(f"{self.name}: evaluation (evaluation_interval="
+                                  f"{self.config.evaluation_interval!r}) plays single-agent envs "
+                                  "and this env is multi-agent; leave evaluation_interval None")
+        except BaseException:
+            workers.stop()
+            raise
+        return Evaluation(workers, self.workers, interval=self.config.evaluation_interval,
+                          duration=self.config.evaluation_duration, explore=explore,
+                          parallel=self.config.evaluation_parallel_to_training,
+                          seed=config.seed)
+
+    @property
+    def evaluation_workers(self) -> WorkerSet | None:
+        """The evaluation WorkerSet (None until evaluation is configured or first run)."""
+        return self._evaluation.workers if self._evaluation is not None else None
+
+    def evaluate(self) -> dict[str, Any]:
+        """Run one evaluation now with the learner's current weights and return
+        ``{"evaluation": {...}}`` (RLlib 1.x's shape; the inner dict is what
+        ``result["evaluation"]`` holds: exactly ``evaluation_duration`` episodes).
+        Builds the evaluation workers on first use when ``evaluation_interval`` is
+        None. Touches no counter."""
+        if self._evaluation is None:
+            self._evaluation = self._make_evaluation()
+        iteration = self._run.metrics.counters.get(TRAINING_ITERATION, 0)
+        return {"evaluation": self._evaluation.evaluate(iteration)}
+
     def train(self) -> dict[str, Any]:
-        """Run the plan to its next result: one reporting step. Returns the result dict,
-        after the callbacks' ``on_train_result`` (``algorithm=self``, also as
-        ``trainer=``) changed it."""
+        """Run the plan to its next result: one reporting step. Returns the result dict
+        (with ``"evaluation"`` on every ``evaluation_interval``-th iteration), after the
+        callbacks' ``on_train_result`` (``algorithm=self``, also as ``trainer=``)
+        changed it."""
+        if self._evaluation is not None:
+            self._evaluation.before_iteration(
+                self._run.metrics.counters.get(TRAINING_ITERATION, 0) + 1)
         try:
             result = next(self._run)
         except StopIteration:
@@ -622,6 +731,14 @@ class Algorithm:
         if run is not None:
             run.stop()
         self.workers.stop()
+        self._stop_evaluation()
+
+    def _stop_evaluation(self) -> None:
+        """Stop the evaluation workers, if any (idempotent; for subclasses' ``stop``)."""
+        evaluation = getattr(self, "_evaluation", None)
+        if evaluation is not None:
+            evaluation.cancel()
+            evaluation.workers.stop()
 
     def __enter__(self) -> "Algorithm":
         return self

@@ -95,15 +95,30 @@ class IMPALAPolicy(A2CPolicy):
         neither continues nor counts (its rows are masked out of the loss)."""
         if self.is_recurrent:
             return self._sequence_vtrace(train, logp, values)
-        with torch.no_grad():
-            self.model(self._input_dict(train[SB.NEXT_OBS], training=True), [], None)
-            next_values = self.model.value_function()
+        next_values = self._next_values(train, values)
         discounts, rewards = vtrace_inputs(train, next_values, self.gamma)
         vs, adv = vtrace(train[SB.ACTION_LOGP].float()[:, None], logp.detach()[:, None],
                          discounts[:, None], rewards[:, None], values.detach()[:, None],
                          torch.zeros(1), clip_rho_threshold=self.clip_rho,
                          clip_pg_rho_threshold=self.clip_pg_rho)
         return vs[:, 0], adv[:, 0]
+
+    def _next_values(self, train: dict[str, torch.Tensor], values: torch.Tensor) -> torch.Tensor:
+        """``V(s_{t+1})`` per row under the current model: the next row's value where
+        the next row is ``s_{t+1}`` (the same episode, one step later), else one
+        forward over just those rows' ``new_obs`` (fragment ends, time limits,
+        terminal rows: at most a few per fragment, not a second pass over the batch)."""
+        eps, t = train[SB.EPS_ID], train[SB.T]
+        follows = torch.zeros_like(values, dtype=torch.bool)
+        follows[:-1] = (eps[1:] == eps[:-1]) & (t[1:] == t[:-1] + 1)
+        next_values = torch.zeros_like(values)
+        next_values[:-1] = values.detach()[1:]
+        cut = torch.nonzero(~follows).squeeze(-1)
+        if len(cut):
+            with torch.no_grad():
+                self.model(self._input_dict(train[SB.NEXT_OBS][cut], training=True), [], None)
+                next_values[cut] = self.model.value_function().to(values.dtype)
+        return next_values
 
     def _sequence_vtrace(self, train, logp, values):
         if SEQ_BOOTSTRAP_VALUE not in train:

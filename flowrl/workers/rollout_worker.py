@@ -158,8 +158,10 @@ class RolloutWorker(ShardHost):
     episode (a one-argument ``fn(agent_id)`` is accepted too). ``env`` is the env
     object the creator returned first (``worker.env``). ``preprocessor_pref``
     (``"deepmind"`` or None) applies to ``ALE/`` ids only
-    (:func:`flowrl.envs.make_atari`). ``callbacks``: a
-    :class:`~flowrl.callbacks.DefaultCallbacks` subclass, a list of them, or None.
+    (:func:`flowrl.envs.make_atari`). ``training=False`` makes the envs for
+    evaluation (Atari: whole games, raw scores) for :meth:`play_episodes`.
+    ``callbacks``: a :class:`~flowrl.callbacks.DefaultCallbacks` subclass, a list of
+    them, or None.
 
     >>> from flowrl.policies import PGPolicy
     >>> w = RolloutWorker("CartPole-v1", policy=PGPolicy, num_envs=2,
@@ -178,7 +180,7 @@ class RolloutWorker(ShardHost):
                  num_envs: int = 1, rollout_fragment_length: int = 200,
                  seed: int | None = None, worker_index: int = 0, explore: bool = True,
                  torch_threads: int | None = None, preprocessor_pref: str | None = "deepmind",
-                 callbacks: Any = None):
+                 training: bool = True, callbacks: Any = None):
         for name, value in (("num_envs", num_envs),
                             ("rollout_fragment_length", rollout_fragment_length)):
             if not isinstance(value, int) or value < 1:
@@ -205,7 +207,7 @@ class RolloutWorker(ShardHost):
         self._on_learn = overrides(self.callbacks, "on_learn_on_batch")
 
         self.preprocessor_pref = preprocessor_pref
-        create = make_env_creator(env, self.env_config, preprocessor_pref)
+        create = make_env_creator(env, self.env_config, preprocessor_pref, training=training)
         first = self.env = create()
         eps_base = worker_index << 32
         if isinstance(first, MultiAgentEnv):
@@ -322,6 +324,22 @@ class RolloutWorker(ShardHost):
         """``sample()`` forever (this worker's shard for the dataflow runtime)."""
         while True:
             yield self.sample()
+
+    def play_episodes(self, schedule: list[list[int]], *, explore: bool = False,
+                      seed: int | None = None, max_steps: int | None = None) -> list[dict]:
+        """Play whole episodes on this worker's envs for an evaluation: env ``i`` plays
+        the episode indices ``schedule[i]`` (:func:`flowrl.evaluation.play_episodes`;
+        episode ``e`` resets with ``seed + e``). Single-agent envs only. It steps the
+        sampler's envs directly, so it is for workers that do not :meth:`sample`
+        (evaluation workers)."""
+        from flowrl.evaluation import MAX_EPISODE_STEPS, play_episodes
+        if isinstance(self.env, MultiAgentEnv) or len(self.policy_map) != 1:
+            raise ConfigError(f"RolloutWorker.play_episodes (worker {self.worker_index}): "
+                              "evaluation plays single-agent envs with one policy; this "
+                              "worker's env is multi-agent")
+        policy = next(iter(self.policy_map.values()))
+        return play_episodes(self.envs[0].envs, policy, schedule, explore=explore, seed=seed,
+                             max_steps=MAX_EPISODE_STEPS if max_steps is None else max_steps)
 
     def episode_stats(self) -> list[dict]:
         """Completed episodes since the last call: ``episode_reward``, ``episode_len``

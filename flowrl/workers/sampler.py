@@ -111,8 +111,8 @@ class VectorSampler:
     reported episodes are the ones the envs report in ``info["episode"]``
     (gymnasium's ``RecordEpisodeStatistics`` beneath wrappers that end training
     episodes early or change rewards, as Atari's episodic life and reward
-    clipping do: whole games, raw scores) instead of the sampler's own counts. ``num_forwards``
-    counts the policy's ``compute_actions`` calls. ``Discrete`` actions reach the
+    clipping do: whole games, raw scores) instead of the sampler's own counts.
+    ``num_forwards`` counts the policy's ``compute_actions`` calls. ``Discrete`` actions reach the
     envs as Python ints (as in the multi-agent sampler), ``Box`` actions as numpy
     rows clipped to the bounds; the batch keeps the policy's numpy actions.
     ``callbacks``: see the module docstring.

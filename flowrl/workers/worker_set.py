@@ -79,8 +79,10 @@ class WorkerConfig:
     they build the real policy with the worker instead of on first use.
     ``preprocessor_pref`` (``"deepmind"`` or None) is how workers wrap ``ALE/``
     env ids (:func:`flowrl.envs.make_atari`); it travels like ``env_config``.
+    ``training=False`` makes the workers' envs for evaluation (Atari: whole games,
+    raw scores; :func:`~flowrl.workers.rollout_worker.make_env_creator`).
     ``callbacks`` (a :class:`~flowrl.callbacks.DefaultCallbacks` subclass or a list
-    of them) travels the same way: each worker builds its own instance.
+    of them) travels like ``env_config``: each worker builds its own instance.
 
     >>> WorkerConfig(num_envs_per_worker=0)
     Traceback (most recent call last):
@@ -105,6 +107,7 @@ class WorkerConfig:
     sample_timeout_s: float | None = None
     numpy_replicas: bool = True
     preprocessor_pref: str | None = "deepmind"
+    training: bool = True
     callbacks: Any = None
 
     @property
@@ -130,7 +133,8 @@ class WorkerConfig:
             env_config=self.env_config, num_envs=self.num_envs_per_worker,
             rollout_fragment_length=self.rollout_fragment_length, seed=self.seed,
             explore=self.explore, policies_to_train=self.policies_to_train,
-            preprocessor_pref=self.preprocessor_pref, callbacks=self.callbacks)
+            preprocessor_pref=self.preprocessor_pref, training=self.training,
+            callbacks=self.callbacks)
         if self.policies is not None:
             kwargs.update(policies=self.policies, policy_mapping_fn=self.policy_mapping_fn)
         else:
@@ -459,10 +463,22 @@ class WorkerSet:
         answer is replaced or dropped when the set tolerates failures (its result
         is then missing), else it is a WorkerError naming it, as in
         :meth:`foreach_worker`."""
+        return self.foreach_remote_worker_finish(self.foreach_remote_worker_start(fn))
+
+    def foreach_remote_worker_start(self, fn: Callable[[RolloutWorker], Any]) -> list:
+        """Start ``fn(w)`` on every remote worker and return at once (on the local
+        backend each call runs as it is made); hand what it returns to
+        :meth:`foreach_remote_worker_finish`. The two halves of
+        :meth:`foreach_remote_worker`, for work that overlaps the driver's (an
+        evaluation beside a training step)."""
+        return self._apply_remote(fn, False)
+
+    def foreach_remote_worker_finish(self, started: list) -> list:
+        """The results of :meth:`foreach_remote_worker_start`'s calls, in worker order,
+        with the bounds and failure handling of :meth:`foreach_remote_worker`."""
         results: list = []
-        calls = self._apply_remote(fn, False)
-        ready = self.calls.wait([p for _, _, p in calls], self._bound())
-        self._collect_applied(calls, ready, results, "foreach_remote_worker")
+        ready = self.calls.wait([p for _, _, p in started], self._bound())
+        self._collect_applied(started, ready, results, "foreach_remote_worker")
         return results
 
     def apply_to_remotes(self, fn: Callable[[RolloutWorker, Any], Any], payload: Any, *,
