@@ -188,8 +188,9 @@ def test_a_raising_callback_is_an_operator_error_naming_it(backend):
 def test_the_raising_member_of_a_list_of_callbacks_is_the_one_named():
     with PG(PGConfig(env="CartPole-v1", callbacks=[First, BoomInList])) as algo:
         with pytest.raises(OperatorError, match=r"BoomInList\.on_sample_end raised KeyError: "
-                                                "'missing' on rollout worker 0"):
+                                                "'missing' on rollout worker 0") as info:
             algo.train()
+    assert isinstance(info.value.__cause__, KeyError)  # through the plan, cause kept
 
 
 def test_a_raising_on_train_result_is_an_operator_error_naming_it():

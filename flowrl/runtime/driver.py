@@ -334,7 +334,7 @@ class Driver:
                 except StopAsyncIteration:
                     return
                 except Exception as e:
-                    raise self._fail(node, e) from e
+                    raise self._fail(node, e)
                 st.items_out += 1
                 yield x
         while True:
@@ -344,7 +344,7 @@ class Driver:
             except StopIteration:
                 return
             except Exception as e:
-                raise self._fail(node, e) from e
+                raise self._fail(node, e)
             st.busy_s += perf() - t
             st.items_out += 1
             yield x
@@ -360,7 +360,7 @@ class Driver:
                 return source
             return iter(source)
         except Exception as e:
-            raise self._fail(node, e) from e
+            raise self._fail(node, e)
 
     # fused one-to-one runs ----------------------------------------------------
     async def _map_chain(self, chain: list[Node], upstream: AsyncIterator[Any]):
@@ -416,7 +416,7 @@ class Driver:
             try:
                 y = await fn(x)
             except Exception as e:
-                raise self._fail(node, e) from e
+                raise self._fail(node, e)
             st.items_out += 1
             yield y
 
@@ -439,7 +439,7 @@ class Driver:
             try:
                 inner = list(x)
             except Exception as e:
-                raise self._fail(node, e) from e
+                raise self._fail(node, e)
             for y in inner:
                 st.items_out += 1
                 yield y
@@ -452,7 +452,7 @@ class Driver:
             try:
                 out = list(fn(x))
             except Exception as e:
-                raise self._fail(node, e) from e
+                raise self._fail(node, e)
             st.busy_s += perf() - t
             for y in out:
                 st.items_out += 1

@@ -28,11 +28,20 @@ from flowrl.graph.compile import StageSpec, Step
 
 
 def operator_error(node_id: str, label: str, exc: BaseException) -> OperatorError:
-    """The OperatorError for ``exc`` raised in node ``node_id`` (cause chained by caller)."""
+    """The OperatorError to raise for ``exc`` raised in node ``node_id``, with ``exc``
+    as its cause; an OperatorError (raised by a node inside, or by a callback) passes
+    through as it is, keeping its own cause.
+
+    >>> inner = operator_error("a", "f", KeyError("k"))
+    >>> type(inner.__cause__).__name__, operator_error("b", "g", inner) is inner
+    ('KeyError', True)
+    """
     if isinstance(exc, OperatorError):
         return exc
-    return OperatorError(f"operator {node_id!r} ({label}) raised "
-                         f"{type(exc).__name__}: {exc}", node_id=node_id, label=label)
+    err = OperatorError(f"operator {node_id!r} ({label}) raised "
+                        f"{type(exc).__name__}: {exc}", node_id=node_id, label=label)
+    err.__cause__ = exc
+    return err
 
 
 _DROP = object()  # internal: a filter rejected the item inside a fused call
@@ -67,7 +76,7 @@ def compose_map(steps: list[Step], context: Callable[[], Any] | None = None,
                 else:
                     x = fn(x)
             except Exception as e:
-                raise operator_error(step.node_id, step.label, e) from e
+                raise operator_error(step.node_id, step.label, e)
         return x
 
     return fused
@@ -106,7 +115,7 @@ def _combine(items: Iterator[Any], step: Step, cell: list[int]) -> Iterator[Any]
         try:
             out = fn(x)
         except Exception as e:
-            raise operator_error(step.node_id, step.label, e) from e
+            raise operator_error(step.node_id, step.label, e)
         for y in _named(out, step):
             cell[0] += 1
             yield y
@@ -118,14 +127,14 @@ def _named(iterable: Any, step: Step) -> Iterator[Any]:
     try:
         it = iter(iterable)
     except TypeError as e:
-        raise operator_error(step.node_id, step.label, e) from e
+        raise operator_error(step.node_id, step.label, e)
     while True:
         try:
             y = next(it)
         except StopIteration:
             return
         except Exception as e:
-            raise operator_error(step.node_id, step.label, e) from e
+            raise operator_error(step.node_id, step.label, e)
         yield y
 
 
@@ -187,7 +196,7 @@ def _guard_source(items: Iterator[Any], node_id: str, label: str,
         except WorkerError:
             raise
         except Exception as e:
-            raise operator_error(node_id, label, e) from e
+            raise operator_error(node_id, label, e)
         cell[0] += 1
         yield x
 
