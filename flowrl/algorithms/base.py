@@ -277,6 +277,61 @@ class AlgorithmConfig:
         """A validated copy with ``changes`` applied."""
         return dataclasses.replace(self, **changes)
 
+    # -- read as a mapping, as RLlib 1.x code reads its config dict ------------------
+    #: RLlib 1.x keys spelled differently here (``lambda`` is a Python keyword).
+    MAPPING_ALIASES: ClassVar[dict[str, str]] = {"lambda": "lambda_"}
+
+    def _field_for(self, key: Any) -> str | None:
+        name = self.MAPPING_ALIASES.get(key, key) if isinstance(key, str) else None
+        return name if name in self._field_names() else None
+
+    @classmethod
+    def _field_names(cls) -> frozenset[str]:
+        return frozenset(f.name for f in dataclasses.fields(cls))
+
+    def __getitem__(self, key: str) -> Any:
+        """``config[key]``: the field ``key`` (``"lambda"`` reads ``lambda_``), so RLlib
+        1.x code that reads its config as a dict runs as written. Read-only: change a
+        config with :meth:`replace`. ``config["multiagent"]`` gives the multiagent
+        dict with RLlib 1.x's defaults filled in (``policies`` ``{}``,
+        ``policy_mapping_fn`` and ``policies_to_train`` None, ``count_steps_by``
+        ``"env_steps"``), so ``config["multiagent"]["count_steps_by"]`` works;
+        the ``multiagent`` attribute stays what was given. A key that is no field is
+        a KeyError naming the close ones.
+
+        >>> c = AlgorithmConfig(env="CartPole-v1", lr=0.01)
+        >>> c["lr"], c.get("lr"), "lr" in c, c.get("framework", "torch"), "framework" in c
+        (0.01, 0.01, True, 'torch', False)
+        >>> c["multiagent"]["count_steps_by"]
+        'env_steps'
+        >>> c["gama"]
+        Traceback (most recent call last):
+        ...
+        KeyError: "AlgorithmConfig has no field 'gama' (did you mean ['gamma']?)"
+        """
+        name = self._field_for(key)
+        if name is None:
+            close = difflib.get_close_matches(str(key), sorted(self._field_names()), n=3)
+            hint = f" (did you mean {close}?)" if close else ""
+            raise KeyError(f"{type(self).__name__} has no field {key!r}{hint}")
+        value = getattr(self, name)
+        if name == "multiagent":
+            value = {"policies": {}, "policy_mapping_fn": None, "policies_to_train": None,
+                     "count_steps_by": "env_steps", **value}
+        return value
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``config[key]``, or ``default`` when ``key`` is no field (``dict.get``)."""
+        return self[key] if self._field_for(key) is not None else default
+
+    def __contains__(self, key: object) -> bool:
+        """Whether ``key`` is a field (or an RLlib spelling of one, like ``"lambda"``)."""
+        return self._field_for(key) is not None
+
+    def keys(self) -> list[str]:
+        """The field names, so ``dict(config)`` and ``{**config}`` give a plain dict."""
+        return [f.name for f in dataclasses.fields(self)]
+
 
 def _validate_worker_env(validate: Callable[[Any, int], None], worker) -> None:
     validate(worker.env, worker.worker_index)
