@@ -35,12 +35,12 @@ from typing import Any, Callable, ClassVar
 from flowrl.checkpoint import CHECKPOINT_FILE  # noqa: F401  (re-exported)
 from flowrl.envs import PREPROCESSOR_PREFS, ensure_registered
 from flowrl.models.config import ModelConfig
-from flowrl.errors import ConfigError, FlowError
+from flowrl.errors import ConfigError, EnvError, FlowError
 from flowrl.graph.plan import Plan
 from flowrl.graph.stream import LocalStream
 from flowrl.runtime.calls import BACKENDS, ensure_ray
 from flowrl.workers import PolicySpec, WorkerConfig, WorkerSet
-from flowrl.workers.rollout_worker import as_policy_spec
+from flowrl.workers.rollout_worker import as_policy_spec, check_policy_config
 
 #: An algorithm's backends: the runtime's, less "auto" (an algorithm says where it runs).
 ALGORITHM_BACKENDS = tuple(b for b in BACKENDS if b != "auto")
@@ -471,14 +471,30 @@ class Algorithm:
             raise
         self.last_result: dict | None = None
 
+    #: What each hook does by default, for messages about a hook the user did not write.
+    _HOOK_STEPS: ClassVar[dict[str, str]] = {
+        "get_policy_class": "choosing the policy class", "before_init": "before_init",
+        "make_workers": "building the workers", "validate_env": "validating the envs",
+        "after_init": "after_init"}
+
     def _hook(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run hook ``name``; an error is blamed on the hook only when the user wrote
+        it (overrode it or passed it to build_algorithm). An env that fails to build
+        or reset is an EnvError naming the env and the worker, whoever called it."""
+        written = (inspect.getattr_static(type(self), name, None)
+                   is not inspect.getattr_static(Algorithm, name, None))
         try:
             return fn(*args, **kwargs)
+        except EnvError:
+            raise
         except FlowError as e:
-            if name in str(e):
+            if name in str(e) or not written:
                 raise
             raise type(e)(f"{self.name}: hook {name} raised: {e}") from e
         except Exception as e:
+            if not written:
+                raise ConfigError(f"{self.name}: {self._HOOK_STEPS[name]} raised "
+                                  f"{type(e).__name__}: {e}") from e
             raise ConfigError(f"{self.name}: hook {name} raised {type(e).__name__}: {e}; fix "
                               f"the {name} hook or the config it checks") from e
 
@@ -528,6 +544,9 @@ class Algorithm:
             policies = {}
             for pid, value in ma["policies"].items():
                 spec = as_policy_spec(pid, value, default_class=policy_class)
+                if spec.policy_class is not None:
+                    check_policy_config(spec.policy_class, spec.config,
+                                        f"{type(config).__name__}.multiagent.policies[{pid!r}]")
                 policies[pid] = dataclasses.replace(spec, config={**policy_config, **spec.config})
         return WorkerConfig(
             env_config=config.env_config, num_envs_per_worker=config.num_envs_per_worker,
