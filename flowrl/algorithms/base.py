@@ -204,6 +204,12 @@ class AlgorithmConfig:
     replacements over the whole run. Results report ``num_healthy_workers``,
     ``num_worker_restarts`` and ``num_lost_requests``.
 
+    Defaults here are flowrl's, not RLlib 1.x's ``COMMON_CONFIG``: ``num_workers``
+    0 (RLlib 2), ``lr`` 1e-3 (RLlib 1e-4), ``model`` ``fcnet_hiddens=(64, 64)``
+    (RLlib ``(256, 256)``); ``rollout_fragment_length``, ``train_batch_size`` (200)
+    and ``gamma`` (0.99) agree. Each algorithm's config says where its own defaults
+    follow RLlib 1.x and where they differ.
+
     ``preprocessor_pref`` (RLlib's name) applies to ``ALE/`` env ids only:
     ``"deepmind"`` (default) wraps them in the DeepMind preprocessing, None leaves
     the raw ale-py env (:func:`flowrl.envs.make_atari`). Workers get it with
