@@ -61,4 +61,12 @@ class WorkerError(FlowError):
     """A shard host (rollout worker, item source) died and could not be recovered."""
 
 
-__all__ = ["FlowError", "PlanError", "ConfigError", "OperatorError", "WorkerError"]
+class EnvError(FlowError):
+    """An env's constructor or ``reset`` raised while a rollout worker was built.
+
+    The message names the env and the worker index; the env's own exception is
+    chained as ``__cause__`` (or quoted, when it was raised in another process).
+    """
+
+
+__all__ = ["FlowError", "PlanError", "ConfigError", "OperatorError", "WorkerError", "EnvError"]

@@ -139,7 +139,7 @@ def test_every_row_keeps_its_own_agents_obs_reward_and_next_obs_when_policies_in
 
 class _ActionSpy(MultiAgentEnv):
     """Agent 0 has a Discrete(2) action, agent 1 a Box(-0.1, 0.1) one; records what
-    each receives. ``drop`` names an agent whose obs ``step`` leaves out."""
+    each receives. ``drop`` lists the agents whose obs ``step`` leaves out."""
 
     def __init__(self, drop=None):
         self.possible_agents = [0, 1]
@@ -147,14 +147,14 @@ class _ActionSpy(MultiAgentEnv):
         self.observation_spaces = {0: box, 1: box}
         self.action_spaces = {0: gym.spaces.Discrete(2),
                               1: gym.spaces.Box(-0.1, 0.1, (1,), np.float32)}
-        self.drop, self.seen = drop, []
+        self.drop, self.seen = set(drop or ()), []
 
     def reset(self, *, seed=None, options=None):
         return {a: np.zeros(2, np.float32) for a in self.possible_agents}, {}
 
     def step(self, actions):
         self.seen.append(dict(actions))
-        obs = {a: np.ones(2, np.float32) for a in actions if a != self.drop}
+        obs = {a: np.ones(2, np.float32) for a in actions if a not in self.drop}
         return (obs, {a: 1.0 for a in actions}, {"__all__": False}, {"__all__": False}, {})
 
 
@@ -180,12 +180,25 @@ def test_env_gets_python_ints_for_discrete_and_clipped_rows_for_box_actions():
     assert single.sample().count == 20
 
 
-def test_env_that_drops_an_acting_agents_obs_is_an_operator_error_naming_it():
-    w = RolloutWorker(lambda cfg: _ActionSpy(drop=1), policies={"d": PGPolicy, "c": PGPolicy},
+def test_an_agent_whose_obs_the_env_withholds_waits_with_its_row_open():
+    # Turn-based semantics (issue 25): agent 1 acted on the first step and never got an
+    # observation back, so it waits; its row is not complete and is carried along.
+    w = RolloutWorker(lambda cfg: _ActionSpy(drop=[1]), policies={"d": PGPolicy, "c": PGPolicy},
+                      policy_mapping_fn=lambda agent, episode: "dc"[agent],
+                      rollout_fragment_length=5, seed=0)
+    for _ in range(2):
+        mb = w.sample()
+        assert mb.policy_batches["d"].count == 5 and "c" not in mb.policy_batches
+    assert [sorted(s) for s in w.env.seen] == [[0, 1]] + [[0]] * 9
+
+
+def test_env_step_leaving_no_agent_to_act_is_an_operator_error_naming_the_env():
+    w = RolloutWorker(lambda cfg: _ActionSpy(drop=[0, 1]), policies={"d": PGPolicy,
+                                                                     "c": PGPolicy},
                       policy_mapping_fn=lambda agent, episode: "dc"[agent],
                       rollout_fragment_length=5, seed=0)
     with pytest.raises(OperatorError, match=r"_ActionSpy.step returned no observation for "
-                                            r"agent 1, which acted"):
+                                            r"any agent .* did not end the episode"):
         w.sample()
 
 

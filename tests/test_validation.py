@@ -105,9 +105,11 @@ def test_parallel_union_rejects_local_streams():
         flowrl.from_range(4).union(local())
 
 
-def test_iterating_a_stream_says_to_compile():
-    with pytest.raises(PlanError, match=r"build flowrl.Plan\(stream\).compile\(\)"):
-        list(local())
+def test_iterating_a_parallel_stream_says_to_gather_it_first():
+    # A LocalStream iterates (issue 25: tests/test_rllib_compat.py); a ParallelStream's
+    # items live on its shards.
+    with pytest.raises(PlanError, match=r"ParallelStream.*gather it first"):
+        list(flowrl.from_range(4))
 
 
 # ------------------------------------------------------------------ parameters

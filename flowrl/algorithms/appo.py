@@ -32,7 +32,9 @@ from flowrl.policies import APPOPolicy
 class APPOConfig(IMPALAConfig):
     """IMPALA's fields plus PPO's: ``clip_param=0.4``, ``use_kl_loss=False``,
     ``kl_coeff=1.0``, ``kl_target=0.01``, ``lambda_=1.0`` (GAE), and
-    ``vtrace=False`` by default, as RLlib 1.x.
+    ``vtrace=False`` by default, as RLlib 1.x. Where IMPALA's defaults differ from
+    RLlib 1.x (``min_time_s_per_reporting``, the model) APPO's do too; ``num_gpus``
+    is 0 in both.
 
     >>> APPOConfig(env="CartPole-v1", clip_param=0)
     Traceback (most recent call last):

@@ -36,7 +36,7 @@ from flowrl.callbacks import call_hook, check_callbacks, make_callbacks, overrid
 from flowrl.checkpoint import CHECKPOINT_FILE  # noqa: F401  (re-exported)
 from flowrl.envs import PREPROCESSOR_PREFS, ensure_registered
 from flowrl.models.config import ModelConfig
-from flowrl.errors import ConfigError, FlowError
+from flowrl.errors import ConfigError, EnvError, FlowError
 from flowrl.evaluation import Evaluation
 from flowrl.graph.plan import Plan
 from flowrl.graph.stream import LocalStream
@@ -44,7 +44,7 @@ from flowrl.ops.metric_ops import TRAINING_ITERATION
 from flowrl.runtime.calls import BACKENDS, ensure_ray
 from flowrl.workers import PolicySpec, WorkerConfig, WorkerSet
 from flowrl.workers.multi_agent_env import MultiAgentEnv
-from flowrl.workers.rollout_worker import as_policy_spec
+from flowrl.workers.rollout_worker import as_policy_spec, check_policy_config
 
 #: An algorithm's backends: the runtime's, less "auto" (an algorithm says where it runs).
 ALGORITHM_BACKENDS = tuple(b for b in BACKENDS if b != "auto")
@@ -214,6 +214,12 @@ class AlgorithmConfig:
     replacements over the whole run. Results report ``num_healthy_workers``,
     ``num_worker_restarts`` and ``num_lost_requests``.
 
+    Defaults here are flowrl's, not RLlib 1.x's ``COMMON_CONFIG``: ``num_workers``
+    0 (RLlib 2), ``lr`` 1e-3 (RLlib 1e-4), ``model`` ``fcnet_hiddens=(64, 64)``
+    (RLlib ``(256, 256)``); ``rollout_fragment_length``, ``train_batch_size`` (200)
+    and ``gamma`` (0.99) agree. Each algorithm's config says where its own defaults
+    follow RLlib 1.x and where they differ.
+
     ``preprocessor_pref`` (RLlib's name) applies to ``ALE/`` env ids only:
     ``"deepmind"`` (default) wraps them in the DeepMind preprocessing, None leaves
     the raw ale-py env (:func:`flowrl.envs.make_atari`). Workers get it with
@@ -342,6 +348,61 @@ class AlgorithmConfig:
     def replace(self, **changes: Any) -> "AlgorithmConfig":
         """A validated copy with ``changes`` applied."""
         return dataclasses.replace(self, **changes)
+
+    # -- read as a mapping, as RLlib 1.x code reads its config dict ------------------
+    #: RLlib 1.x keys spelled differently here (``lambda`` is a Python keyword).
+    MAPPING_ALIASES: ClassVar[dict[str, str]] = {"lambda": "lambda_"}
+
+    def _field_for(self, key: Any) -> str | None:
+        name = self.MAPPING_ALIASES.get(key, key) if isinstance(key, str) else None
+        return name if name in self._field_names() else None
+
+    @classmethod
+    def _field_names(cls) -> frozenset[str]:
+        return frozenset(f.name for f in dataclasses.fields(cls))
+
+    def __getitem__(self, key: str) -> Any:
+        """``config[key]``: the field ``key`` (``"lambda"`` reads ``lambda_``), so RLlib
+        1.x code that reads its config as a dict runs as written. Read-only: change a
+        config with :meth:`replace`. ``config["multiagent"]`` gives the multiagent
+        dict with RLlib 1.x's defaults filled in (``policies`` ``{}``,
+        ``policy_mapping_fn`` and ``policies_to_train`` None, ``count_steps_by``
+        ``"env_steps"``), so ``config["multiagent"]["count_steps_by"]`` works;
+        the ``multiagent`` attribute stays what was given. A key that is no field is
+        a KeyError naming the close ones.
+
+        >>> c = AlgorithmConfig(env="CartPole-v1", lr=0.01)
+        >>> c["lr"], c.get("lr"), "lr" in c, c.get("framework", "torch"), "framework" in c
+        (0.01, 0.01, True, 'torch', False)
+        >>> c["multiagent"]["count_steps_by"]
+        'env_steps'
+        >>> c["gama"]
+        Traceback (most recent call last):
+        ...
+        KeyError: "AlgorithmConfig has no field 'gama' (did you mean ['gamma']?)"
+        """
+        name = self._field_for(key)
+        if name is None:
+            close = difflib.get_close_matches(str(key), sorted(self._field_names()), n=3)
+            hint = f" (did you mean {close}?)" if close else ""
+            raise KeyError(f"{type(self).__name__} has no field {key!r}{hint}")
+        value = getattr(self, name)
+        if name == "multiagent":
+            value = {"policies": {}, "policy_mapping_fn": None, "policies_to_train": None,
+                     "count_steps_by": "env_steps", **value}
+        return value
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """``config[key]``, or ``default`` when ``key`` is no field (``dict.get``)."""
+        return self[key] if self._field_for(key) is not None else default
+
+    def __contains__(self, key: object) -> bool:
+        """Whether ``key`` is a field (or an RLlib spelling of one, like ``"lambda"``)."""
+        return self._field_for(key) is not None
+
+    def keys(self) -> list[str]:
+        """The field names, so ``dict(config)`` and ``{**config}`` give a plain dict."""
+        return [f.name for f in dataclasses.fields(self)]
 
 
 def _validate_worker_env(validate: Callable[[Any, int], None], worker) -> None:
@@ -491,14 +552,30 @@ class Algorithm:
             raise
         self.last_result: dict | None = None
 
+    #: What each hook does by default, for messages about a hook the user did not write.
+    _HOOK_STEPS: ClassVar[dict[str, str]] = {
+        "get_policy_class": "choosing the policy class", "before_init": "before_init",
+        "make_workers": "building the workers", "validate_env": "validating the envs",
+        "after_init": "after_init"}
+
     def _hook(self, name: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """Run hook ``name``; an error is blamed on the hook only when the user wrote
+        it (overrode it or passed it to build_algorithm). An env that fails to build
+        or reset is an EnvError naming the env and the worker, whoever called it."""
+        written = (inspect.getattr_static(type(self), name, None)
+                   is not inspect.getattr_static(Algorithm, name, None))
         try:
             return fn(*args, **kwargs)
+        except EnvError:
+            raise
         except FlowError as e:
-            if name in str(e):
+            if name in str(e) or not written:
                 raise
             raise type(e)(f"{self.name}: hook {name} raised: {e}") from e
         except Exception as e:
+            if not written:
+                raise ConfigError(f"{self.name}: {self._HOOK_STEPS[name]} raised "
+                                  f"{type(e).__name__}: {e}") from e
             raise ConfigError(f"{self.name}: hook {name} raised {type(e).__name__}: {e}; fix "
                               f"the {name} hook or the config it checks") from e
 
@@ -548,6 +625,9 @@ class Algorithm:
             policies = {}
             for pid, value in ma["policies"].items():
                 spec = as_policy_spec(pid, value, default_class=policy_class)
+                if spec.policy_class is not None:
+                    check_policy_config(spec.policy_class, spec.config,
+                                        f"{type(config).__name__}.multiagent.policies[{pid!r}]")
                 policies[pid] = dataclasses.replace(spec, config={**policy_config, **spec.config})
         return WorkerConfig(
             env_config=config.env_config, num_envs_per_worker=config.num_envs_per_worker,

@@ -42,7 +42,10 @@ from flowrl.replay.frames import check_replay_memory
 
 @dataclass
 class DQNConfig(AlgorithmConfig):
-    """DQN hyperparameters, RLlib 1.x names and (mostly) defaults.
+    """DQN hyperparameters, RLlib 1.x names and the defaults RLlib 1.x gave the same
+    settings (buffer, replay, exploration, ``lr``, ``n_step``...), except the network sizes:
+    ``hiddens=(64,)`` (RLlib ``[256]``) and the torso ``fcnet_hiddens=(64, 64)``
+    (RLlib ``(256, 256)``).
 
     ``model`` is the Q torso (ReLU MLP over ``fcnet_hiddens``, the CNN for images;
     ``use_lstm`` and custom models are refused), ``hiddens`` the head layers; ``exploration_config``

@@ -43,7 +43,9 @@ def _bool():
 
 @dataclass
 class IMPALAConfig(AlgorithmConfig):
-    """IMPALA hyperparameters: RLlib 1.x names and defaults.
+    """IMPALA hyperparameters: RLlib 1.x names and defaults, except ``num_gpus`` (0;
+    RLlib 1), ``min_time_s_per_reporting`` (0: a result per learner step; RLlib
+    10 s) and the model (``fcnet_hiddens=(64, 64)``; RLlib ``(256, 256)``).
 
     Sampling: ``rollout_fragment_length``, ``num_workers`` (>= 1),
     ``num_envs_per_worker``, ``max_sample_requests_in_flight_per_worker``,

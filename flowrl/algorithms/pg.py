@@ -20,7 +20,10 @@ from flowrl.policies import PGPolicy
 
 @dataclass
 class PGConfig(AlgorithmConfig):
-    """PG hyperparameters; defaults follow RLlib 1.x PG (lr 4e-4, 200-step batches)."""
+    """PG hyperparameters; defaults follow RLlib 1.x PG (no remote workers, lr 4e-4,
+    200-step fragments and batches, gamma 0.99), except the model: flowrl's default
+    MLP is ``fcnet_hiddens=(64, 64)`` (tanh), where RLlib 1.x used ``(256, 256)``.
+    Pass ``model=(256, 256)`` for RLlib's network."""
 
     lr: float = 4e-4
     rollout_fragment_length: int = 200

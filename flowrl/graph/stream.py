@@ -66,8 +66,9 @@ class _Stream:
         return f"{type(self).__name__}({self.node.base_id!r})"
 
     def __iter__(self):
-        raise PlanError(f"{self!r} is a plan, not a running stream; build "
-                        "flowrl.Plan(stream).compile() and iterate the Run it returns")
+        raise PlanError(f"{self!r} is a ParallelStream: its items live on its shards; "
+                        "gather it first (gather_sync()/gather_async()) and iterate the "
+                        "LocalStream, or flowrl.Plan(local_stream).compile()")
 
     # Transforms shared by both kinds; they keep the stream kind.
     def for_each(self, fn: Callable[[Any], Any], *, name: str | None = None):
@@ -275,10 +276,55 @@ class ParallelStream(_Stream):
 
 
 class LocalStream(_Stream):
-    """One ordered sequence on the driver."""
+    """One ordered sequence on the driver.
 
-    __slots__ = ()
+    A LocalStream also iterates, as RLlib 1.x's ``LocalIterator`` did, so that
+    seed-style code (``next(ParallelRollouts(workers))``, ``for result in
+    train_op``) runs as written. The first ``next(stream)`` or ``iter(stream)``
+    builds ``flowrl.Plan(stream)`` and compiles it with ``backend="auto"`` (the
+    in-process local backend unless the plan reads Ray actor handles, which only
+    the Ray backend can drive); that :class:`~flowrl.runtime.run.Run` is kept on
+    this handle (``stream.run``) and every later ``next``/``iter`` on the same
+    handle continues it: a second ``iter(stream)`` returns the same Run, so a
+    ``for`` loop after a ``next`` picks up where it left off, and nothing is
+    compiled twice. Other handles (a ``for_each`` built on this one, or a fresh
+    ``flowrl.Plan(stream).compile()``) start runs of their own. When the run
+    ends it is stopped and ``next`` raises StopIteration from then on.
+    ``stream.stop()`` stops it early. Building with this handle stays free of side
+    effects; only iterating runs anything. To compile with other settings
+    (``backend``, ``seed``, ``local_worker``), compile the Plan yourself.
+
+    >>> import flowrl
+    >>> s = flowrl.from_items([1, 2, 3], 1).gather_sync().for_each(lambda x: x * 10)
+    >>> s.run is None
+    True
+    >>> next(s), [x for x in s], s.run.backend
+    (10, [20, 30], 'local')
+    """
+
+    __slots__ = ("_run",)
     _kind = LOCAL
+
+    @property
+    def run(self):
+        """The :class:`~flowrl.runtime.run.Run` that iterating this handle started, or
+        None before the first ``next``/``iter``."""
+        return getattr(self, "_run", None)
+
+    def __iter__(self):
+        run = self.run
+        if run is None:
+            from flowrl.graph.plan import Plan  # plan.py imports this module
+            run = self._run = Plan(self, name=self.node.base_id).compile(backend="auto")
+        return run
+
+    def __next__(self) -> Any:
+        return next(iter(self))
+
+    def stop(self) -> None:
+        """Stop the run that iterating this handle started (nothing if none did)."""
+        if self.run is not None:
+            self.run.stop()
 
     def __getattr__(self, attr: str):
         if attr in _PARALLEL_ONLY:

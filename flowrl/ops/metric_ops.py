@@ -270,12 +270,48 @@ def _mean(xs: list[float]) -> float:
     return float(sum(xs) / len(xs)) if xs else math.nan
 
 
-def StandardMetricsReporting(train_op: LocalStream, workers, *,
-                             min_time_s_per_reporting: float = 0.0,
-                             timesteps_per_iteration: int = 0,
-                             smoothing_window: int = 100,
+#: RLlib 1.x config keys :func:`StandardMetricsReporting` reads from a positional
+#: config, by its parameter; older spellings after the current one.
+_REPORTING_KEYS = {"timesteps_per_iteration": ("timesteps_per_iteration",),
+                   "min_time_s_per_reporting": ("min_time_s_per_reporting", "min_iter_time_s"),
+                   "smoothing_window": ("metrics_smoothing_episodes",)}
+
+
+def _reporting_settings(config: Any, explicit: dict[str, Any]) -> dict[str, Any]:
+    """``explicit`` (keywords the caller gave, None for not given) completed from
+    ``config`` (any mapping, an :class:`~flowrl.algorithms.AlgorithmConfig` included),
+    then from the defaults."""
+    defaults = {"timesteps_per_iteration": 0, "min_time_s_per_reporting": 0.0,
+                "smoothing_window": 100}
+    if config is not None and not (hasattr(config, "get") and hasattr(config, "__contains__")):
+        raise ConfigError(f"StandardMetricsReporting(train_op, workers, config={config!r}): "
+                          "the third argument is the algorithm's config (a mapping such as "
+                          "an AlgorithmConfig or the seeds' config dict); pass settings as "
+                          "keywords instead (timesteps_per_iteration=...)")
+    out = {}
+    for param, default in defaults.items():
+        value = explicit[param]
+        if value is None and config is not None:
+            value = next((config.get(k) for k in _REPORTING_KEYS[param]
+                          if config.get(k) is not None), None)
+        out[param] = default if value is None else value
+    return out
+
+
+def StandardMetricsReporting(train_op: LocalStream, workers, config: Any = None, *,
+                             min_time_s_per_reporting: float | None = None,
+                             timesteps_per_iteration: int | None = None,
+                             smoothing_window: int | None = None,
                              metrics_wait_s: float | None = None) -> LocalStream:
     """The stream of result dicts for ``train_op``: one per reporting step.
+
+    ``config`` (optional, third positional as in RLlib 1.x) is the algorithm's
+    config read as a mapping when the plan is built: ``timesteps_per_iteration``,
+    ``min_time_s_per_reporting`` (or RLlib's older ``min_iter_time_s``) and
+    ``metrics_smoothing_episodes`` (the ``smoothing_window``) come from it when
+    present. A keyword given explicitly wins over the config; what neither gives
+    takes the defaults 0, 0.0 and 100. Unlike RLlib 1.x there is no two-second
+    floor on the reporting interval.
 
     An item of ``train_op`` ends a reporting step once at least
     ``timesteps_per_iteration`` env steps were sampled since the last report
@@ -296,8 +332,19 @@ def StandardMetricsReporting(train_op: LocalStream, workers, *,
     >>> run = flowrl.Plan(out).compile()
     >>> [r["timesteps_total"] for r in run.take(2)]
     [300, 600]
-    >>> run.stop(); ws.stop()
+    >>> run.stop()
+    >>> out = StandardMetricsReporting(ParallelRollouts(ws), ws, {"timesteps_per_iteration": 200})
+    >>> next(out)["timesteps_total"]
+    200
+    >>> out.stop(); ws.stop()
     """
+    settings = _reporting_settings(config, {
+        "timesteps_per_iteration": timesteps_per_iteration,
+        "min_time_s_per_reporting": min_time_s_per_reporting,
+        "smoothing_window": smoothing_window})
+    timesteps_per_iteration = settings["timesteps_per_iteration"]
+    min_time_s_per_reporting = settings["min_time_s_per_reporting"]
+    smoothing_window = settings["smoothing_window"]
     return (train_op
             .filter(OncePerTimestepsElapsed(timesteps_per_iteration),
                     name="report.once_per_timesteps")

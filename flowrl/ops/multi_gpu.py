@@ -58,6 +58,12 @@ class MultiGPUTrainOneStep:
     Then remote workers get the new weights of ``policies`` (default: all).
     Returns ``(batch, info)``, ``info = {policy_id: mean stats of the last epoch}``.
 
+    RLlib 1.x's keywords are accepted so its plans run as written:
+    ``shuffle_sequences`` (only True: minibatches are always shuffled),
+    ``_fake_gpus`` (True: CPU towers even where GPUs exist; without GPUs they are
+    CPU towers anyway) and ``framework`` (None or ``"torch"``; flowrl's policies are
+    torch, so ``"tf"`` is a ConfigError).
+
     Metrics: as :class:`~flowrl.ops.TrainOneStep` (``LEARN_ON_BATCH_TIMER``,
     trained counters, ``info[LEARNER_INFO]``, ``WORKER_UPDATE_TIMER``) plus
     ``LOAD_BATCH_TIMER`` ("load") around building the towers the first time.
@@ -78,10 +84,19 @@ class MultiGPUTrainOneStep:
 
     def __init__(self, workers, *, num_gpus: float = 0, sgd_minibatch_size: int = 0,
                  num_sgd_iter: int = 1, policies: Sequence[str] | None = None,
-                 seed: int | None = None):
+                 seed: int | None = None, shuffle_sequences: bool = True,
+                 _fake_gpus: bool = False, framework: str | None = None):
         check_sgd("MultiGPUTrainOneStep", num_sgd_iter, sgd_minibatch_size)
+        if shuffle_sequences is not True:
+            raise ConfigError(f"MultiGPUTrainOneStep(shuffle_sequences={shuffle_sequences!r}): "
+                              "minibatches are always shuffled here; drop the argument or "
+                              "pass True")
+        if framework not in (None, "torch"):
+            raise ConfigError(f"MultiGPUTrainOneStep(framework={framework!r}): flowrl's "
+                              "policies are torch; use framework='torch' (or leave it out)")
         self.workers = workers
-        self.devices = tower_devices(num_gpus)
+        self.devices = tower_devices(num_gpus if not _fake_gpus else 0) * (
+            max(1, int(num_gpus)) if _fake_gpus else 1)
         self.num_sgd_iter, self.sgd_minibatch_size = num_sgd_iter, sgd_minibatch_size
         self.policies = list(policies) if policies is not None else None
         self.rng = np.random.default_rng(seed)

@@ -189,16 +189,21 @@ class SelectExperiences:
     A :class:`MultiAgentBatch` keeps the listed policy batches (and its env-step
     count); a plain SampleBatch counts as ``"default_policy"`` and passes through
     if that id is listed, else becomes an empty MultiAgentBatch. Touches no metrics.
+    As in RLlib 1.x, ``SelectExperiences(local_worker=w)`` (no ids) selects
+    ``w.policies_to_train``, read when the plan is built.
 
     >>> mb = MultiAgentBatch({"a": SampleBatch(t=[0]), "b": SampleBatch(t=[0, 1])}, 2)
     >>> sorted(SelectExperiences(["b"])(mb).policy_batches)
     ['b']
     """
 
-    def __init__(self, policy_ids: Sequence[str]):
+    def __init__(self, policy_ids: Sequence[str] | None = None, local_worker=None):
+        if not policy_ids and local_worker is not None:
+            policy_ids = local_worker.policies_to_train
         if isinstance(policy_ids, str) or not policy_ids:
             raise ConfigError(f"SelectExperiences(policy_ids={policy_ids!r}): give a non-empty "
-                              "list of policy ids")
+                              "list of policy ids (or local_worker=, whose policies_to_train "
+                              "are then selected)")
         self.policy_ids = list(policy_ids)
 
     def __call__(self, batch: Batch) -> Batch:

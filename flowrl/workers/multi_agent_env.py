@@ -5,9 +5,13 @@ dict keyed by agent id (RLlib's convention):
 
 - ``reset(seed=None, options=None) -> (obs, infos)``
 - ``step(actions) -> (obs, rewards, terminateds, truncateds, infos)``; only agents
-  in ``actions`` acted. ``terminateds``/``truncateds`` carry the key ``"__all__"``
-  (the env episode is over). An agent that acted gets an ``obs`` entry — its final
-  observation when it is done — and a done agent does not act again this episode.
+  in ``actions`` acted, and the agents in the returned ``obs`` act next.
+  ``terminateds``/``truncateds`` carry the key ``"__all__"`` (the env episode is
+  over); a done agent does not act again this episode. An agent that acted may get
+  no ``obs`` entry (turn-based games): it waits until its next one, and rewards
+  given to it meanwhile count for its last action (see
+  :mod:`flowrl.workers.multi_agent_sampler`); at its end it may get its final
+  observation, or none.
 - ``possible_agents`` (list), ``observation_spaces`` and ``action_spaces`` (dicts
   by agent id).
 

@@ -16,11 +16,31 @@ flag (or the env's ``"__all__"``) ends its trajectory; truncated rows bootstrap
 from ``V(final obs)``; trajectories cut by the fragment bootstrap from ``V(obs)``
 (one batched value call per policy per fragment).
 
-State kept between calls: each env's current observations (of agents still
-acting), its :class:`Episode` and step count; completed episodes are buffered
-as ``{"episode_reward", "episode_len", "policy_rewards", "agent_rewards"}``
-dicts (``policy_rewards[pid]`` lists the return of each agent that policy played)
-until :meth:`MultiAgentSampler.episode_stats` drains them.
+Turn-based envs. The agents that act on a step are those the env last returned
+an observation for (and that are not done). An agent that acted and got no
+observation back *waits*: its row stays open until its next observation, which
+is that row's ``new_obs`` (so within a trajectory ``s_{t+1}`` is always the next
+row's ``obs``). Rewards the env gives a waiting agent (or any agent with an open
+row that did not act on that step) are added to that open row, so nothing it was
+owed is lost. A waiting agent that is done (its own flag or ``"__all__"``) closes
+its trajectory on that open row: with the final observation if the env gave one,
+else with the row's own ``obs`` as ``new_obs`` (a truncated row then bootstraps
+from the value of the last state the agent saw). A row still waiting when the
+fragment ends is carried into the next fragment (its reward is not final yet);
+the rows before it end there as a cut trajectory bootstrapping from the carried
+row's ``obs``. ``t`` is the env step at which the agent acted. Rewards for an
+agent before its first action in an episode, or after it is done, belong to no
+row and are dropped (they do not count in ``agent_rewards`` either). An env step
+that returns no observation at all without ending the episode is an
+OperatorError: nobody could act next.
+
+State kept between calls: each env's current observations (of agents about to
+act), its :class:`Episode`, step count and the agents already done in it; the
+rows still waiting for an observation (carried into the next fragment);
+completed episodes are buffered as ``{"episode_reward", "episode_len",
+"policy_rewards", "agent_rewards"}`` dicts (``policy_rewards[pid]`` lists the
+return of each agent that policy played) until
+:meth:`MultiAgentSampler.episode_stats` drains them.
 
 Callbacks (``callbacks``, an :class:`~flowrl.callbacks.EpisodeCallbacks`, or None):
 each episode's start runs once its env was reset (the first ones at the first
@@ -33,6 +53,7 @@ callbacks set (:meth:`Episode.finished_stats`).
 from __future__ import annotations
 
 import inspect
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import gymnasium as gym
@@ -91,22 +112,53 @@ class _Rows:
     The forward inputs and outputs are appended once per step as arrays (one row
     per acting agent of that policy): ``obs``, ``actions`` and the ``extra``
     dicts of ``compute_actions``. As the envs step, each row appends its
-    ``rewards`` and trajectory index (``traj``) in the same order; a row that ends
-    its agent's trajectory is listed in ``dones`` as ``(row, terminated,
-    truncated)``. An agent acts on every env step from its trajectory's first row
-    until it is done, so ``t`` and the next observation are not stored per row:
-    ``t`` counts on from the trajectory's first step, and within a trajectory
-    ``s_{t+1}`` is the next row's ``obs`` (the last one is kept with the
-    trajectory).
+    ``rewards``, the env step ``t`` it acted on and its trajectory index
+    (``traj``) in the same order; a row that ends its agent's trajectory is listed
+    in ``dones`` as ``(row, terminated, truncated)``. Within a trajectory
+    ``s_{t+1}`` is the next row's ``obs``, so the next observation is not stored
+    per row (the last one is kept with the trajectory).
     """
 
-    __slots__ = ("obs", "actions", "extras", "rewards", "traj", "dones")
+    __slots__ = ("obs", "actions", "extras", "rewards", "t", "traj", "dones")
 
     def __init__(self):
         self.obs, self.actions, self.extras = [], [], []
         self.rewards: list[float] = []
+        self.t: list[int] = []
         self.traj: list[int] = []
         self.dones: list[tuple[int, bool, bool]] = []
+
+
+class _Traj:
+    """One agent's trajectory within one fragment: its policy, ``eps_id``,
+    ``agent_index``, env and agent; once it ends, ``done`` and the ``final_obs``
+    (None when the env gave none); ``carried`` is the row (of this fragment) still
+    waiting for an observation when the fragment ended."""
+
+    __slots__ = ("pid", "eps_id", "agent_index", "env", "agent", "done", "final_obs", "carried")
+
+    def __init__(self, pid: str, eps_id: int, agent_index: int, env: int, agent: Any):
+        self.pid, self.eps_id, self.agent_index, self.env, self.agent = (
+            pid, eps_id, agent_index, env, agent)
+        self.done = False
+        self.final_obs: Any = None
+        self.carried: int | None = None
+
+
+@dataclass(slots=True)
+class _Carried:
+    """A row that waited for its agent's next observation past a fragment's end."""
+
+    env: int
+    agent: Any
+    pid: str
+    obs: np.ndarray
+    action: np.ndarray
+    extra: dict
+    reward: float
+    t: int
+    eps_id: int
+    agent_index: int
 
 
 class MultiAgentSampler:
@@ -142,10 +194,13 @@ class MultiAgentSampler:
         self._agent_index = [{a: i for i, a in enumerate(env.possible_agents)} for env in envs]
         self._obs: list[dict] = []
         self._episode: list[Episode] = []
+        self._done_agents: list[set] = []  # per env: agents done in its current episode
+        self._carry: list[_Carried] = []
         self.num_forwards = 0
         for k in range(len(envs)):
             self._obs.append({})
             self._episode.append(None)  # type: ignore[arg-type]
+            self._done_agents.append(set())
             self._reset(k, None if seed is None else seed + k)
 
     def _map(self, agent_id: Any, episode: Episode) -> str:
@@ -174,11 +229,29 @@ class MultiAgentSampler:
         episode = self._episode[k] = Episode(self._next_eps, k, self._map)
         self._next_eps += 1
         self._obs[k] = obs
+        self._done_agents[k].clear()
         if self.callbacks is not None:
             for agent, o in obs.items():
                 episode._last[agent] = (o, None, 0.0, infos.get(agent, {}))
             if self._started:
                 self.callbacks.start(episode)
+
+    def _start_fragment(self, rows: dict, trajs: list, traj_of: list, open_rows: list) -> None:
+        """Put the rows carried from the last fragment first in this one's."""
+        for c in self._carry:
+            r = rows.get(c.pid)
+            if r is None:
+                r = rows[c.pid] = _Rows()
+            r.obs.append(c.obs[None])
+            r.actions.append(c.action[None])
+            r.extras.append({key: v[None] for key, v in c.extra.items()})
+            ti = traj_of[c.env][c.agent] = len(trajs)
+            trajs.append(_Traj(c.pid, c.eps_id, c.agent_index, c.env, c.agent))
+            open_rows[c.env][c.agent] = (c.pid, len(r.traj))
+            r.rewards.append(c.reward)
+            r.t.append(c.t)
+            r.traj.append(ti)
+        self._carry = []
 
     def sample(self) -> MultiAgentBatch:
         """``fragment_length`` steps of every env, postprocessed per policy."""
@@ -187,9 +260,11 @@ class MultiAgentSampler:
             for episode in self._episode:
                 self.callbacks.start(episode)
         rows: dict[str, _Rows] = {}
-        # [pid, eps_id, agent_index, first t, done, env, agent(, final obs once done)]
-        trajs: list[list] = []
+        trajs: list[_Traj] = []
         traj_of: list[dict] = [{} for _ in self.envs]  # per env: agent -> trajectory index
+        # per env: agent -> (pid, row) of its open row (its next observation not yet seen)
+        open_rows: list[dict] = [{} for _ in self.envs]
+        self._start_fragment(rows, trajs, traj_of, open_rows)
         policies, explore, clips = self.policies, self.explore, self._clips
         discrete = self._discrete
         deferred = {pid for pid, p in policies.items() if defers_vf_preds(p)}
@@ -234,11 +309,18 @@ class MultiAgentSampler:
             # Each env appends its rows' outcomes to their policy's rows: within one
             # policy, env order then agent order is the order of that policy's group.
             for k in env_range:
-                self._step_env(k, actions[k], rows, trajs, traj_of[k])
-        return self._postprocess(rows, trajs, deferred)
+                self._step_env(k, actions[k], rows, trajs, traj_of[k], open_rows[k])
+        # A row whose agent is still waiting for an observation is not complete yet.
+        carried: dict[str, list[int]] = {}
+        for k in env_range:
+            for agent, (pid, row) in open_rows[k].items():
+                if agent not in env_obs[k]:
+                    trajs[traj_of[k][agent]].carried = row
+                    carried.setdefault(pid, []).append(row)
+        return self._postprocess(rows, trajs, deferred, carried)
 
     def _step_env(self, k: int, actions: dict, rows: dict, trajs: list,
-                  traj_of: dict) -> None:
+                  traj_of: dict, open_rows: dict) -> None:
         episode = self._episode[k]
         obs, rewards, terms, truncs, infos = self.envs[k].step(actions)
         t = episode.length
@@ -251,45 +333,41 @@ class MultiAgentSampler:
             ti = traj_of.get(agent)
             if ti is None:
                 ti = traj_of[agent] = len(trajs)
-                trajs.append([pid, episode.episode_id, self._agent_index[k][agent], t, False,
-                              k, agent])
+                trajs.append(_Traj(pid, episode.episode_id, self._agent_index[k][agent], k, agent))
             rw = rows[pid]
+            open_rows[agent] = (pid, len(rw.traj))
             rw.rewards.append(r)
+            rw.t.append(t)
             rw.traj.append(ti)
+        if rewards.keys() != actions.keys():  # rewards for agents that did not act now
+            for agent, r in rewards.items():
+                held = open_rows.get(agent) if agent not in actions else None
+                if held is not None:  # it waits: the reward belongs to its open row
+                    rows[held[0]].rewards[held[1]] += float(r)
+                    returns[agent] += float(r)
         episode.length = t + 1
-        if len(obs) != len(actions) or obs.keys() != actions.keys():
-            missing = [a for a in actions if a not in obs]
-            if missing:
-                raise OperatorError(
-                    f"{type(self.envs[k]).__name__}.step returned no observation for agent "
-                    f"{missing[0]!r}, which acted; a MultiAgentEnv returns an obs for every "
-                    "agent in the actions (its final one when the agent is done)")
-            obs = {a: obs[a] for a in actions}
         if self.callbacks is not None:
             last = episode._last
-            for agent, o in obs.items():
-                last[agent] = (o, actions.get(agent), float(rewards.get(agent, 0.0)),
-                               infos.get(agent, {}))
+            for agent in {*obs, *actions}:
+                last[agent] = (obs.get(agent, last.get(agent, (None,))[0]), actions.get(agent),
+                               float(rewards.get(agent, 0.0)), infos.get(agent, {}))
             self.callbacks.step(episode)
-        if not (any(terms.values()) or any(truncs.values())):
-            self._obs[k] = obs
-            return
+        done_agents = self._done_agents[k]
         all_term, all_trunc = bool(terms.get("__all__")), bool(truncs.get("__all__"))
-        next_obs = {}
-        for agent, o in obs.items():
-            term = all_term or bool(terms.get(agent))
-            trunc = not term and (all_trunc or bool(truncs.get(agent)))
-            if term or trunc:
-                ti = traj_of[agent]
-                trajs[ti][4] = True
-                trajs[ti].append(o)  # the final observation
-                rw = rows[mapped[agent]]
-                row = len(rw.traj) - 1  # the agent's row is among this step's last ones
-                while rw.traj[row] != ti:
-                    row -= 1
-                rw.dones.append((row, term, trunc))
-            else:
-                next_obs[agent] = o
+        if all_term or all_trunc or any(terms.values()) or any(truncs.values()):
+            for agent in [*open_rows, *(a for a in obs if a not in open_rows)]:
+                term = all_term or bool(terms.get(agent))
+                trunc = not term and (all_trunc or bool(truncs.get(agent)))
+                if not (term or trunc):
+                    continue
+                done_agents.add(agent)
+                held = open_rows.pop(agent, None)
+                if held is None:  # done before acting in this episode: nothing to close
+                    continue
+                traj = trajs[traj_of[agent]]
+                traj.done = True
+                traj.final_obs = obs.get(agent)  # None: closes on its last row's obs
+                rows[held[0]].dones.append((held[1], term, trunc))
         if all_term or all_trunc:
             per_policy: dict[str, list[float]] = {}
             for agent, ret in returns.items():
@@ -303,46 +381,77 @@ class MultiAgentSampler:
                 entry.update(episode.finished_stats())
             self._episodes.append(entry)
             traj_of.clear()
+            open_rows.clear()
             self._reset(k, None)
-        else:
-            self._obs[k] = next_obs
+            return
+        if done_agents:
+            obs = {a: o for a, o in obs.items() if a not in done_agents}
+        if not obs:
+            raise OperatorError(
+                f"{type(self.envs[k]).__name__}.step returned no observation for any agent "
+                "that is not done, and did not end the episode ('__all__'), so no agent can "
+                "act next; return an observation for the agent(s) whose turn it is")
+        self._obs[k] = obs
 
-    def _postprocess(self, rows: dict[str, _Rows], trajs: list,
-                     deferred: set[str]) -> MultiAgentBatch:
+    def _postprocess(self, rows: dict[str, _Rows], trajs: list[_Traj], deferred: set[str],
+                     carried: dict[str, list[int]]) -> MultiAgentBatch:
         out = {}
-        info = np.asarray([t[1:4] for t in trajs], np.int64).reshape(-1, 3)
+        info = np.asarray([(tr.eps_id, tr.agent_index) for tr in trajs],
+                          np.int64).reshape(-1, 2)
         for pid, r in rows.items():
             policy = self.policies[pid]
-            n = len(r.traj)
-            terms, truncs = np.zeros(n, bool), np.zeros(n, bool)
+            n_all = len(r.traj)
+            terms, truncs = np.zeros(n_all, bool), np.zeros(n_all, bool)
             for i, term, trunc in r.dones:
                 terms[i], truncs[i] = term, trunc
             traj = np.asarray(r.traj, np.int64)
-            order = np.argsort(traj, kind="stable")  # trajectory-major, time order kept
+            obs_all = np.concatenate(r.obs)
+            actions_all = np.concatenate(r.actions)
+            extras_all = {key: np.concatenate([e[key] for e in r.extras]) for key in r.extras[0]}
+            rewards_all = np.asarray(r.rewards, np.float32)
+            keep = np.ones(n_all, bool)
+            for row in carried.get(pid, ()):
+                keep[row] = False
+                tr = trajs[r.traj[row]]
+                self._carry.append(_Carried(
+                    env=tr.env, agent=tr.agent, pid=pid, obs=obs_all[row],
+                    action=actions_all[row], extra={key: v[row] for key, v in extras_all.items()},
+                    reward=float(r.rewards[row]), t=r.t[row], eps_id=tr.eps_id,
+                    agent_index=tr.agent_index))
+            # trajectory-major, time order kept; rows carried to the next fragment left out
+            order = np.argsort(traj, kind="stable")
+            order = order[keep[order]]
+            n = len(order)
+            if n == 0:
+                continue
             traj = traj[order]
-            obs = np.concatenate(r.obs)[order]
+            obs = obs_all[order]
             ends = np.append(np.flatnonzero(traj[1:] != traj[:-1]) + 1, n)
-            starts = np.append(0, ends[:-1])
             # s_{t+1} is the next row's obs inside a trajectory; at its end, the final
-            # obs (done) or the agent's current one (cut by the fragment).
+            # obs (done; the row's own obs when the env gave none), the carried row's
+            # obs (cut while the agent waited) or the agent's current one (cut).
             next_obs = np.empty_like(obs)
             next_obs[:-1] = obs[1:]
             cut = []
             for e in ends.tolist():
-                _, _, _, _, done, k, agent, *final = trajs[traj[e - 1]]
-                cut.append(not done)
-                next_obs[e - 1] = final[0] if done else self._obs[k][agent]
+                tr = trajs[traj[e - 1]]
+                cut.append(not tr.done)
+                if tr.done:
+                    next_obs[e - 1] = obs[e - 1] if tr.final_obs is None else tr.final_obs
+                elif tr.carried is not None:
+                    next_obs[e - 1] = obs_all[tr.carried]
+                else:
+                    next_obs[e - 1] = self._obs[tr.env][tr.agent]
             cut = np.asarray(cut, bool)
             cols = {SB.OBS: obs,
-                    SB.ACTIONS: np.concatenate(r.actions)[order],
-                    SB.REWARDS: np.asarray(r.rewards, np.float32)[order],
+                    SB.ACTIONS: actions_all[order],
+                    SB.REWARDS: rewards_all[order],
                     SB.TERMINATEDS: terms[order],
                     SB.TRUNCATEDS: truncs[order],
                     SB.NEXT_OBS: next_obs,
-                    # first step of the trajectory + rows since its first row
-                    SB.T: info[traj, 2] + np.arange(n) - np.repeat(starts, ends - starts)}
-            for key in r.extras[0]:
-                cols[key] = np.concatenate([e[key] for e in r.extras])[order]
+                    SB.T: np.asarray(r.t, np.int64)[order]}
+            for key, v in extras_all.items():
+                cols[key] = v[order]
             cols[SB.EPS_ID] = info[traj, 0]
             cols[SB.AGENT_INDEX] = info[traj, 1]
             # One value call per policy: truncated rows and the last row of each cut trajectory.

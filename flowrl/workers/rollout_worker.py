@@ -36,6 +36,8 @@ policies get it as ``policy.callbacks`` when ``on_learn_on_batch`` is overridden
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import os
 import sys
 from dataclasses import dataclass, field
@@ -46,7 +48,7 @@ import gymnasium as gym
 from flowrl.batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
 from flowrl.callbacks import call_hook, episode_callbacks, make_callbacks, overrides
 from flowrl.envs import reports_episode_infos
-from flowrl.errors import ConfigError
+from flowrl.errors import ConfigError, EnvError, FlowError
 from flowrl.runtime.shard_host import ShardHost
 from flowrl.policies.replica import NumpyActingPolicy, is_replica_state, set_policy_state
 from flowrl.workers.multi_agent_env import MultiAgentEnv
@@ -106,6 +108,53 @@ def as_policy_spec(pid: str, value: Any, default_class: Callable[..., Any] | Non
     return spec
 
 
+def policy_parameters(factory: Callable[..., Any]) -> frozenset[str] | None:
+    """The keyword arguments policy class/factory ``factory`` takes, or None when it
+    takes any. A class's are those of its ``__init__`` and, while that passes
+    ``**kwargs`` on, its bases' (in MRO order).
+
+    >>> from flowrl.policies import PGPolicy
+    >>> {"lr", "gamma", "model"} <= policy_parameters(PGPolicy), "n_step" in policy_parameters(PGPolicy)
+    (True, False)
+    >>> policy_parameters(lambda obs, act, **config: None) is None
+    True
+    """
+    if isinstance(factory, type):
+        inits = [c.__dict__["__init__"] for c in factory.__mro__
+                 if c is not object and "__init__" in c.__dict__]
+        skip = 1  # self
+    else:
+        inits, skip = [factory], 0
+    names: set[str] = set()
+    for init in inits:
+        try:
+            params = list(inspect.signature(init).parameters.values())[skip:]
+        except (TypeError, ValueError):  # no signature to read: the factory decides
+            return None
+        names |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            return frozenset(names)
+    return None if not isinstance(factory, type) else frozenset(names)
+
+
+def check_policy_config(factory: Callable[..., Any], config: dict, where: str) -> None:
+    """A ConfigError naming ``where`` and the key when ``config`` has a key that
+    policy class/factory ``factory`` does not take (see :func:`policy_parameters`)."""
+    accepted = policy_parameters(factory)
+    if accepted is None:
+        return
+    unknown = sorted(set(config) - accepted, key=str)
+    if unknown:
+        from flowrl.graph.node import describe_callable
+        keys = sorted(accepted - {"observation_space", "action_space", "obs_space",
+                                  "act_space", "seed"})
+        close = difflib.get_close_matches(str(unknown[0]), keys, n=3)
+        hint = f"did you mean {close}? " if close else ""
+        raise ConfigError(f"{where}: config key {unknown[0]!r} is not a parameter of "
+                          f"{describe_callable(factory)}; {hint}it takes {keys}; remove the "
+                          "key or give this policy a class that takes it")
+
+
 def make_env_creator(env, env_config: dict, preprocessor_pref: str | None = "deepmind", *,
                  training: bool = True) -> Callable[[], Any]:
     """A function making one env: ``env(env_config)`` for a creator; for an id,
@@ -125,6 +174,30 @@ def make_env_creator(env, env_config: dict, preprocessor_pref: str | None = "dee
         return lambda: env(env_config)
     raise ConfigError(f"RolloutWorker(env={env!r}): env must be a registered gymnasium id "
                       "or a callable env_creator(env_config) -> env")
+
+
+def describe_env(env: Any) -> str:
+    """How messages name ``env``: a gymnasium id quoted, a creator by its name.
+
+    >>> describe_env("CartPole-v1"), describe_env(dict)
+    ("'CartPole-v1'", 'dict')
+    """
+    from flowrl.graph.node import describe_callable
+    return repr(env) if isinstance(env, str) else describe_callable(env)
+
+
+def build_env_part(env: Any, worker_index: int, what: str, fn: Callable[[], Any]) -> Any:
+    """``fn()``, where an exception that is not a FlowError (raised by the env's
+    constructor or ``reset``: ``what``) becomes an :class:`~flowrl.errors.EnvError`
+    naming the env and the worker, the env's exception chained."""
+    try:
+        return fn()
+    except FlowError:
+        raise
+    except Exception as e:
+        where = "worker 0 (the local worker)" if worker_index == 0 else f"worker {worker_index}"
+        raise EnvError(f"env {describe_env(env)} raised {type(e).__name__} in its {what} on "
+                       f"{where}: {e}; fix the env or its env_config") from e
 
 
 def flat_observations(env: Any) -> Any:
@@ -208,7 +281,7 @@ class RolloutWorker(ShardHost):
 
         self.preprocessor_pref = preprocessor_pref
         create = make_env_creator(env, self.env_config, preprocessor_pref, training=training)
-        first = self.env = create()
+        first = self.env = build_env_part(env, worker_index, "constructor", create)
         eps_base = worker_index << 32
         if isinstance(first, MultiAgentEnv):
             if policy_mapping_fn is None:
@@ -218,33 +291,36 @@ class RolloutWorker(ShardHost):
                                       "policy id")
                 only = next(iter(specs))
                 policy_mapping_fn = lambda agent_id, episode: only  # noqa: E731
-            self.envs = [first] + [create() for _ in range(num_envs - 1)]
+            self.envs = [first] + [build_env_part(env, worker_index, "constructor", create)
+                                   for _ in range(num_envs - 1)]
             self.policy_map = self._build_multi_agent(specs, first, policy_mapping_fn)
-            self.sampler = MultiAgentSampler(
+            self.sampler = build_env_part(env, worker_index, "reset", lambda: MultiAgentSampler(
                 self.envs, self.policy_map, policy_mapping_fn,
                 fragment_length=rollout_fragment_length, seed=self.seed,
                 explore=explore, eps_id_base=eps_base,
                 callbacks=episode_callbacks(self.callbacks, worker=self, envs=self.envs,
-                                            policies=self.policy_map))
+                                            policies=self.policy_map)))
         else:
             if len(specs) != 1:
                 raise ConfigError(f"RolloutWorker: env {env!r} is single-agent but "
                                   f"{len(specs)} policies were given; give one policy or a "
                                   "MultiAgentEnv")
             first = self.env = flat_observations(first)
-            self.envs = [gym.vector.SyncVectorEnv(
+            self.envs = [build_env_part(env, worker_index, "constructor",
+                                        lambda: gym.vector.SyncVectorEnv(
                 [lambda: first] + [lambda: flat_observations(create())] * (num_envs - 1),
-                autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)]
+                autoreset_mode=gym.vector.AutoresetMode.SAME_STEP))]
             venv = self.envs[0]
             (pid, spec), = specs.items()
             self.policy_map = {pid: self._build_policy(
                 pid, spec, venv.single_observation_space, venv.single_action_space)}
-            self.sampler = VectorSampler(
+            # (VectorSampler resets the envs when it is built)
+            self.sampler = build_env_part(env, worker_index, "reset", lambda: VectorSampler(
                 venv, self.policy_map[pid], fragment_length=rollout_fragment_length,
                 seed=self.seed, explore=explore, eps_id_base=eps_base,
                 episode_infos=reports_episode_infos(first),
                 callbacks=episode_callbacks(self.callbacks, worker=self, envs=venv.envs,
-                                            policies=self.policy_map))
+                                            policies=self.policy_map)))
         self.policy_mapping_fn = policy_mapping_fn
         to_train = list(self.policy_map) if policies_to_train is None else list(policies_to_train)
         unknown = sorted(set(to_train) - set(self.policy_map))
@@ -255,6 +331,7 @@ class RolloutWorker(ShardHost):
 
     def _build_policy(self, pid: str, spec: PolicySpec, obs_space, act_space):
         kwargs = {"seed": self.seed, **spec.config}
+        check_policy_config(spec.policy_class, kwargs, f"RolloutWorker: policies[{pid!r}]")
         return self._with_callbacks(spec.policy_class(spec.observation_space or obs_space,
                                                       spec.action_space or act_space, **kwargs))
 
@@ -445,4 +522,5 @@ class RolloutWorker(ShardHost):
             env.close()
 
 
-__all__ = ["RolloutWorker", "PolicySpec", "as_policy_spec"]
+__all__ = ["RolloutWorker", "PolicySpec", "as_policy_spec", "check_policy_config",
+           "policy_parameters", "describe_env"]

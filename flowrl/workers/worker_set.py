@@ -50,7 +50,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
-from flowrl.errors import ConfigError, WorkerError
+from flowrl.errors import ConfigError, EnvError, WorkerError
 from flowrl.runtime.backend import lost_reason
 from flowrl.runtime.calls import (BACKENDS, START_WAIT_S, Calls, calls_for_backend,
                                   is_actor_handle, ray_running, remote_cause)
@@ -560,10 +560,26 @@ class WorkerSet:
                         f"WorkerSet: remote worker {idx} did not start within {bound:g} s "
                         "(the larger of START_WAIT_S and sample_timeout_s); its env or policy "
                         "hangs while building, or the cluster has no CPU free for it") from e
+                env_error = _env_error_in(cause)
+                if env_error is not None:  # the env is the culprit: name it, not the actor
+                    raise env_error from e
                 last = str(cause).strip().splitlines()[-1] if str(cause).strip() else ""
                 raise WorkerError(f"WorkerSet: remote worker {idx} (a Ray actor) failed to "
                                   f"start: {type(cause).__name__}: {last}; the env and policy "
                                   "must build in a Ray worker process") from e
+
+
+def _env_error_in(cause: BaseException) -> EnvError | None:
+    """The :class:`EnvError` a remote worker's constructor raised, behind ``cause``:
+    the error itself (in-process), or rebuilt from its line in the text Ray gives
+    for an actor whose creation task failed (the exception object does not travel)."""
+    if isinstance(cause, EnvError):
+        return EnvError(str(cause))
+    marker = f"{EnvError.__name__}: "
+    for line in reversed(str(cause).splitlines()):
+        if marker in line:
+            return EnvError(line.split(marker, 1)[1].strip())
+    return None
 
 
 def _with_acting_replicas(kwargs: dict) -> dict:
