@@ -92,6 +92,24 @@ def _sizes() -> tuple[Callable[[Any], bool], str]:
     return ok, "the hidden layer sizes, a non-empty list of ints > 0, e.g. (64, 64)"
 
 
+def _lr_schedule() -> tuple[Callable[[Any], bool], str]:
+    """RLlib 1.x's ``lr_schedule``: ``[[timestep, lr], ...]``, piecewise linear in the
+    env steps sampled (:func:`flowrl.ops.train_ops.piecewise_lr`)."""
+    is_int = _int_ge(0)[0]
+    is_lr = _num(0, 10)[0]
+
+    def ok(v):
+        if not isinstance(v, (list, tuple)) or not v or not all(
+                isinstance(p, (list, tuple)) and len(p) == 2 and is_int(p[0]) and is_lr(p[1])
+                for p in v):
+            return False
+        ts = [p[0] for p in v]
+        return ts[0] == 0 and all(a < b for a, b in zip(ts, ts[1:])) and v[0][1] > 0
+    return ok, ("a list of [timestep, lr] pairs: int timesteps from 0, increasing; lrs "
+                "between 0 and 10, the first > 0 (e.g. [[0, 0.0003], [1000000, 0]] anneals "
+                "linearly to 0 over 1M env steps)")
+
+
 MULTIAGENT_KEYS = ("policies", "policy_mapping_fn", "policies_to_train", "count_steps_by")
 
 
