@@ -138,6 +138,21 @@ _MAKE_KWARGS = {"max_episode_steps", "disable_env_checker", "render_mode", "auto
                 "apply_api_compatibility"}
 
 
+def gym_spec(env_id: str):
+    """``gymnasium.spec(env_id)``, also for gymnasium.make's ``"module:env_id"`` form, which
+    imports ``module`` (where the env registers itself) first. Raises what gymnasium
+    raises for an unknown id, and ModuleNotFoundError for a module that is not there.
+
+    >>> gym_spec("gymnasium.envs.classic_control:CartPole-v1").id
+    'CartPole-v1'
+    """
+    import gymnasium as gym
+    module, _, name = env_id.rpartition(":")
+    if module:
+        importlib.import_module(module)
+    return gym.spec(name)
+
+
 def check_env_config(env: Any, env_config: dict, where: str) -> None:
     """For a registered gymnasium id, a ConfigError naming ``where`` when
     ``env_config`` has a key the env's constructor does not take (found from its
@@ -148,7 +163,7 @@ def check_env_config(env: Any, env_config: dict, where: str) -> None:
 
     import gymnasium as gym
     try:
-        spec = gym.spec(env)
+        spec = gym_spec(env)
         creator = spec.entry_point
         if isinstance(creator, str):
             creator = gym.envs.registration.load_env_creator(creator)
@@ -184,7 +199,11 @@ def check_env(env: Any, where: str) -> None:
                           "(e.g. 'CartPole-v1') or a callable env_creator(env_config)")
     import gymnasium as gym
     try:
-        gym.spec(env)
+        gym_spec(env)
+    except ImportError as e:
+        raise ConfigError(f"{where}={env!r}: cannot import {e.name or 'the module'!r}, named "
+                          "before the ':' to register the env; install it or fix the "
+                          "module path") from None
     except Exception:  # gymnasium raises several error types, all meaning "unknown"
         close = difflib.get_close_matches(env, list(gym.registry), n=5, cutoff=0.5)
         hint = f"did you mean one of {close}? " if close else ""
@@ -680,5 +699,5 @@ def build_algorithm(name: str, default_config: type, default_policy: Any,
     return type(class_name, (Algorithm,), attrs)
 
 
-__all__ = ["Algorithm", "AlgorithmConfig", "check_env", "check_env_config", "ensure_ray",
-           "build_algorithm", "HOOKS"]
+__all__ = ["Algorithm", "AlgorithmConfig", "check_env", "check_env_config", "gym_spec",
+           "ensure_ray", "build_algorithm", "HOOKS"]
