@@ -48,7 +48,7 @@ def normalized_env(env_config: dict[str, Any]) -> gym.Env:
     >>> bool(np.all(np.abs(obs) <= 10)), env.observation_space.shape
     (True, (3,))
     >>> _, reward, *_ = env.step(np.array([5.0], np.float32))  # clipped to 2 by ClipAction
-    >>> abs(reward) <= 10
+    >>> bool(abs(reward) <= 10)
     True
     """
     if not isinstance(env_config, dict) or "id" not in env_config:
