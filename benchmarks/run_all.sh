@@ -49,6 +49,9 @@ BENCHMARKS=(
   "multi_agent_sampling|multi_agent_sampling"
   "ddppo_cartpole|ddppo_cartpole"
   "chaos|chaos"
+  # Needs mujoco; 1M env steps per run (see the script's docstring for its length).
+  "mujoco_ppo-Hopper-v5|mujoco_ppo --env Hopper-v5"
+  "mujoco_ppo-HalfCheetah-v5|mujoco_ppo --env HalfCheetah-v5"
 )
 
 names() { for b in "${BENCHMARKS[@]}"; do echo "${b%%|*}"; done; }
