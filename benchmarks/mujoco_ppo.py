@@ -47,6 +47,7 @@ flowrl on one idle core of the machine this was written on; SB3 longer.
     python benchmarks/mujoco_ppo.py --env Hopper-v5                # 3 seeds x 2 systems
     python benchmarks/mujoco_ppo.py --env HalfCheetah-v5 --seeds 1
     python benchmarks/mujoco_ppo.py --quick --no-idle-wait          # smoke run
+    python benchmarks/mujoco_ppo.py --combine A.json B.json          # one table of saved files
 """
 
 from __future__ import annotations
@@ -249,9 +250,11 @@ def report(runs: list[dict], env: str, target: float) -> None:
     valid = [r for r in runs if r.get("valid")]
     rows = [[r["system"], r["seed"], *(fmt(r["result"].get(k)) for k in (
                 "final_score", "best_score", "train_s", "from_start_s", "steps_per_s",
-                "to_target_s"))] for r in valid]
+                "to_target_s")), fmt(r.get("own_cpu_s")),
+             f"{r.get('foreign_mean_cores', math.nan):.2f}"] for r in valid]
     harness.print_table(["system", "seed", "final score", "best score", "training s",
-                         "from start s", "env steps/s", f"training s to {target:g}"], rows,
+                         "from start s", "env steps/s", f"training s to {target:g}",
+                         "own CPU s", "foreign load (cores)"], rows,
                         title=f"PPO {env}: every run (score: mean raw return of the last 100 "
                               "training episodes)")
     for r in valid:
@@ -295,7 +298,22 @@ def main(argv=None) -> None:
     p.add_argument("--systems", nargs="*", default=SYSTEMS, choices=SYSTEMS)
     harness.add_arguments(p, default_seeds=3)
     p.set_defaults(run_timeout=4 * 3600.0)  # a 1M-step run takes tens of minutes
+    p.add_argument("--combine", type=argparse.FileType("r"), nargs="+", default=None,
+                   metavar="JSON", help="run nothing: print one table of the runs in several "
+                   "saved results files of the same env (e.g. one per system)")
     args = p.parse_args(argv)
+    if args.combine:
+        import json
+        docs = [json.load(f) for f in args.combine]
+        envs = {d["meta"]["env"] for d in docs}
+        if len(envs) != 1:
+            raise SystemExit(f"--combine: the files are of several envs {sorted(envs)}; "
+                             "give files of one env")
+        for f, d in zip(args.combine, docs):
+            print(f"{f.name}: {d['benchmark']}, started {d['started_utc']}, commit "
+                  f"{d.get('commit')}, systems {d['systems']}")
+        report([r for d in docs for r in d["runs"]], envs.pop(), docs[0]["meta"]["target"])
+        return
     if args.target is None:
         args.target = CLEANRL_SCORES.get(args.env, math.inf)
     if args.quick:
