@@ -12,7 +12,9 @@
 # profile_ppo 5, ppo_cartpole --matched 25 and --tuned 25, impala_throughput 10,
 # impala_fairness 8, async_cartpole 15, apex_throughput 10, replay 2, dqn_cartpole 20,
 # multi_agent_sampling 3, ddppo_cartpole 8, chaos 12 minutes; the targeted ones are
-# upper bounds, reached when runs use their whole budget). Idle waits add to it on a
+# upper bounds, reached when runs use their whole budget), and about 5 h more for the
+# two mujoco_ppo envs (3 seeds x 2 systems x 1M env steps; estimated from one run's own
+# CPU seconds per system, about 18 min flowrl and 30 min SB3, not yet timed idle). Idle waits add to it on a
 # machine that is not idle. --quick --no-idle-wait (a smoke run of every script,
 # results under benchmarks/results/smoke/) takes about 20 min.
 #
