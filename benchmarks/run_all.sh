@@ -13,9 +13,11 @@
 # impala_throughput 10, impala_fairness 8, async_cartpole 15, apex_throughput 10,
 # replay 2, dqn_cartpole 20, multi_agent_sampling 3, ddppo_cartpole 8, chaos 12
 # minutes; the targeted ones are upper bounds, reached when runs use their whole
-# budget). Idle waits add to it on a machine that is not idle. --quick --no-idle-wait
-# (a smoke run of every script, results under benchmarks/results/smoke/) takes about
-# 25 min.
+# budget), and about 5 h more for the two mujoco_ppo envs (3 seeds x 2 systems x 1M
+# env steps; estimated from one run's own CPU seconds per system, about 18 min flowrl
+# and 30 min SB3, not yet timed idle). Idle waits add to it on a machine that is not
+# idle. --quick --no-idle-wait (a smoke run of every script, results under
+# benchmarks/results/smoke/) takes about 25 min.
 #
 #   bash benchmarks/run_all.sh                            # everything
 #   bash benchmarks/run_all.sh replay dqn_cartpole        # a subset, by name
@@ -51,6 +53,9 @@ BENCHMARKS=(
   "multi_agent_sampling|multi_agent_sampling"
   "ddppo_cartpole|ddppo_cartpole"
   "chaos|chaos"
+  # Needs mujoco; 1M env steps per run (see the script's docstring for its length).
+  "mujoco_ppo-Hopper-v5|mujoco_ppo --env Hopper-v5"
+  "mujoco_ppo-HalfCheetah-v5|mujoco_ppo --env HalfCheetah-v5"
 )
 
 names() { for b in "${BENCHMARKS[@]}"; do echo "${b%%|*}"; done; }

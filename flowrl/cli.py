@@ -165,11 +165,11 @@ def _algo_class(name: str):
 
 
 def _default_stop_reward(env: Any) -> float | None:
-    import gymnasium as gym
+    from flowrl.algorithms.base import gym_spec
     if not isinstance(env, str):
         return None
     try:
-        return gym.spec(env).reward_threshold
+        return gym_spec(env).reward_threshold
     except Exception:  # unknown ids are reported by the config check
         return None
 

@@ -35,6 +35,16 @@ def test_unknown_env_is_a_flow_error_naming_it():
         PPOConfig()
 
 
+def test_an_env_id_may_name_the_module_that_registers_it_as_gymnasium_make_does():
+    config = PPOConfig(env="gymnasium.envs.classic_control:CartPole-v1")
+    assert config.env == "gymnasium.envs.classic_control:CartPole-v1"
+    with pytest.raises(ConfigError, match=r"PPOConfig\.env='no_such_module_x:Foo-v0': cannot "
+                                          r"import 'no_such_module_x'"):
+        PPOConfig(env="no_such_module_x:Foo-v0")
+    with pytest.raises(ConfigError, match="unknown gymnasium environment"):
+        PPOConfig(env="gymnasium.envs.classic_control:NoSuchEnv-v3")
+
+
 def test_cross_field_and_multiagent_checks():
     with pytest.raises(ConfigError, match="sgd_minibatch_size"):
         PPOConfig(**{**SMALL, "sgd_minibatch_size": 256})

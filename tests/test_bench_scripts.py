@@ -26,6 +26,7 @@ import chaos  # noqa: E402
 import compiled_graph  # noqa: E402
 import ddppo_cartpole  # noqa: E402
 import dqn_cartpole  # noqa: E402
+import mujoco_ppo  # noqa: E402
 import ray_overhead  # noqa: E402
 import replay  # noqa: E402
 
@@ -97,6 +98,27 @@ def test_chaos_counts_hangs_and_gives_the_slowdown_per_algorithm(capsys):
     assert any(ln.startswith("impala-kills") and "no result" in ln for ln in out.splitlines())
     assert "impala: slowdown" in out and "hangs 1" in out.split("impala: slowdown")[1]
     assert "ppo-kills: per run, median [min-max]: kills 3 [2-4], restarts 2.5 [2-3]" in out
+
+
+def test_mujoco_ppo_compares_training_time_over_all_runs_and_times_the_target_on_reached_ones(
+        capsys):
+    def run(system, seed, score, train_s, to_target_s):
+        curve = [[100_000 * i, train_s * i / 10, score * i / 10, 0.0] for i in range(1, 11)]
+        return {**_run(system, reached=to_target_s is not None, final_score=score,
+                       best_score=score, train_s=train_s, from_start_s=train_s + 5,
+                       startup_s=5.0, steps_per_s=1e6 / train_s, env_steps=1_000_000,
+                       to_target_s=to_target_s, to_target_from_start_s=None, curve=curve),
+                "seed": seed}
+    runs = [run("flowrl", 0, 2300.0, 600.0, 550.0), run("flowrl", 1, 1500.0, 800.0, None),
+            run("sb3", 0, 2250.0, 1400.0, 1350.0)]
+    mujoco_ppo.report(runs, "Hopper-v5", 2231.0)
+    out = capsys.readouterr().out
+    assert "curve flowrl seed 0: 100k: 230 @ 60s; 200k: 460 @ 120s" in out
+    summary = out.split("CleanRL's published 1M-step score 2231")[1].splitlines()
+    reached = next(ln for ln in summary if ln.startswith("flowrl") and "reached 1/2" in ln)
+    missed = next(ln for ln in summary if ln.startswith("flowrl") and "not reached 1/2" in ln)
+    assert "2.00x" in reached and "2.00x" in missed  # 1400 / median(600, 800)
+    assert "550 [550-550]" in reached and "550" not in missed
 
 
 def test_run_all_knows_every_benchmark_script():

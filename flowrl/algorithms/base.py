@@ -98,6 +98,24 @@ def _sizes() -> tuple[Callable[[Any], bool], str]:
     return ok, "the hidden layer sizes, a non-empty list of ints > 0, e.g. (64, 64)"
 
 
+def _lr_schedule() -> tuple[Callable[[Any], bool], str]:
+    """RLlib 1.x's ``lr_schedule``: ``[[timestep, lr], ...]``, piecewise linear in the
+    env steps sampled (:func:`flowrl.ops.train_ops.piecewise_lr`)."""
+    is_int = _int_ge(0)[0]
+    is_lr = _num(0, 10)[0]
+
+    def ok(v):
+        if not isinstance(v, (list, tuple)) or not v or not all(
+                isinstance(p, (list, tuple)) and len(p) == 2 and is_int(p[0]) and is_lr(p[1])
+                for p in v):
+            return False
+        ts = [p[0] for p in v]
+        return ts[0] == 0 and all(a < b for a, b in zip(ts, ts[1:])) and v[0][1] > 0
+    return ok, ("a list of [timestep, lr] pairs: int timesteps from 0, increasing; lrs "
+                "between 0 and 10, the first > 0 (e.g. [[0, 0.0003], [1000000, 0]] anneals "
+                "linearly to 0 over 1M env steps)")
+
+
 MULTIAGENT_KEYS = ("policies", "policy_mapping_fn", "policies_to_train", "count_steps_by")
 
 
@@ -126,6 +144,21 @@ _MAKE_KWARGS = {"max_episode_steps", "disable_env_checker", "render_mode", "auto
                 "apply_api_compatibility"}
 
 
+def gym_spec(env_id: str):
+    """``gymnasium.spec(env_id)``, also for gymnasium.make's ``"module:env_id"`` form, which
+    imports ``module`` (where the env registers itself) first. Raises what gymnasium
+    raises for an unknown id, and ModuleNotFoundError for a module that is not there.
+
+    >>> gym_spec("gymnasium.envs.classic_control:CartPole-v1").id
+    'CartPole-v1'
+    """
+    import gymnasium as gym
+    module, _, name = env_id.rpartition(":")
+    if module:
+        importlib.import_module(module)
+    return gym.spec(name)
+
+
 def check_env_config(env: Any, env_config: dict, where: str) -> None:
     """For a registered gymnasium id, a ConfigError naming ``where`` when
     ``env_config`` has a key the env's constructor does not take (found from its
@@ -136,7 +169,7 @@ def check_env_config(env: Any, env_config: dict, where: str) -> None:
 
     import gymnasium as gym
     try:
-        spec = gym.spec(env)
+        spec = gym_spec(env)
         creator = spec.entry_point
         if isinstance(creator, str):
             creator = gym.envs.registration.load_env_creator(creator)
@@ -179,7 +212,11 @@ def check_env(env: Any, where: str) -> None:
     import gymnasium as gym
     ensure_registered(env, f"{where}={env!r}")  # flowrl/ and ALE/ ids register on import
     try:
-        gym.spec(env)
+        gym_spec(env)
+    except ImportError as e:
+        raise ConfigError(f"{where}={env!r}: cannot import {e.name or 'the module'!r}, named "
+                          "before the ':' to register the env; install it or fix the "
+                          "module path") from None
     except Exception:  # gymnasium raises several error types, all meaning "unknown"
         close = difflib.get_close_matches(env, list(gym.registry), n=5, cutoff=0.5)
         hint = f"did you mean one of {close}? " if close else ""
@@ -886,5 +923,5 @@ def build_algorithm(name: str, default_config: type, default_policy: Any,
     return type(class_name, (Algorithm,), attrs)
 
 
-__all__ = ["Algorithm", "AlgorithmConfig", "check_env", "check_env_config", "ensure_ray",
-           "build_algorithm", "HOOKS"]
+__all__ = ["Algorithm", "AlgorithmConfig", "check_env", "check_env_config", "gym_spec",
+           "ensure_ray", "build_algorithm", "HOOKS"]

@@ -20,12 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from flowrl.algorithms.base import (Algorithm, AlgorithmConfig, _int_ge, _LazyClass, _num,
-                                    _or_none)
+from flowrl.algorithms.base import (Algorithm, AlgorithmConfig, _int_ge, _LazyClass,
+                                    _lr_schedule, _num, _or_none)
 from flowrl.errors import ConfigError
 from flowrl.graph.stream import LocalStream
 from flowrl.ops import (ConcatBatches, MultiGPUTrainOneStep, ParallelRollouts,
-                        StandardizeFields, StandardMetricsReporting, TrainOneStep, UpdateKL)
+                        StandardizeFields, StandardMetricsReporting, TrainOneStep, UpdateKL,
+                        UpdateLR)
+from flowrl.ops.train_ops import piecewise_lr
 
 
 @dataclass
@@ -33,6 +35,9 @@ class PPOConfig(AlgorithmConfig):
     """PPO hyperparameters (RLlib 1.x names). Defaults are tuned for CartPole-v1:
     2 workers x 8 envs x 64-step fragments, 2048-step train batches, 6 epochs of
     256-row minibatches, lr 1e-3, GAE(0.99, 0.95), fused Adam, one torch thread.
+    ``lr_schedule`` (RLlib 1.x; None: the constant ``lr``) replaces ``lr`` with a
+    piecewise-linear rate over env steps sampled, ``[[0, lr_0], [t_1, lr_1], ...]``,
+    applied before each training step (:class:`~flowrl.ops.UpdateLR`).
     ``python benchmarks/ppo_cartpole.py --tuned`` measures how fast they reach a
     train mean of 450 (and ``--matched`` against other libraries at equal work).
 
@@ -58,13 +63,14 @@ class PPOConfig(AlgorithmConfig):
     kl_coeff: float = 0.0
     kl_target: float = 0.01
     grad_clip: float | None = 0.5
+    lr_schedule: list | None = None
 
     checks: ClassVar[dict[str, tuple]] = {
         "sgd_minibatch_size": _int_ge(0), "num_sgd_iter": _int_ge(1),
         "lambda_": _num(0, 1), "clip_param": _num(0, open_lo=True),
         "vf_clip_param": _num(0, open_lo=True), "vf_loss_coeff": _num(0),
         "entropy_coeff": _num(0), "kl_coeff": _num(0), "kl_target": _num(0, open_lo=True),
-        "grad_clip": _or_none(_num(0, open_lo=True)),
+        "grad_clip": _or_none(_num(0, open_lo=True)), "lr_schedule": _or_none(_lr_schedule()),
     }
 
     def __post_init__(self) -> None:
@@ -85,7 +91,8 @@ class PPO(Algorithm):
     def policy_config(cls, config: PPOConfig) -> dict[str, Any]:
         # The policy's own learn_on_batch runs the same epochs and minibatches as
         # the plan's train op (both go through the one minibatch-SGD loop).
-        return {**super().policy_config(config), "lambda_": config.lambda_,
+        lr = piecewise_lr(config.lr_schedule, 0) if config.lr_schedule else config.lr
+        return {**super().policy_config(config), "lr": lr, "lambda_": config.lambda_,
                 "clip_param": config.clip_param, "vf_clip_param": config.vf_clip_param,
                 "vf_loss_coeff": config.vf_loss_coeff, "entropy_coeff": config.entropy_coeff,
                 "kl_coeff": config.kl_coeff, "kl_target": config.kl_target,
@@ -105,6 +112,9 @@ class PPO(Algorithm):
                     .for_each(StandardizeFields(["advantages"]), name="ppo/standardize")
                     .for_each(train_step, name="ppo/train")
                     .for_each(UpdateKL(workers), name="ppo/update_kl"))
+        if config.lr_schedule:
+            train_op = train_op.for_each(UpdateLR(workers, schedule=config.lr_schedule),
+                                         name="ppo/update_lr")
         return StandardMetricsReporting(
             train_op, workers, min_time_s_per_reporting=config.min_time_s_per_reporting,
             timesteps_per_iteration=config.timesteps_per_iteration)

@@ -23,11 +23,11 @@ from flowrl.ops.replay_ops import (LearningStarts, Replay, StoreToReplayBuffer,
 from flowrl.ops.rollout_ops import (ConcatBatches, ParallelRollouts, SelectExperiences,
                                     StandardizeFields, rollout_shards,
                                     synchronous_parallel_sample)
-from flowrl.ops.train_ops import TrainOneStep, UpdateKL
+from flowrl.ops.train_ops import TrainOneStep, UpdateKL, UpdateLR
 
 __all__ = ["Dequeue", "Enqueue", "ConcatBatches", "ParallelRollouts", "SelectExperiences",
            "StandardizeFields", "rollout_shards", "synchronous_parallel_sample",
-           "TrainOneStep", "UpdateKL", "MultiGPUTrainOneStep", "StandardMetricsReporting",
+           "TrainOneStep", "UpdateKL", "UpdateLR", "MultiGPUTrainOneStep", "StandardMetricsReporting",
            "CollectMetrics", "OncePerTimeInterval", "OncePerTimestepsElapsed",
            "ComputeGradients", "AsyncGradients", "ApplyGradients", "AverageGradients",
            "LearnerThread", "MixInReplay", "collect_metrics", "summarize_episodes",

@@ -1,4 +1,5 @@
-"""Training operators: ``TrainOneStep`` and ``UpdateKL`` (driver-side, on the local worker).
+"""Training operators: ``TrainOneStep``, ``UpdateKL`` and ``UpdateLR`` (driver-side, on the
+local worker).
 
 The learner is the WorkerSet's local worker: its policies are trained in the
 driver process, then their weights are broadcast to the remote workers (one
@@ -20,8 +21,8 @@ from flowrl.batch import MultiAgentBatch, SampleBatch
 from flowrl.errors import ConfigError
 from flowrl.policies.sgd import check_sgd
 from flowrl.metrics import (AGENT_STEPS_TRAINED_COUNTER, LEARN_ON_BATCH_TIMER, LEARNER_INFO,
-                            STEPS_TRAINED_COUNTER, STEPS_TRAINED_THIS_ITER_COUNTER,
-                            WORKER_UPDATE_TIMER, get_metrics)
+                            STEPS_SAMPLED_COUNTER, STEPS_TRAINED_COUNTER,
+                            STEPS_TRAINED_THIS_ITER_COUNTER, WORKER_UPDATE_TIMER, get_metrics)
 
 Batch = SampleBatch | MultiAgentBatch
 
@@ -161,5 +162,66 @@ class UpdateKL:
         return item
 
 
-__all__ = ["TrainOneStep", "UpdateKL", "train_policies", "policy_batches",
-           "record_trained"]
+def piecewise_lr(schedule: Sequence[Sequence[float]], timestep: float) -> float:
+    """The learning rate of RLlib 1.x's ``lr_schedule`` at ``timestep``.
+
+    ``schedule`` is ``[[t_0, lr_0], [t_1, lr_1], ...]`` with ``t_0 = 0 < t_1 < ...``
+    (:class:`~flowrl.algorithms.PPOConfig` checks it); between two points the rate
+    is interpolated linearly, after the last one it stays at the last rate.
+
+    >>> piecewise_lr([[0, 3e-4], [1000, 0.0]], 250)
+    0.000225
+    >>> piecewise_lr([[0, 3e-4], [1000, 0.0]], 5000)
+    0.0
+    """
+    ts, lrs = zip(*schedule)
+    return float(np.interp(timestep, ts, lrs))
+
+
+class UpdateLR:
+    """``for_each(UpdateLR(workers, schedule=...))`` after a train op: set the learning
+    rate the next training step uses, as RLlib 1.x's ``lr_schedule`` does.
+
+    The rate is :func:`piecewise_lr` of ``schedule`` at the env steps sampled so
+    far (``STEPS_SAMPLED_COUNTER``); it is written into every parameter group of
+    the optimizer of each trainable policy of the local worker (the learner;
+    remote workers only act). In a bulk-synchronous plan the batch sampled from
+    timestep ``t`` on is trained with the rate at ``t`` (CleanRL's annealing:
+    iteration ``i`` uses ``lr * (1 - (i - 1) / N)`` for ``[[0, lr], [N * batch, 0]]``).
+    The policy reports the rate it trained with as ``cur_lr``. Reads counters;
+    returns its input unchanged.
+
+    >>> import flowrl
+    >>> from flowrl.policies import PPOPolicy
+    >>> from flowrl.workers import WorkerSet
+    >>> ws = WorkerSet("CartPole-v1", PPOPolicy, num_workers=0, backend="local")
+    >>> def sampled(x):
+    ...     flowrl.get_metrics().counters["num_steps_sampled"] += 250
+    ...     return x
+    >>> s = flowrl.from_iterable(lambda: range(2)).for_each(sampled)
+    >>> s = s.for_each(UpdateLR(ws, schedule=[[0, 1e-3], [1000, 0.0]]))
+    >>> _ = flowrl.Plan(s).compile().take(2)
+    >>> ws.local_worker().get_policy().optimizer.param_groups[0]["lr"]
+    0.0005
+    >>> ws.stop()
+    """
+
+    def __init__(self, workers, *, schedule: Sequence[Sequence[float]]):
+        if not schedule:
+            raise ConfigError("UpdateLR(schedule=...): give [[timestep, lr], ...] pairs")
+        self.workers = workers
+        self.schedule = [(float(t), float(lr)) for t, lr in schedule]
+
+    def __call__(self, item: Any) -> Any:
+        lr = piecewise_lr(self.schedule, get_metrics().counters[STEPS_SAMPLED_COUNTER])
+
+        def update(policy, pid):
+            for group in policy.optimizer.param_groups:
+                group["lr"] = lr
+
+        self.workers.local_worker().foreach_trainable_policy(update)
+        return item
+
+
+__all__ = ["TrainOneStep", "UpdateKL", "UpdateLR", "piecewise_lr", "train_policies",
+           "policy_batches", "record_trained"]
