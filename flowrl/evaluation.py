@@ -43,6 +43,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from flowrl.errors import ConfigError, FlowError
+from flowrl.workers.episode import SINGLE_AGENT_ID, Episode
 
 #: An episode longer than this many steps is cut there (an env without a time
 #: limit cannot hang an evaluation).
@@ -81,7 +82,8 @@ def _stack(parts: list) -> Any:
 
 def play_episodes(envs: Sequence[Any], policy, schedule: Sequence[Sequence[int]], *,
                   explore: bool = False, seed: int | None = None,
-                  max_steps: int = MAX_EPISODE_STEPS) -> list[dict[str, Any]]:
+                  max_steps: int = MAX_EPISODE_STEPS,
+                  callbacks: Any = None) -> list[dict[str, Any]]:
     """Play ``schedule[i]`` (episode indices) on ``envs[i]``, every env at once.
 
     Each episode starts from ``env.reset(seed=seed + index)`` (``seed=None``: no
@@ -91,7 +93,9 @@ def play_episodes(envs: Sequence[Any], policy, schedule: Sequence[Sequence[int]]
     previous action and reward (zeros at an episode's start). ``Box`` actions are
     clipped to the bounds, ``Discrete`` ones reach the env as ints. Returns
     ``{"episode": index, "episode_reward", "episode_len"}`` per episode, ordered by
-    index. Touches no metrics.
+    index. Touches no metrics. ``callbacks`` (the worker's
+    :class:`~flowrl.callbacks.EpisodeCallbacks`, or None) runs the episode hooks as
+    the samplers do, and an episode's custom metrics join its entry.
 
     >>> import gymnasium as gym
     >>> from flowrl.policies import PGPolicy
@@ -124,15 +128,21 @@ def play_episodes(envs: Sequence[Any], policy, schedule: Sequence[Sequence[int]]
     prev_action: list[Any] = [None] * len(queues)
     prev_reward = [0.0] * len(queues)
     out: list[dict[str, Any]] = []
+    live: list[Any] = [None] * len(queues)  # per env: its Episode, with callbacks
 
     def begin(i: int) -> None:
         if not queues[i]:
             episode[i] = None
             return
         e = episode[i] = queues[i].pop(0)
-        obs[i], _ = envs[i].reset(seed=None if seed is None else seed + e)
+        obs[i], info = envs[i].reset(seed=None if seed is None else seed + e)
         ret[i], length[i] = 0.0, 0
         state[i], prev_action[i], prev_reward[i] = list(initial), None, 0.0
+        if callbacks is not None:
+            pid = next(iter(callbacks.policies))
+            live[i] = Episode(e, i, lambda agent_id, episode: pid)
+            live[i]._last[SINGLE_AGENT_ID] = (obs[i], None, 0.0, info)
+            callbacks.start(live[i])
 
     for i in range(len(queues)):
         begin(i)
@@ -154,16 +164,25 @@ def play_episodes(envs: Sequence[Any], policy, schedule: Sequence[Sequence[int]]
             action = actions[row]
             step_action = (int(action) if discrete else
                            np.clip(action, *clip) if clip is not None else action)
-            obs[i], reward, terminated, truncated, _ = envs[i].step(step_action)
+            obs[i], reward, terminated, truncated, info = envs[i].step(step_action)
             ret[i] += float(reward)
             length[i] += 1
+            entry = {"episode": episode[i], "episode_reward": ret[i], "episode_len": length[i]}
+            ended = terminated or truncated or length[i] >= max_steps
+            if callbacks is not None:
+                live[i].length = length[i]
+                live[i].agent_rewards[SINGLE_AGENT_ID] = ret[i]
+                live[i]._last[SINGLE_AGENT_ID] = (obs[i], action, float(reward), info)
+                callbacks.step(live[i])
+                if ended:
+                    callbacks.end(live[i])
+                    entry.update(live[i].finished_stats())
             if recurrent:
                 state[i] = [np.asarray(extra[f"state_out_{k}"][row])
                             for k in range(len(initial))]
                 prev_action[i], prev_reward[i] = np.asarray(action), float(reward)
-            if terminated or truncated or length[i] >= max_steps:
-                out.append({"episode": episode[i], "episode_reward": ret[i],
-                            "episode_len": length[i]})
+            if ended:
+                out.append(entry)
                 begin(i)
     return sorted(out, key=lambda e: e["episode"])
 

@@ -354,3 +354,22 @@ def test_with_whole_game_reporting_a_game_carries_its_lives_custom_metrics():
     assert [g["custom_metrics"] for g in games] == [
         {"life_len": 2.0, "len_with_1_left": 3.0, "len_with_0_left": 2.0}] * 4
     assert [g["hist_data"]["lives"] for g in games] == [[3.0, 2.0]] * 4
+
+
+class LengthMetric(DefaultCallbacks):
+    def on_episode_end(self, *, episode, **kwargs):
+        episode.custom_metrics["length"] = episode.length
+        episode.user_data["seen"] = True
+
+
+@pytest.mark.parametrize("backend", ["local", pytest.param("ray", marks=pytest.mark.ray)])
+def test_evaluation_episodes_run_the_callbacks_where_they_are_played(backend, request):
+    if backend == "ray":
+        request.getfixturevalue("ray_session")
+    config = PGConfig(env="CartPole-v1", callbacks=LengthMetric, backend=backend, seed=0,
+                      rollout_fragment_length=50, train_batch_size=50,
+                      evaluation_interval=1, evaluation_duration=3,
+                      evaluation_num_workers=1 if backend == "ray" else 0)
+    with PG(config) as algo:
+        evaluation = algo.train()["evaluation"]
+    assert evaluation["custom_metrics"]["length_mean"] == evaluation["episode_len_mean"]

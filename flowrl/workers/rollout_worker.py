@@ -416,7 +416,8 @@ class RolloutWorker(ShardHost):
                               "worker's env is multi-agent")
         policy = next(iter(self.policy_map.values()))
         return play_episodes(self.envs[0].envs, policy, schedule, explore=explore, seed=seed,
-                             max_steps=MAX_EPISODE_STEPS if max_steps is None else max_steps)
+                             max_steps=MAX_EPISODE_STEPS if max_steps is None else max_steps,
+                             callbacks=self.sampler.callbacks)
 
     def episode_stats(self) -> list[dict]:
         """Completed episodes since the last call: ``episode_reward``, ``episode_len``
