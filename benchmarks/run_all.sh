@@ -7,11 +7,12 @@
 # the ones below go to every script (e.g. --seeds 5). A benchmark that fails is
 # reported and the others still run; the exit status is 1 if any failed.
 #
-# Expected duration on 2 idle cores: about 3 h in all (startup 2, sampling 5,
+# Expected duration on 2 idle cores: about 4.5 h in all (startup 2, sampling 5,
 # local_overhead 5, ray_overhead 25 (3 seeds: 15) and --paired 15, compiled_graph 7,
 # profile_ppo 5, ppo_cartpole --matched 25 and --tuned 25, impala_throughput 10,
 # impala_fairness 8, async_cartpole 15, apex_throughput 10, replay 2, dqn_cartpole 20,
-# multi_agent_sampling 3, ddppo_cartpole 8, chaos 12 minutes; the targeted ones are
+# multi_agent_sampling 3, ddppo_cartpole 8, chaos 12, memory_proofs --task
+# stateless-cartpole 80 and --task cue-recall 10 minutes; the targeted ones are
 # upper bounds, reached when runs use their whole budget). Idle waits add to it on a
 # machine that is not idle. --quick --no-idle-wait (a smoke run of every script,
 # results under benchmarks/results/smoke/) takes about 20 min.
@@ -49,6 +50,8 @@ BENCHMARKS=(
   "multi_agent_sampling|multi_agent_sampling"
   "ddppo_cartpole|ddppo_cartpole"
   "chaos|chaos"
+  "memory_proofs-stateless_cartpole|memory_proofs --task stateless-cartpole"
+  "memory_proofs-cue_recall|memory_proofs --task cue-recall"
 )
 
 names() { for b in "${BENCHMARKS[@]}"; do echo "${b%%|*}"; done; }
