@@ -136,9 +136,9 @@ def test_stateless_cartpole_without_memory_stays_far_below_the_lstm_goal():
 @pytest.mark.timeout(1800)
 def test_cue_recall_needs_memory():
     """With the LSTM the cue is recalled (train mean >= 0.95); without it the best
-    100-episode mean stays near chance (1/4) over the same budget."""
+    100-episode mean stays near chance (1/4) over the same budget (under 0.5)."""
     with_lstm, steps = _train_mean("ppo-lstm-cue-recall.yaml", use_lstm=True,
                                    max_steps=300_000)
     assert with_lstm >= 0.95, (with_lstm, steps)
     without, _ = _train_mean("ppo-lstm-cue-recall.yaml", use_lstm=False, max_steps=steps)
-    assert without < 0.4, without
+    assert without < 0.5, without  # chance is 0.25; a 100-episode window has sd 0.043
