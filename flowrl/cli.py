@@ -389,7 +389,7 @@ def _train_loop(args, algo, stop: dict[str, Any], logger_cls) -> int:
             mean = r["episode_reward_mean"]
             target = stop.get("episode_reward_mean")
             if target is not None and not math.isnan(mean) and mean >= target:
-                reason = f"episode_reward_mean {mean:.1f} >= {target}"
+                reason = f"episode_reward_mean {mean:.5g} >= {target}"
             for key in ("timesteps_total", "training_iteration"):
                 if not reason and key in stop and r[key] >= stop[key]:
                     reason = f"{key} {r[key]} >= {stop[key]}"

@@ -60,6 +60,22 @@ def test_custom_env_learns(monkeypatch):
     assert len(curve) == 4 and curve[-1] > curve[0]
 
 
+
+def test_lstm_stateless_cartpole_trains_with_and_without_memory(monkeypatch):
+    curves = run_example("lstm_stateless_cartpole.py", monkeypatch)
+    assert set(curves) == {"lstm", "no lstm"}
+    for curve in curves.values():
+        steps = [s for s, _ in curve]
+        assert steps == sorted(steps) and steps[-1] >= 6144
+        assert all(m > 0 for _, m in curve)   # not NaN: episodes finished every iteration
+
+
+def test_pixels_trains_a_cnn_on_minatar(monkeypatch):
+    pytest.importorskip("minatar")
+    out = run_example("pixels.py", monkeypatch)
+    assert out["model"] == "VisionNetwork"
+    assert out["curve"][-1][0] >= 4096 and all(m >= 0 for _, m in out["curve"])
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
