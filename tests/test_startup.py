@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from flowrl.errors import WorkerError
+from flowrl.errors import EnvError
 from flowrl.policies import PGPolicy
 from flowrl.workers import WorkerConfig, WorkerSet
 
@@ -36,8 +36,9 @@ def _driver_only_env(driver_pid):
 
 
 @pytest.mark.ray
-def test_remote_worker_that_fails_to_start_is_a_worker_error(ray_session):
-    with pytest.raises(WorkerError, match=r"remote worker 1 \(a Ray actor\) failed to start"):
+def test_remote_worker_whose_env_fails_to_build_names_the_env_and_worker(ray_session):
+    with pytest.raises(EnvError, match=r"env _driver_only_env\.create raised RuntimeError in "
+                                       r"its constructor on worker 1: this env only builds"):
         WorkerSet(_driver_only_env(os.getpid()), PGPolicy,
                   WorkerConfig(rollout_fragment_length=8, num_cpus_per_worker=0),
                   num_workers=1, backend="ray")

@@ -19,9 +19,8 @@ from flowrl.errors import ConfigError
 from flowrl.graph.stream import LocalStream
 from flowrl.runtime.calls import CALL_TIMEOUT_S, calls_for
 from flowrl.runtime.driver import WORKER_RESTARTS_COUNTER
-from flowrl.workers.episode import summarize_custom_metrics
 from flowrl.metrics import (LEARNER_INFO, STEPS_SAMPLED_COUNTER, STEPS_TRAINED_COUNTER,
-                            get_metrics)
+                            get_metrics, summarize_custom_metrics)
 
 TRAINING_ITERATION = "training_iteration"
 EPISODES_TOTAL = "episodes_total"
@@ -95,7 +94,7 @@ def summarize_episodes(episodes: list[dict]) -> dict[str, Any]:
     that policy played, that agent's return (as RLlib 1.x); empty dicts for
     single-agent episodes. ``custom_metrics`` (``<name>_mean``/``_min``/``_max``)
     and ``hist_stats`` from the episodes' callbacks
-    (:func:`~flowrl.workers.episode.summarize_custom_metrics`; empty dicts without).
+    (:func:`~flowrl.metrics.summarize_custom_metrics`; empty dicts without).
 
     >>> s = summarize_episodes([
     ...     {"episode_reward": 3.0, "episode_len": 2, "policy_rewards": {"a": [1.0, 2.0]}},

@@ -18,7 +18,6 @@ episode has the one agent :data:`SINGLE_AGENT_ID` (RLlib 1.x's ``"agent0"``).
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 from flowrl.errors import OperatorError
@@ -138,30 +137,4 @@ def merge_finished_stats(first: dict, then: dict) -> dict:
     return {k: v for k, v in out.items() if v}
 
 
-def summarize_custom_metrics(episodes: list[dict]) -> dict[str, dict]:
-    """``custom_metrics`` (``<name>_mean``/``_min``/``_max`` over the episodes that set
-    ``name``, NaN values left out as RLlib 1.x did; all three NaN when every value
-    was NaN) and ``hist_stats`` (``name`` -> the episodes' ``hist_data`` joined in
-    order) of ``episode_stats()`` entries.
-
-    >>> summarize_custom_metrics([{"custom_metrics": {"x": 1.0}}, {},
-    ...                           {"custom_metrics": {"x": 3.0}, "hist_data": {"h": [5.0]}}])
-    {'custom_metrics': {'x_mean': 2.0, 'x_min': 1.0, 'x_max': 3.0}, 'hist_stats': {'h': [5.0]}}
-    """
-    values: dict[str, list[float]] = {}
-    hist: dict[str, list[float]] = {}
-    for e in episodes:
-        for k, v in e.get("custom_metrics", {}).items():
-            values.setdefault(k, []).append(v)
-        for k, v in e.get("hist_data", {}).items():
-            hist.setdefault(k, []).extend(v)
-    custom: dict[str, float] = {}
-    for k, vs in values.items():
-        kept = [v for v in vs if not math.isnan(v)]
-        custom[f"{k}_mean"] = sum(kept) / len(kept) if kept else math.nan
-        custom[f"{k}_min"] = min(kept) if kept else math.nan
-        custom[f"{k}_max"] = max(kept) if kept else math.nan
-    return {"custom_metrics": custom, "hist_stats": hist}
-
-
-__all__ = ["Episode", "SINGLE_AGENT_ID", "merge_finished_stats", "summarize_custom_metrics"]
+__all__ = ["Episode", "SINGLE_AGENT_ID", "merge_finished_stats"]
