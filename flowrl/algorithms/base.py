@@ -35,11 +35,11 @@ from typing import Any, Callable, ClassVar
 from flowrl.callbacks import call_hook, check_callbacks, make_callbacks, overrides
 from flowrl.checkpoint import CHECKPOINT_FILE  # noqa: F401  (re-exported)
 from flowrl.envs import PREPROCESSOR_PREFS, ensure_registered
-from flowrl.models.config import ModelConfig
 from flowrl.errors import ConfigError, EnvError, FlowError
 from flowrl.evaluation import Evaluation
 from flowrl.graph.plan import Plan
 from flowrl.graph.stream import LocalStream
+from flowrl.models.config import ModelConfig
 from flowrl.ops.metric_ops import TRAINING_ITERATION
 from flowrl.runtime.calls import BACKENDS, ensure_ray
 from flowrl.workers import PolicySpec, WorkerConfig, WorkerSet
