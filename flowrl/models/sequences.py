@@ -21,6 +21,9 @@ import numpy as np
 SEQ_LENS = "seq_lens"
 #: The ``(B, T)`` bool column marking real steps (False on padding).
 SEQ_MASK = "seq_mask"
+#: Per step of a flattened padded batch: ``1 / real steps`` on real steps, 0 on
+#: padding (the weights of a masked mean; set by ``TorchPolicy._rows``).
+SEQ_WEIGHTS = "seq_weights"
 #: Per sequence: the behaviour policy's ``V(s)`` after its last real step (0 when
 #: that step ended the episode); V-trace bootstraps sequences from it.
 SEQ_BOOTSTRAP_VALUE = "seq_bootstrap_value"
@@ -100,5 +103,5 @@ def next_values(eps_id: np.ndarray, t: np.ndarray, terminateds: np.ndarray,
     return out
 
 
-__all__ = ["SEQ_LENS", "SEQ_MASK", "SEQ_BOOTSTRAP_VALUE", "continues", "cut_sequences",
+__all__ = ["SEQ_LENS", "SEQ_MASK", "SEQ_WEIGHTS", "SEQ_BOOTSTRAP_VALUE", "continues", "cut_sequences",
            "sequence_mask", "pad_sequences", "next_values"]

@@ -46,8 +46,8 @@ from flowrl.models.catalog import get_model, is_image, is_recurrent, model_obser
 from flowrl.models.config import ModelConfig
 from flowrl.models.fcnet import FullyConnectedNetwork
 from flowrl.models.recurrent import LSTMWrapper
-from flowrl.models.sequences import (SEQ_BOOTSTRAP_VALUE, SEQ_LENS, SEQ_MASK, cut_sequences,
-                                     next_values, pad_sequences, sequence_mask)
+from flowrl.models.sequences import (SEQ_BOOTSTRAP_VALUE, SEQ_LENS, SEQ_MASK, SEQ_WEIGHTS,
+                                     cut_sequences, next_values, pad_sequences, sequence_mask)
 from flowrl.policies.distributions import distribution_for
 from flowrl.policies.numpy_acting import Postprocessing, act
 from flowrl.policies.numpy_forward import (NumpyMLP, ParameterGuard, SnapshotCache, in_chunks,
@@ -230,10 +230,17 @@ def model_config(model: Any, hidden_sizes: Sequence[int] | None) -> ModelConfig:
     return ModelConfig.coerce({**config.to_dict(), "fcnet_hiddens": list(hidden_sizes)})
 
 
-def _explained_variance(values: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """:func:`~flowrl.policies.maths.explained_variance` in torch, without a sync."""
-    var_y = targets.var(unbiased=False)
-    var_d = (targets - values).var(unbiased=False)
+def _explained_variance(values: torch.Tensor, targets: torch.Tensor,
+                        weights: torch.Tensor | None = None) -> torch.Tensor:
+    """:func:`~flowrl.policies.maths.explained_variance` in torch, without a sync; with
+    ``weights`` (summing to 1, 0 on padding) over the weighted rows only."""
+    def var(x: torch.Tensor) -> torch.Tensor:
+        if weights is None:
+            return x.var(unbiased=False)
+        return (weights * (x - (weights * x).sum()).pow(2)).sum()
+
+    var_y = var(targets)
+    var_d = var(targets - values)
     exact = torch.where(var_d == 0, 1.0, -1.0)
     return torch.where(var_y > 0, (1.0 - var_d / var_y).clamp(min=-1.0), exact)
 
@@ -556,9 +563,11 @@ class TorchPolicy(Postprocessing):
     @staticmethod
     def mean(x: torch.Tensor, train: dict[str, torch.Tensor]) -> torch.Tensor:
         """The mean of per-row ``x`` over the batch's real steps (all rows, unless the
-        batch is padded sequences: then ``seq_mask`` leaves the padding out)."""
-        mask = train.get(SEQ_MASK)
-        return x.mean() if mask is None else x[mask].mean()
+        batch is padded sequences: then padding has weight 0, each real step
+        ``1 / real steps``; :meth:`_rows` sets the weights once per minibatch, a
+        product and a sum instead of a gather per term)."""
+        weights = train.get(SEQ_WEIGHTS)
+        return x.mean() if weights is None else (x * weights).sum()
 
     @property
     def _state_in_keys(self) -> list[str]:
@@ -608,8 +617,11 @@ class TorchPolicy(Postprocessing):
         if SEQ_LENS not in train:
             return train
         per_sequence = {SEQ_LENS, SEQ_BOOTSTRAP_VALUE, *self._state_in_keys}
-        return {k: v if k in per_sequence else v.reshape(-1, *v.shape[2:])
+        rows = {k: v if k in per_sequence else v.reshape(-1, *v.shape[2:])
                 for k, v in train.items()}
+        real = rows[SEQ_MASK].float()
+        rows[SEQ_WEIGHTS] = real / real.sum()
+        return rows
 
     def _loss(self, train: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict]:
         """:meth:`loss` on ``train``'s rows, with ``vf_explained_var`` of the values the
@@ -622,10 +634,8 @@ class TorchPolicy(Postprocessing):
         values = self._values_seen
         if values is not None and SB.VALUE_TARGETS in rows and values.shape[0] == \
                 rows[SB.VALUE_TARGETS].shape[0]:
-            targets, mask = rows[SB.VALUE_TARGETS], rows.get(SEQ_MASK)
-            if mask is not None:
-                values, targets = values[mask], targets[mask]
-            stats = {**stats, "vf_explained_var": _explained_variance(values, targets)}
+            stats = {**stats, "vf_explained_var": _explained_variance(
+                values, rows[SB.VALUE_TARGETS], rows.get(SEQ_WEIGHTS))}
         return loss, stats
 
     def _backward(self, batch: SampleBatch) -> dict[str, float]:
