@@ -6,6 +6,8 @@ you need. Every rollout worker (the local one, each remote one: a Ray actor on
 the ``"ray"`` backend) builds its own instance, and the episode and sample hooks
 run there, where the episode runs; the algorithm builds one more on the driver
 for ``on_train_result``. State kept on ``self`` is therefore per process.
+Evaluation workers run the episode hooks on the episodes they play too; their
+custom metrics are reported in ``result["evaluation"]``.
 
 =====================  ===========================================================
 hook                   called
