@@ -12,7 +12,7 @@
 # 15, compiled_graph 7, profile_ppo 5, ppo_cartpole --matched 25 and --tuned 25,
 # impala_throughput 10, impala_fairness 8, async_cartpole 15, apex_throughput 10,
 # replay 2, dqn_cartpole 20, multi_agent_sampling 3, ddppo_cartpole 8, chaos 12,
-# memory_proofs --task stateless-cartpole 80 and --task cue-recall 10 minutes; the
+# evaluation_overhead 5, memory_proofs --task stateless-cartpole 80 and --task cue-recall 10 minutes; the
 # targeted ones are upper bounds, reached when runs use their whole budget), and
 # about 5 h more for the two mujoco_ppo envs (3 seeds x 2 systems x 1M env steps;
 # estimated from one run's own CPU seconds per system, about 18 min flowrl and 30 min
@@ -54,6 +54,7 @@ BENCHMARKS=(
   "multi_agent_sampling|multi_agent_sampling"
   "ddppo_cartpole|ddppo_cartpole"
   "chaos|chaos"
+  "evaluation_overhead|evaluation_overhead"
   "memory_proofs-stateless_cartpole|memory_proofs --task stateless-cartpole"
   "memory_proofs-cue_recall|memory_proofs --task cue-recall"
   # Needs mujoco; 1M env steps per run (see the script's docstring for its length).

@@ -356,3 +356,12 @@ def test_models_throughput_raw_learner_trains_on_what_flowrl_trains_on(one_torch
                 got = raw.loss(logits, raw.model.value_function(), data)
         assert float(got) == pytest.approx(expected, rel=1e-5)
         worker.stop()
+
+
+def test_evaluation_overhead_compares_the_same_ppo_with_and_without_parallel_evaluation():
+    import evaluation_overhead as bench
+    plain, evaluated = (bench.config_for(s, 0, quick=True) for s in bench.SYSTEMS)
+    assert plain.evaluation_interval is None and evaluated.evaluation_interval == 1
+    assert evaluated.evaluation_parallel_to_training and evaluated.evaluation_num_workers == 1
+    same = {k: getattr(plain, k) for k in ("num_workers", "train_batch_size", "lr", "backend")}
+    assert same == {k: getattr(evaluated, k) for k in same}
