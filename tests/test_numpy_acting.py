@@ -522,3 +522,15 @@ def test_workers_that_learn_from_the_start_get_the_real_policy():
     finally:
         ws.stop()
     assert A3C.worker_config(A3CConfig(env="CartPole-v1")).numpy_replicas is False
+
+
+def test_a_replica_resolves_model_and_hidden_sizes_as_the_real_policy_does():
+    # hidden_sizes (a policy config's older spelling) sets the model's fcnet_hiddens
+    # for both, so the real policy's weights fit the replica
+    obs_space, act_space = SPACES["box-discrete"]
+    args = dict(seed=0, model={"fcnet_activation": "relu"}, hidden_sizes=[8])
+    real = PPOPolicy(obs_space, act_space, **args)
+    replica = acting_replica(PPOPolicy)(obs_space, act_space, **args)
+    replica.set_weights(real.get_weights())
+    x = observations("box-discrete", 5)
+    np.testing.assert_allclose(replica.value(x), real.value(x), rtol=1e-6)

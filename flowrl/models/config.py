@@ -209,4 +209,19 @@ class ModelConfig:
         return isinstance(key, str) and key in {f.name for f in dataclasses.fields(self)}
 
 
-__all__ = ["ModelConfig", "ACTIVATIONS", "MODEL_REGISTRY"]
+def model_config(model: Any, hidden_sizes: Sequence[int] | None) -> ModelConfig:
+    """A policy's ``model`` (anything :meth:`ModelConfig.coerce` takes; None: the
+    default) with ``hidden_sizes``, the older spelling, setting its ``fcnet_hiddens``
+    when given (a policy config that names ``hidden_sizes`` overrides the
+    algorithm's ``model`` there).
+
+    >>> model_config({"use_lstm": True}, (8,)).fcnet_hiddens
+    (8,)
+    """
+    config = ModelConfig.coerce(ModelConfig() if model is None else model)
+    if hidden_sizes is None:
+        return config
+    return ModelConfig.coerce({**config.to_dict(), "fcnet_hiddens": list(hidden_sizes)})
+
+
+__all__ = ["ModelConfig", "ACTIVATIONS", "MODEL_REGISTRY", "model_config"]

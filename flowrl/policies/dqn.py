@@ -34,7 +34,8 @@ from flowrl.errors import ConfigError
 from flowrl.models.catalog import is_image
 from flowrl.policies.numpy_forward import (NumpyMLP, ParameterGuard, SnapshotCache,
                                            in_chunks, max_rows, obs_rows)
-from flowrl.policies.torch_policy import _to_numpy_tree, _to_torch_tree, make_adam, model_config
+from flowrl.models.config import model_config
+from flowrl.policies.torch_policy import _to_numpy_tree, _to_torch_tree, make_adam
 
 SB = SampleBatch
 #: Column of postprocessed DQN rows: γ^k for the k rewards summed, 0 after a termination.

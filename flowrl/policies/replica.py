@@ -109,15 +109,12 @@ class NumpyActing:
 
 
 def _model_setting(kwargs: dict[str, Any]) -> Any:
-    """The model config in a policy's constructor arguments (``model`` or the older
-    ``hidden_sizes``), as a :class:`~flowrl.models.ModelConfig` (an invalid one
-    comes back as None: the real class then says what is wrong)."""
-    from flowrl.models.config import ModelConfig
-    value = kwargs.get("model")
-    if value is None:
-        value = kwargs.get("hidden_sizes") or (64, 64)
+    """The model config in a policy's constructor arguments, resolved as the real
+    policy resolves it (:func:`~flowrl.models.config.model_config`); an invalid one
+    comes back as None (the real class then says what is wrong)."""
+    from flowrl.models.config import model_config
     try:
-        return ModelConfig.coerce(value)
+        return model_config(kwargs.get("model"), kwargs.get("hidden_sizes"))
     except ConfigError:
         return None
 

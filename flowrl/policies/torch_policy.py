@@ -43,7 +43,7 @@ from flowrl.callbacks import learn_callbacks
 from flowrl.errors import ConfigError
 from flowrl.models.base import TorchModelV2
 from flowrl.models.catalog import get_model, is_image, is_recurrent, model_observation_space
-from flowrl.models.config import ModelConfig
+from flowrl.models.config import model_config
 from flowrl.models.fcnet import FullyConnectedNetwork
 from flowrl.models.recurrent import LSTMWrapper
 from flowrl.models.sequences import (SEQ_BOOTSTRAP_VALUE, SEQ_LENS, SEQ_MASK, SEQ_WEIGHTS,
@@ -213,21 +213,6 @@ class LoadedBatch:
                 idx = torch.as_tensor(self.rows[a:b])
                 out.append((int(b - a), {k: v[idx.to(v.device)] for k, v in copy_.items()}))
         return out
-
-
-def model_config(model: Any, hidden_sizes: Sequence[int] | None) -> ModelConfig:
-    """A policy's ``model`` (anything :meth:`ModelConfig.coerce` takes; None: the
-    default) with ``hidden_sizes``, the older spelling, setting its ``fcnet_hiddens``
-    when given (a policy config that names ``hidden_sizes`` overrides the
-    algorithm's ``model`` there).
-
-    >>> model_config({"use_lstm": True}, (8,)).fcnet_hiddens
-    (8,)
-    """
-    config = ModelConfig.coerce(ModelConfig() if model is None else model)
-    if hidden_sizes is None:
-        return config
-    return ModelConfig.coerce({**config.to_dict(), "fcnet_hiddens": list(hidden_sizes)})
 
 
 def _explained_variance(values: torch.Tensor, targets: torch.Tensor,
