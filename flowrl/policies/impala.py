@@ -23,6 +23,19 @@ from flowrl.policies.a2c import A2CPolicy
 from flowrl.policies.vtrace import vtrace
 
 
+def next_row_follows(train: dict[str, torch.Tensor]) -> torch.Tensor:
+    """``(N,)`` bool: row ``i + 1`` is the step after row ``i`` in the same episode
+    (False for the last row).
+
+    >>> next_row_follows({SB.EPS_ID: torch.tensor([0, 0, 1]), SB.T: torch.tensor([3, 4, 0])}).tolist()
+    [True, False, False]
+    """
+    eps, t = train[SB.EPS_ID], train[SB.T]
+    follows = torch.zeros(len(eps), dtype=torch.bool, device=eps.device)
+    follows[:-1] = (eps[1:] == eps[:-1]) & (t[1:] == t[:-1] + 1)
+    return follows
+
+
 def vtrace_inputs(train: dict[str, torch.Tensor], next_values: torch.Tensor,
                   gamma: float, *, ends: torch.Tensor | None = None
                   ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -39,11 +52,9 @@ def vtrace_inputs(train: dict[str, torch.Tensor], next_values: torch.Tensor,
     >>> d.tolist(), r.tolist()
     ([0.5, 0.5, 0.0, 0.0], [1.0, 1.0, 1.0, 6.0])
     """
-    eps, t = train[SB.EPS_ID], train[SB.T]
     term = train[SB.TERMINATEDS].bool()
     trunc = train[SB.TRUNCATEDS].bool() if SB.TRUNCATEDS in train else torch.zeros_like(term)
-    cont = torch.zeros_like(term)
-    cont[:-1] = (eps[1:] == eps[:-1]) & (t[1:] == t[:-1] + 1) & ~term[:-1] & ~trunc[:-1]
+    cont = next_row_follows(train) & ~term & ~trunc
     if ends is not None:
         cont &= ~ends
     discounts = gamma * cont.to(torch.float32)
@@ -108,12 +119,9 @@ class IMPALAPolicy(A2CPolicy):
         the next row is ``s_{t+1}`` (the same episode, one step later), else one
         forward over just those rows' ``new_obs`` (fragment ends, time limits,
         terminal rows: at most a few per fragment, not a second pass over the batch)."""
-        eps, t = train[SB.EPS_ID], train[SB.T]
-        follows = torch.zeros_like(values, dtype=torch.bool)
-        follows[:-1] = (eps[1:] == eps[:-1]) & (t[1:] == t[:-1] + 1)
         next_values = torch.zeros_like(values)
         next_values[:-1] = values.detach()[1:]
-        cut = torch.nonzero(~follows).squeeze(-1)
+        cut = torch.nonzero(~next_row_follows(train)).squeeze(-1)
         if len(cut):
             with torch.no_grad():
                 self.model(self._input_dict(train[SB.NEXT_OBS][cut], training=True), [], None)
@@ -160,4 +168,4 @@ class IMPALAPolicy(A2CPolicy):
                        "entropy": entropy.detach()}
 
 
-__all__ = ["IMPALAPolicy", "vtrace_inputs"]
+__all__ = ["IMPALAPolicy", "vtrace_inputs", "next_row_follows"]
