@@ -159,6 +159,16 @@ def make_buffer(config: DQNConfig, capacity: int | None = None, seed: int | None
     return ReplayBuffer(capacity, seed=seed)
 
 
+def replay_spaces(workers, config: DQNConfig) -> list:
+    """The observation space of each replay buffer a DQN config makes (one per trained
+    policy with ``multiagent`` policies), from the local worker's policies."""
+    policies = workers.local_worker().policy_map
+    if config.multiagent.get("policies"):
+        ids = config.multiagent.get("policies_to_train") or list(policies)
+        return [policies[pid].observation_space for pid in ids if pid in policies]
+    return [p.observation_space for p in policies.values()]
+
+
 class DQN(Algorithm):
     """Deep Q-learning; see the module docstring. ``algo.local_replay_buffer`` is the
     buffer the plan stores into."""
@@ -172,7 +182,7 @@ class DQN(Algorithm):
 
         def plan(workers, config):
             check_replay_memory(f"{type(config).__name__}.buffer_size", config.buffer_size,
-                                workers.local_worker().env.observation_space)
+                                replay_spaces(workers, config))
             self.local_replay_buffer = make_buffer(config)
             return type(self).execution_plan(workers, config,
                                              local_buffer=self.local_replay_buffer)

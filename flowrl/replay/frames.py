@@ -206,19 +206,20 @@ def available_memory() -> int:
     return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def check_replay_memory(where: str, capacity: int, observation_space,
+def check_replay_memory(where: str, capacity: int, observation_spaces: list,
                         available: int | None = None) -> int:
-    """The bytes ``capacity`` rows of ``observation_space`` need (:func:`row_bytes`);
+    """The bytes ``capacity`` rows need in each of the buffers whose observations are
+    ``observation_spaces`` (one per buffer: one per trained policy; :func:`row_bytes`);
     a ConfigError naming ``where`` when that exceeds the memory available.
 
     >>> import gymnasium as gym
     >>> check_replay_memory("DQNConfig.buffer_size", 10**6,
-    ...                     gym.spaces.Box(0, 255, (4, 84, 84), np.uint8), available=8 * 10**9)
+    ...                     [gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)], available=8 * 10**9)
     Traceback (most recent call last):
     ...
     flowrl.errors.ConfigError: DQNConfig.buffer_size=1000000: the replay buffer needs about 13.4 GiB (14,368 bytes a row), more than the 7.5 GiB of memory available; use buffer_size <= 556,792
     """
-    per_row = row_bytes(observation_space)
+    per_row = sum(row_bytes(space) for space in observation_spaces)
     need = per_row * capacity
     available = available_memory() if available is None else available
     if need > available:
