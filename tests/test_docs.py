@@ -51,3 +51,23 @@ def test_python_examples_of_a_page_run(page, capsys):
     for block in blocks:
         exec(compile(block, f"docs/{page}", "exec"), {})  # noqa: S102
     assert capsys.readouterr().out.strip(), f"docs/{page}'s examples printed nothing"
+
+
+def _doctest_fences():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("doctest_fences",
+                                                  DOCS / "hooks" / "doctest_fences.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_docstrings_doctests_and_rest_tables_become_fenced_markdown():
+    ext = _doctest_fences()
+    doc = ("Squares.\n\n    >>> f(2)\n    4\n\nAfter.\n\n"
+           "====  ====\nhook  when\n====  ====\na     b\n====  ====\nEnd.")
+    assert ext.fence_tables(ext.fence_doctests(doc)) == (
+        "Squares.\n\n    ```pycon\n    >>> f(2)\n    4\n    ```\n\nAfter.\n\n"
+        "```text\n====  ====\nhook  when\n====  ====\na     b\n====  ====\n```\nEnd.")
+    assert ext._ROLE.sub(ext._role, ":func:`~flowrl.ops.Replay` and :mod:`flowrl.ops`") == \
+        "`Replay` and `flowrl.ops`"
