@@ -18,3 +18,11 @@ def test_readme_python_blocks_run(capsys):
 def test_ci_runs_exactly_the_readme_test_command():
     ci = (README.parent / ".ci" / "run").read_text().strip().splitlines()[-1]
     assert f"{ci}\n" in README.read_text()
+
+
+def test_readme_links_and_picture_point_at_files_that_exist():
+    text = README.read_text()
+    targets = re.findall(r"\]\(([^)#]+)\)", text) + re.findall(r'<img src="([^"]+)"', text)
+    assert "docs/img/ppo-plan.svg" in targets and "docs/getting-started.md" in targets
+    missing = [t for t in targets if not (README.parent / t).is_file()]
+    assert not missing, f"README links to files that do not exist: {missing}"
