@@ -16,7 +16,8 @@
 # targeted ones are upper bounds, reached when runs use their whole budget), and
 # about 5 h more for the two mujoco_ppo envs (3 seeds x 2 systems x 1M env steps;
 # estimated from one run's own CPU seconds per system, about 18 min flowrl and 30 min
-# SB3, not yet timed idle). Idle waits add to it on a machine that is not idle.
+# SB3, not yet timed idle); loc (lines of code, last) takes seconds. Idle waits add to
+# it on a machine that is not idle.
 # --quick --no-idle-wait (a smoke run of every script, results under
 # benchmarks/results/smoke/) takes about 25 min.
 #
@@ -60,6 +61,7 @@ BENCHMARKS=(
   # Needs mujoco; 1M env steps per run (see the script's docstring for its length).
   "mujoco_ppo-Hopper-v5|mujoco_ppo --env Hopper-v5"
   "mujoco_ppo-HalfCheetah-v5|mujoco_ppo --env HalfCheetah-v5"
+  "loc|loc"  # counts lines, times nothing: a few seconds
 )
 
 names() { for b in "${BENCHMARKS[@]}"; do echo "${b%%|*}"; done; }

@@ -365,3 +365,64 @@ def test_evaluation_overhead_compares_the_same_ppo_with_and_without_parallel_eva
     assert evaluated.evaluation_parallel_to_training and evaluated.evaluation_num_workers == 1
     same = {k: getattr(plain, k) for k in ("num_workers", "train_batch_size", "lr", "backend")}
     assert same == {k: getattr(evaluated, k) for k in same}
+
+
+def _loc_flagged(self):
+    """Doc."""
+    if not self.config.enable_env_runner_and_connector_v2:
+        return self._old_api_stack()  # never taken with the defaults
+    # the default path
+    result = self._helper(1,
+                          2)
+    return result
+
+
+class _LocBase:
+    def training_step(self):
+        return self._helper(0)
+
+    def _helper(self, x):
+        y = x + 1
+        return y
+
+    def _unused(self):
+        return 0
+
+
+class _LocChild(_LocBase):
+    def training_step(self):
+        if self.config.enable_rl_module_and_learner:
+            return super().training_step()
+        self._unused()
+        return None
+
+
+def test_loc_counts_logical_lines_of_the_default_path_without_docstring_or_comments():
+    import loc
+    # `if` header, the assignment wrapped over two lines, the return: 3 logical lines
+    assert loc.body_lines(_loc_flagged) == (3, 4)
+    assert loc.body_lines(_LocBase._helper) == (2, 2)
+
+
+def test_loc_follows_self_and_super_calls_to_the_algorithms_own_functions():
+    import loc
+    own = lambda fn: fn.__module__ == __name__  # noqa: E731
+    fns = loc.closure(_LocChild.training_step, _LocChild, own)
+    # super() resolves past the defining class; _unused is called only on the path
+    # the default flags do not take, so it is not reached
+    assert fns == [_LocChild.training_step, _LocBase.training_step, _LocBase._helper]
+    row = loc.count(_LocChild.training_step, _LocChild, own)
+    assert [f["logical"] for f in row["functions"]] == [2, 1, 2] and row["logical"] == 5
+
+
+def test_loc_counts_every_flowrl_algorithm_with_the_helpers_of_its_module():
+    import loc
+    rows = {algo: loc.flowrl_row(algo) for algo in loc.RLLIB}
+    assert set(rows) == {"pg", "a2c", "a3c", "ppo", "appo", "impala", "dqn", "apex", "ddppo"}
+    assert all(r["logical"] > 0 and r["physical"] >= r["logical"] for r in rows.values())
+    names = [f["name"] for f in rows["impala"]["functions"]]
+    assert names[0].endswith("IMPALA.execution_plan")
+    assert any(n.endswith("impala.async_learner_plan") for n in names)
+    # library code (operators, the base class) is not the algorithm's own
+    assert not any(".ops." in n or ".base." in n for r in rows.values()
+                   for n in (f["name"] for f in r["functions"]))

@@ -135,7 +135,7 @@ def test_slow_consumer_memory_stays_bounded_over_10k_items(backend, request):
         request.getfixturevalue("ray_session")
     result = run_slow_consumer(backend, 10_000)
     stats = result["stats"]
-    # the README's "Memory bounds" figures (shown with -s)
+    # the figures under "Memory bounds" in docs/benchmarks.md (shown with -s)
     print(f"\n{backend}: items={result['items']} "
           f"gather max_queue_depth={stats['gather']['max_queue_depth']} "
           f"max node queue depth={max(st.get('max_queue_depth', 0) for st in stats.values())} "
