@@ -10,7 +10,7 @@ import pytest
 
 from flowrl.algorithms import PPO, PPOConfig
 from flowrl.cli import main
-from flowrl.errors import ConfigError, FlowError
+from flowrl.errors import ConfigError
 from flowrl.policies import PGPolicy
 from flowrl.workers import MultiAgentEnv, RolloutWorker, make_multi_agent
 
@@ -43,7 +43,11 @@ def test_bad_table_or_env_config_is_a_config_error_naming_the_field():
     with pytest.raises(ConfigError, match=r"PPOConfig.env_config: 'flowrl/MultiAgentCartPole-v1' "
                                           r"takes no argument 'agents'; it takes \['num_agents'\]"):
         PPOConfig(env=MA_CARTPOLE, env_config={"agents": 3})
-    with pytest.raises(FlowError, match=r"num_agents'\]=0 .*must be an int >= 1"):
+    with pytest.raises(ConfigError, match=r"PPOConfig.env='flowrl/MultiAgentCartPol-v1': unknown "
+                                          r"gymnasium environment; did you mean one of "
+                                          r"\['flowrl/MultiAgentCartPole-v1'"):
+        PPOConfig(env="flowrl/MultiAgentCartPol-v1")
+    with pytest.raises(ConfigError, match=r"num_agents'\]=0 .*must be an int >= 1"):
         PPO(PPOConfig(env=MA_CARTPOLE, env_config={"num_agents": 0}, num_workers=0))
 
 

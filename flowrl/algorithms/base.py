@@ -35,7 +35,7 @@ from typing import Any, Callable, ClassVar
 from flowrl.callbacks import call_hook, check_callbacks, make_callbacks, overrides
 from flowrl.checkpoint import CHECKPOINT_FILE  # noqa: F401  (re-exported)
 from flowrl.envs import PREPROCESSOR_PREFS, ensure_registered, multi_agent_creator
-from flowrl.envs.multi_agent import check_multi_agent_env_config
+from flowrl.envs.multi_agent import MULTI_AGENT_IDS, check_multi_agent_env_config
 from flowrl.errors import ConfigError, EnvError, FlowError
 from flowrl.evaluation import Evaluation
 from flowrl.graph.plan import Plan
@@ -227,7 +227,8 @@ def check_env(env: Any, where: str) -> None:
                           "before the ':' to register the env; install it or fix the "
                           "module path") from None
     except Exception:  # gymnasium raises several error types, all meaning "unknown"
-        close = difflib.get_close_matches(env, list(gym.registry), n=5, cutoff=0.5)
+        close = difflib.get_close_matches(env, [*gym.registry, *MULTI_AGENT_IDS], n=5,
+                                          cutoff=0.5)
         hint = f"did you mean one of {close}? " if close else ""
         raise ConfigError(f"{where}={env!r}: unknown gymnasium environment; {hint}choose a "
                           "registered id (gymnasium.pprint_registry() lists them), register it "
