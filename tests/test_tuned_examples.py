@@ -3,7 +3,9 @@
 Each YAML in tuned_examples/ names an algorithm, an env, a reward goal
 (``stop.episode_reward_mean``) and a step budget (``stop.timesteps_total``); the
 run must stop because the goal was reached, not because the budget ran out.
-New algorithms add their YAML there and are picked up here.
+New algorithms add their YAML there and are picked up here; those on the Ray
+backend (``config.backend: ray``, or an algorithm whose default it is, as DD-PPO)
+run in the test session's shared Ray.
 """
 
 from __future__ import annotations
@@ -16,9 +18,23 @@ import pytest
 import yaml
 
 from flowrl.cli import main
+from flowrl.experiment import algorithm_class
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SPECS = sorted(glob.glob(os.path.join(ROOT, "tuned_examples", "*.yaml")))
+
+
+def _backend(path: str) -> str:
+    """The backend ``path`` runs on: its ``config.backend``, else its algorithm's default."""
+    with open(path) as f:
+        spec = yaml.safe_load(f)
+    return spec["config"].get("backend", algorithm_class(spec["algo"]).config_class.backend)
+
+
+#: Ray-backend examples share the test session's Ray (2 CPUs), as the other Ray tests do.
+PARAMS = [pytest.param(p, id=os.path.basename(p),
+                       marks=[pytest.mark.ray] if _backend(p) == "ray" else [])
+          for p in SPECS]
 
 
 def test_every_tuned_example_has_a_reward_goal_and_a_budget():
@@ -31,12 +47,14 @@ def test_every_tuned_example_has_a_reward_goal_and_a_budget():
 
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
-@pytest.mark.parametrize("path", SPECS, ids=[os.path.basename(p) for p in SPECS])
-def test_tuned_example_reaches_its_goal(path, tmp_path):
+@pytest.mark.parametrize("path", PARAMS)
+def test_tuned_example_reaches_its_goal(path, tmp_path, request):
     with open(path) as f:
         spec = yaml.safe_load(f)
     if "mujoco" in spec["env"]:
         pytest.importorskip("mujoco")
+    if _backend(path) == "ray":
+        request.getfixturevalue("ray_session")
     goal = spec["stop"]["episode_reward_mean"]
     assert main(["train", "--config", path, "--run-dir", str(tmp_path), "--quiet",
                  "--no-tensorboard"]) == 0

@@ -34,7 +34,8 @@ from typing import Any, Callable, ClassVar
 
 from flowrl.callbacks import call_hook, check_callbacks, make_callbacks, overrides
 from flowrl.checkpoint import CHECKPOINT_FILE  # noqa: F401  (re-exported)
-from flowrl.envs import PREPROCESSOR_PREFS, ensure_registered
+from flowrl.envs import PREPROCESSOR_PREFS, ensure_registered, multi_agent_creator
+from flowrl.envs.multi_agent import MULTI_AGENT_IDS, check_multi_agent_env_config
 from flowrl.errors import ConfigError, EnvError, FlowError
 from flowrl.evaluation import Evaluation
 from flowrl.graph.plan import Plan
@@ -129,13 +130,15 @@ def _multiagent() -> tuple[Callable[[Any], bool], str]:
                                             or callable(spec)
                                             or isinstance(spec, tuple))  # checked at build
                     for k, spec in policies.items())))
-                and (fn is None or callable(fn))
+                and (fn is None or callable(fn) or (isinstance(fn, dict) and all(
+                    isinstance(p, str) for p in fn.values())))
                 and (train is None or callable(train) or (
                     isinstance(train, (list, tuple, set))
                     and all(isinstance(p, str) for p in train))))
     return ok, ("a dict with keys among " + ", ".join(MULTIAGENT_KEYS) + " (policies: "
                 "{id: PolicySpec, the seeds' (policy_class, obs_space, act_space, config) "
-                "4-tuple, a policy class or None}, policy_mapping_fn: a callable, "
+                "4-tuple, a policy class or None}, policy_mapping_fn: a callable or an "
+                "{agent_id: policy_id} dict, "
                 "policies_to_train: a list of ids, count_steps_by: 'env_steps' or "
                 "'agent_steps')")
 
@@ -164,6 +167,9 @@ def check_env_config(env: Any, env_config: dict, where: str) -> None:
     ``env_config`` has a key the env's constructor does not take (found from its
     signature, without building the env)."""
     if not isinstance(env, str) or not env_config:
+        return
+    if multi_agent_creator(env) is not None:
+        check_multi_agent_env_config(env, env_config, where)
         return
     import inspect
 
@@ -203,12 +209,15 @@ def _or_none(check):
 
 def check_env(env: Any, where: str) -> None:
     """A ConfigError (a FlowError) naming ``env`` unless it is a registered gymnasium
-    id or a callable ``env_creator(env_config)``."""
+    id, a flowrl multi-agent id (:mod:`flowrl.envs.multi_agent`) or a callable
+    ``env_creator(env_config)``."""
     if callable(env):
         return
     if not isinstance(env, str) or not env:
         raise ConfigError(f"{where}={env!r}: give a registered gymnasium env id "
                           "(e.g. 'CartPole-v1') or a callable env_creator(env_config)")
+    if multi_agent_creator(env) is not None:
+        return
     import gymnasium as gym
     ensure_registered(env, f"{where}={env!r}")  # flowrl/ and ALE/ ids register on import
     try:
@@ -218,7 +227,8 @@ def check_env(env: Any, where: str) -> None:
                           "before the ':' to register the env; install it or fix the "
                           "module path") from None
     except Exception:  # gymnasium raises several error types, all meaning "unknown"
-        close = difflib.get_close_matches(env, list(gym.registry), n=5, cutoff=0.5)
+        close = difflib.get_close_matches(env, [*gym.registry, *MULTI_AGENT_IDS], n=5,
+                                          cutoff=0.5)
         hint = f"did you mean one of {close}? " if close else ""
         raise ConfigError(f"{where}={env!r}: unknown gymnasium environment; {hint}choose a "
                           "registered id (gymnasium.pprint_registry() lists them), register it "
@@ -235,8 +245,9 @@ class AlgorithmConfig:
     ``multiagent`` may hold ``policies`` (id -> PolicySpec, the seeds' 4-tuple
     ``(policy_class, obs_space, act_space, config)``, a policy class, or None; a
     None class means the algorithm's policy), ``policy_mapping_fn(agent_id,
-    episode)``, ``policies_to_train`` and ``count_steps_by`` (``"env_steps"`` or
-    ``"agent_steps"``).
+    episode)`` (or, as a YAML spec can write it, an ``{agent_id: policy_id}`` dict
+    naming ids of ``policies``), ``policies_to_train`` and ``count_steps_by``
+    (``"env_steps"`` or ``"agent_steps"``).
     ``backend`` is ``"local"`` (in-process workers, the embedded default) or
     ``"ray"`` (remote workers are Ray actors). ``torch_threads`` sets the
     driver process's torch threads (``torch.set_num_threads``): the default 1
@@ -343,10 +354,22 @@ class AlgorithmConfig:
         if by not in COUNT_STEPS_BY:
             raise ConfigError(f"{name}.multiagent['count_steps_by']={by!r}: choose one of "
                               f"{list(COUNT_STEPS_BY)}")
+        self._check_policy_table(name)
         check_env(self.env, f"{name}.env")
         check_env_config(self.env, self.env_config, f"{name}.env_config")
         check_callbacks(self.callbacks, f"{name}.callbacks")
         self._check_evaluation(name)
+
+    def _check_policy_table(self, name: str) -> None:
+        table = self.multiagent.get("policy_mapping_fn")
+        if not isinstance(table, dict):
+            return
+        policies = sorted(self.multiagent.get("policies") or {})
+        for agent, pid in table.items():
+            if pid not in policies:
+                raise ConfigError(f"{name}.multiagent['policy_mapping_fn'][{agent!r}]={pid!r}: "
+                                  f"no such policy in multiagent.policies ({policies}); map "
+                                  "the agent to one of them or add it there")
 
     def _check_evaluation(self, name: str) -> None:
         if self.evaluation_parallel_to_training and self.evaluation_num_workers == 0:

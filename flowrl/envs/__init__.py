@@ -4,6 +4,8 @@
   (:mod:`flowrl.envs.memory`);
 - ``flowrl/MinAtarBreakout-v0``: a 10x10 pixel task for CNN policies
   (:mod:`flowrl.envs.pixels`, ``pip install 'flowrl[minatar]'``);
+- ``flowrl/MultiAgentCartPole-v1``: a multi-agent env id (not in gymnasium's
+  registry, which holds single-agent envs; :mod:`flowrl.envs.multi_agent`);
 - ``ALE/...-v5`` ids are ale-py's; :func:`make_atari` adds the DeepMind
   preprocessing (:mod:`flowrl.envs.atari`, ``pip install 'flowrl[atari]'``).
 
@@ -25,6 +27,7 @@ import gymnasium as gym
 
 from flowrl.envs.atari import PREPROCESSOR_PREFS, import_ale, is_atari_id, make_atari
 from flowrl.envs.memory import CueRecall, StatelessCartPole
+from flowrl.envs.multi_agent import multi_agent_creator
 from flowrl.envs.pixels import MinAtarEnv
 
 _IDS = {
@@ -88,4 +91,5 @@ def reports_episode_infos(env: Any) -> bool:
 
 
 __all__ = ["StatelessCartPole", "CueRecall", "MinAtarEnv", "make_atari", "is_atari_id",
-           "ensure_registered", "register_envs", "reports_episode_infos", "PREPROCESSOR_PREFS"]
+           "ensure_registered", "register_envs", "reports_episode_infos", "PREPROCESSOR_PREFS",
+           "multi_agent_creator"]

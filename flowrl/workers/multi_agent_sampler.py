@@ -67,20 +67,40 @@ from flowrl.workers.sampler import defers_vf_preds, postprocess_trajectories
 SB = SampleBatch
 
 
-def as_mapping_fn(fn: Callable[..., str] | None) -> Callable[[Any, Any], str] | None:
+class PolicyMapping(dict):
+    """A fixed ``{agent_id: policy_id}`` table used as ``policy_mapping_fn(agent_id,
+    episode)``: how a YAML spec, which holds no Python callables, maps agents to
+    policies. An agent missing from the table is a ConfigError naming it.
+
+    >>> PolicyMapping({0: "p0", 1: "p1"})(1, None)
+    'p1'
+    """
+
+    def __call__(self, agent_id: Any, episode: Any = None) -> str:
+        try:
+            return self[agent_id]
+        except (KeyError, TypeError):
+            raise ConfigError(f"multiagent.policy_mapping_fn={dict(self)!r} maps no policy "
+                              f"to agent {agent_id!r}; add {agent_id!r}: <policy id>") from None
+
+
+def as_mapping_fn(fn: Callable[..., str] | dict | None) -> Callable[[Any, Any], str] | None:
     """``fn`` as a two-argument ``(agent_id, episode)`` mapping.
 
-    Accepts the DESIGN signature ``fn(agent_id, episode)`` and the older
-    one-argument ``fn(agent_id)`` (as in RLlib 1.x tests).
+    Accepts the DESIGN signature ``fn(agent_id, episode)``, the older one-argument
+    ``fn(agent_id)`` (as in RLlib 1.x tests) and a ``{agent_id: policy_id}`` dict
+    (a :class:`PolicyMapping`).
 
-    >>> as_mapping_fn(lambda agent: "p")(0, None)
-    'p'
+    >>> as_mapping_fn(lambda agent: "p")(0, None), as_mapping_fn({0: "q"})(0, None)
+    ('p', 'q')
     """
     if fn is None:
         return None
+    if isinstance(fn, dict):
+        return fn if isinstance(fn, PolicyMapping) else PolicyMapping(fn)
     if not callable(fn):
         raise ConfigError(f"policy_mapping_fn={fn!r}: must be a callable "
-                          "(agent_id, episode) -> policy id")
+                          "(agent_id, episode) -> policy id or an {agent_id: policy_id} dict")
     try:
         sig = inspect.signature(fn)
     except (TypeError, ValueError):  # builtins without a signature: assume the new form

@@ -157,14 +157,18 @@ def check_policy_config(factory: Callable[..., Any], config: dict, where: str) -
 
 def make_env_creator(env, env_config: dict, preprocessor_pref: str | None = "deepmind", *,
                  training: bool = True) -> Callable[[], Any]:
-    """A function making one env: ``env(env_config)`` for a creator; for an id,
+    """A function making one env: ``env(env_config)`` for a creator; for a flowrl
+    multi-agent id (:mod:`flowrl.envs.multi_agent`), its creator's; for an id,
     ``gymnasium.make(env, **env_config)`` after making the id's namespace known in
     this process (a Ray worker imports nothing for it otherwise: ``flowrl/`` ids
     need :mod:`flowrl.envs`, ``ALE/`` ids ale-py). ``ALE/`` ids go through
     :func:`flowrl.envs.make_atari` with ``preprocessor_pref`` and ``training``
     (False for evaluation: whole games, raw rewards)."""
     if isinstance(env, str):
-        from flowrl.envs import ensure_registered, is_atari_id, make_atari
+        from flowrl.envs import ensure_registered, is_atari_id, make_atari, multi_agent_creator
+        creator = multi_agent_creator(env)
+        if creator is not None:
+            return lambda: creator(env_config)
         ensure_registered(env)
         if is_atari_id(env):
             return lambda: make_atari(env, env_config, preprocessor_pref=preprocessor_pref,
