@@ -44,7 +44,7 @@ from flowrl.ops.metric_ops import TRAINING_ITERATION
 from flowrl.runtime.calls import BACKENDS, ensure_ray
 from flowrl.workers import PolicySpec, WorkerConfig, WorkerSet
 from flowrl.workers.multi_agent_env import MultiAgentEnv
-from flowrl.workers.rollout_worker import as_policy_spec, check_policy_config
+from flowrl.workers.rollout_worker import VECTOR_ENVS, as_policy_spec, check_policy_config
 
 #: An algorithm's backends: the runtime's, less "auto" (an algorithm says where it runs).
 ALGORITHM_BACKENDS = tuple(b for b in BACKENDS if b != "auto")
@@ -262,6 +262,16 @@ class AlgorithmConfig:
     the raw ale-py env (:func:`flowrl.envs.make_atari`). Workers get it with
     ``env_config``, through :class:`~flowrl.workers.WorkerConfig`.
 
+    ``vector_env`` is how each rollout worker steps its ``num_envs_per_worker``
+    envs, always as one batch with one batched policy forward: ``"sync"``
+    (default; gymnasium's ``SyncVectorEnv``, one after the other in the worker) or
+    ``"async"`` (gymnasium's ``AsyncVectorEnv``, one subprocess per env stepping in
+    parallel; single-agent envs only; evaluation workers always use ``"sync"``).
+    Results are the same for both. RLlib 1.x's nearest setting is
+    ``remote_worker_envs`` (True: each env a Ray actor; flowrl's ``"async"`` uses
+    subprocesses instead); see :func:`~flowrl.workers.rollout_worker.make_vector_env`
+    and ``benchmarks/vector_envs.py``.
+
     ``callbacks`` (RLlib 1.x's name): a :class:`~flowrl.callbacks.DefaultCallbacks`
     subclass or a list of them, or None; see :mod:`flowrl.callbacks`.
 
@@ -307,6 +317,7 @@ class AlgorithmConfig:
     sample_timeout_s: float | None = None
     preprocessor_pref: str | None = "deepmind"
     callbacks: Any = None
+    vector_env: str = "sync"
     evaluation_interval: int | None = None
     evaluation_duration: int = 10
     evaluation_num_workers: int = 0
@@ -325,6 +336,7 @@ class AlgorithmConfig:
         "max_worker_restarts": _or_none(_int_ge(0)),
         "sample_timeout_s": _or_none(_num(0, open_lo=True)),
         "preprocessor_pref": _or_none(_one_of(PREPROCESSOR_PREFS)),
+        "vector_env": _one_of(VECTOR_ENVS),
         "evaluation_interval": _or_none(_int_ge(1)),
         "evaluation_duration": _int_between(1, MAX_EVALUATION_EPISODES),
         "evaluation_num_workers": _int_ge(0), "evaluation_config": _str_dict(),
@@ -677,7 +689,8 @@ class Algorithm:
             ignore_worker_failures=config.ignore_worker_failures,
             max_worker_restarts=config.max_worker_restarts,
             sample_timeout_s=config.sample_timeout_s,
-            preprocessor_pref=config.preprocessor_pref, callbacks=config.callbacks)
+            preprocessor_pref=config.preprocessor_pref, callbacks=config.callbacks,
+            vector_env=config.vector_env)
 
     # -- running -----------------------------------------------------------------
     @property
@@ -690,7 +703,8 @@ class Algorithm:
         envs made for evaluation); see :class:`~flowrl.evaluation.Evaluation`."""
         config, explore = self.config.for_evaluation()
         worker_config = dataclasses.replace(
-            self.worker_config(config, self._policy_class), explore=explore, training=False)
+            self.worker_config(config, self._policy_class), explore=explore, training=False,
+            vector_env="sync")  # evaluation plays its envs one by one
         workers = WorkerSet(config.env, self._policy_class, worker_config,
                             num_workers=self.config.evaluation_num_workers,
                             backend=self.config.backend)

@@ -40,12 +40,13 @@ metric replaces an earlier one's).
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
 
 from flowrl.batch import SampleBatch
+from flowrl.errors import FlowError
 from flowrl.workers.episode import SINGLE_AGENT_ID, Episode, merge_finished_stats
 
 SB = SampleBatch
@@ -115,13 +116,17 @@ class VectorSampler:
     ``num_forwards`` counts the policy's ``compute_actions`` calls. ``Discrete`` actions reach the
     envs as Python ints (as in the multi-agent sampler), ``Box`` actions as numpy
     rows clipped to the bounds; the batch keeps the policy's numpy actions.
-    ``callbacks``: see the module docstring.
+    ``callbacks``: see the module docstring. ``step_error(e)``, when given, is the
+    error to raise (``e`` chained) for an exception ``e`` of the vector env's
+    ``step`` that is not a FlowError (a worker's names the env and the worker).
     """
 
     def __init__(self, venv: gym.vector.VectorEnv, policy, *, fragment_length: int,
                  seed: int | None, explore: bool = True, eps_id_base: int = 0,
-                 episode_infos: bool = False, callbacks: Any = None):
+                 episode_infos: bool = False, callbacks: Any = None,
+                 step_error: Callable[[Exception], Exception] | None = None):
         self.venv, self.policy = venv, policy
+        self.step_error = step_error
         self.episode_infos = episode_infos
         self.explore = explore
         self.num_envs, self.fragment_length = venv.num_envs, fragment_length
@@ -206,9 +211,16 @@ class VectorSampler:
                     buf[f"state_in_{i}"][step] = s
                 buf[SB.PREV_ACTIONS][step] = self._prev_actions
                 buf[SB.PREV_REWARDS][step] = self._prev_rewards
-            next_obs, rewards, terms, truncs, infos = venv.step(
-                np.asarray(actions).tolist() if discrete
-                else np.clip(actions, *clip) if clip is not None else actions)
+            try:
+                next_obs, rewards, terms, truncs, infos = venv.step(
+                    np.asarray(actions).tolist() if discrete
+                    else np.clip(actions, *clip) if clip is not None else actions)
+            except FlowError:
+                raise
+            except Exception as e:
+                if self.step_error is None:
+                    raise
+                raise self.step_error(e) from e
             buf[SB.OBS][step] = obs
             buf[SB.ACTIONS][step] = actions
             buf[SB.REWARDS][step] = rewards
