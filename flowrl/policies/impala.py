@@ -86,6 +86,12 @@ class IMPALAPolicy(A2CPolicy):
         self.vtrace = vtrace
         self.clip_rho, self.clip_pg_rho = vtrace_clip_rho_threshold, vtrace_clip_pg_rho_threshold
 
+    @property
+    def trains_on_new_obs(self) -> bool:
+        """True with flat V-trace: it bootstraps from ``V(new_obs)`` under the current
+        model where a row's successor is not the next row (:meth:`_next_values`)."""
+        return self.vtrace and not self.is_recurrent
+
     def _train_tensors(self, batch):
         out = super()._train_tensors(batch)
         if SB.NEXT_OBS in batch and not self.is_recurrent:

@@ -12,7 +12,10 @@ transition ``(s_t, a_t, r_t, s_{t+1})``: ``new_obs`` holds the final observation
 done rows, and no transition spans two episodes. A truncated episode bootstraps
 from ``V(final obs)``; a fragment that cuts an episode bootstraps from ``V(s_T)``
 (both in column ``bootstrap_value`` of the row they follow). Both come from one
-batched value call at the end of ``sample()``.
+batched value call at the end of ``sample()``. A policy whose
+``trains_on_new_obs`` is False (PG, A2C, PPO, IMPALA and APPO without flat
+V-trace) gets batches without the ``new_obs`` column: it postprocesses and learns
+from ``bootstrap_value``, so an image batch carries each observation once.
 
 Recurrent policies (``policy.is_recurrent``): the sampler carries each env's
 model state and previous action and reward from step to step, resets them at
@@ -342,8 +345,9 @@ class VectorSampler:
         bootstrap[T - 1, open_end] = values[:N][open_end]
         # Env-major rows: env i's T steps are rows i*T .. (i+1)*T - 1, one trajectory.
         # (copies: the buffers are reused by the next sample())
+        keep_new_obs = getattr(self.policy, "trains_on_new_obs", True)
         columns = {k: v.swapaxes(0, 1).copy().reshape(N * T, *v.shape[2:])
-                   for k, v in buf.items()}
+                   for k, v in buf.items() if keep_new_obs or k != SB.NEXT_OBS}
         columns[SB.BOOTSTRAP_VALUE] = bootstrap.T.reshape(-1)
         columns[SB.AGENT_INDEX] = np.zeros(N * T, np.int64)
         return postprocess_trajectories(self.policy, SampleBatch(columns),

@@ -1,0 +1,91 @@
+"""On-policy batches leave ``new_obs`` out, and training is bit-identical without it.
+
+PG, A2C, PPO, APPO and IMPALA without V-trace bootstrap from the worker's
+``bootstrap_value`` (``trains_on_new_obs`` False), so their batches carry each
+observation once; flat V-trace IMPALA and DQN keep ``new_obs``. The old path
+(``new_obs`` in the batch) is a subclass that says ``trains_on_new_obs = True``:
+same seed, same sampled columns, same weights after learning, bit for bit, on Pong
+frames (uint8, frame-stacked).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from flowrl.policies import A2CPolicy, APPOPolicy, DQNPolicy, IMPALAPolicy, PGPolicy, PPOPolicy
+from flowrl.workers import RolloutWorker
+
+SMALL_CNN = {"conv_filters": [[8, 8, 4], [8, 4, 4]], "post_fcnet_hiddens": [32]}
+DROPS = [(PGPolicy, {}), (A2CPolicy, {}), (PPOPolicy, {"num_sgd_iter": 2,
+                                                       "sgd_minibatch_size": 8}),
+         (APPOPolicy, {}), (IMPALAPolicy, {"vtrace": False})]
+
+
+def keeping_new_obs(cls):
+    """``cls`` as it was before: its batches carry ``new_obs``."""
+    return type(f"{cls.__name__}KeepingNewObs", (cls,), {"trains_on_new_obs": True})
+
+
+def _worker(cls, config, env="ALE/Pong-v5"):
+    return RolloutWorker(env, policy=cls, policy_config={"model": SMALL_CNN, **config},
+                         num_envs=2, rollout_fragment_length=8, seed=7, torch_threads=1)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cls, config", DROPS, ids=[c.__name__ for c, _ in DROPS])
+def test_dropping_new_obs_changes_no_weight(cls, config):
+    pytest.importorskip("ale_py")
+    new, old = _worker(cls, config), _worker(keeping_new_obs(cls), config)
+    try:
+        for _ in range(2):
+            a, b = new.sample(), old.sample()
+            assert "new_obs" not in a and b["new_obs"].shape == b["obs"].shape
+            assert sorted(a.keys()) == sorted(set(b.keys()) - {"new_obs"})
+            for k in a.keys():
+                np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+            new.learn_on_batch(a)
+            old.learn_on_batch(b)
+            for pid, w in new.get_weights().items():
+                for k, v in w.items():
+                    np.testing.assert_array_equal(v, old.get_weights()[pid][k], err_msg=k)
+            new.set_weights(new.get_weights())
+    finally:
+        new.stop()
+        old.stop()
+
+
+@pytest.mark.timeout(120)
+def test_an_on_policy_pong_batch_row_is_one_observation():
+    pytest.importorskip("ale_py")
+    w = _worker(PPOPolicy, {})
+    try:
+        batch = w.sample()
+    finally:
+        w.stop()
+    per_row = sum(v.nbytes for v in batch.values()) / batch.count
+    frames = 4 * 84 * 84
+    assert batch["obs"].dtype == np.uint8
+    assert frames <= per_row < frames + 200   # the stacked frames once, plus a few scalars
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cls, config", [(IMPALAPolicy, {}), (DQNPolicy, {})],
+                         ids=["IMPALA-vtrace", "DQN"])
+def test_policies_that_bootstrap_on_the_learner_keep_new_obs(cls, config):
+    pytest.importorskip("ale_py")
+    w = _worker(cls, config)
+    try:
+        batch = w.sample()
+    finally:
+        w.stop()
+    assert batch["new_obs"].shape == batch["obs"].shape
+
+
+def test_numpy_replicas_say_what_their_class_says():
+    import gymnasium as gym
+    from flowrl.policies.replica import acting_replica
+    box, two = gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2)
+    assert acting_replica(PPOPolicy)(box, two).trains_on_new_obs is False
+    assert acting_replica(IMPALAPolicy)(box, two).trains_on_new_obs is True
+    assert IMPALAPolicy(box, two, vtrace=False).trains_on_new_obs is False
