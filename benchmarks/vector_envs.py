@@ -1,4 +1,4 @@
-"""A RolloutWorker sampling Pong with the CNN: ``vector_env="sync"`` against ``"async"``.
+"""A RolloutWorker sampling Pong with the CNN: ``vector_env`` sync, async and envpool.
 
 Each system is ``<kind>-<N>``: ``RolloutWorker("ALE/Pong-v5", policy=IMPALAPolicy,
 num_envs=N, rollout_fragment_length=T, vector_env=kind, torch_threads=1).sample()``
@@ -8,15 +8,15 @@ over the ``N`` envs per step). ``sync`` steps the envs one after the other in th
 worker's process; ``async`` steps them in ``N`` subprocesses at once (gymnasium's
 ``AsyncVectorEnv``, frames through shared memory) while the worker waits. So
 ``async`` can use more cores than one; on a machine with fewer idle cores than
-``N + 1`` it pays the process switches without the parallelism. EnvPool is not
-measured: ``flowrl`` has no ``vector_env="envpool"`` (see
-:func:`flowrl.workers.rollout_worker.make_vector_env`).
+``N + 1`` it pays the process switches without the parallelism. ``envpool``
+(measured where ``envpool`` imports) steps them in EnvPool's C++ threads with its
+own preprocessing (same frame shapes, not the same frames).
 
 One repetition is ``--steps`` env steps (whole ``sample()`` calls of ``N * T``
 steps, at least 4,000 steps) after one warm-up ``sample()``. Each system runs in
 its own process per seed (``benchmarks/harness.py``), ``--reps`` repetitions each;
 reported: env steps/s (median over runs of each run's median) and, per ``N``,
-``async / sync``.
+``async / sync`` and ``envpool / sync``.
 
     python benchmarks/vector_envs.py
     python benchmarks/vector_envs.py --num-envs 8
@@ -34,17 +34,23 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
-KINDS = ["sync", "async"]
+KINDS = ["sync", "async", "envpool"]
 MIN_STEPS = 4_000
 
 
-def systems_for(num_envs: list[int]) -> list[str]:
+def systems_for(num_envs: list[int], kinds: list[str]) -> list[str]:
     """``<kind>-<N>`` for every kind and env count.
 
-    >>> systems_for([4, 8])
+    >>> systems_for([4, 8], ["sync", "async"])
     ['sync-4', 'async-4', 'sync-8', 'async-8']
     """
-    return [f"{kind}-{n}" for n in num_envs for kind in KINDS]
+    return [f"{kind}-{n}" for n in num_envs for kind in kinds]
+
+
+def available_kinds() -> list[str]:
+    """:data:`KINDS`, without ``envpool`` where it does not import."""
+    import importlib.util
+    return [k for k in KINDS if k != "envpool" or importlib.util.find_spec("envpool")]
 
 
 def parse_system(system: str) -> tuple[str, int]:
@@ -98,11 +104,14 @@ def report(runs: list[dict], args) -> None:
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--num-envs", type=int, nargs="+", default=[4, 8])
+    p.add_argument("--kinds", nargs="+", choices=KINDS, default=None,
+                   help="vector_env kinds (default: sync, async, and envpool where installed)")
     p.add_argument("--fragment", type=int, default=50, help="rollout_fragment_length")
     p.add_argument("--steps", type=int, default=MIN_STEPS, help="env steps per repetition")
     p.add_argument("--reps", type=int, default=3, help="repetitions per process")
     harness.add_arguments(p, default_seeds=3)
     args = p.parse_args(argv)
+    args.kinds = args.kinds or available_kinds()
     if args.quick:
         args.reps, args.steps, args.fragment = 1, 200, 10
     elif args.steps < MIN_STEPS:
@@ -112,7 +121,7 @@ def main(argv=None) -> None:
         return
     s = harness.settings_from(args)
     runs, _ = harness.run_all("vector_envs", os.path.abspath(__file__),
-                              systems_for(args.num_envs), s,
+                              systems_for(args.num_envs, args.kinds), s,
                               ["--num-envs", *map(str, args.num_envs), "--fragment",
                                str(args.fragment), "--steps", str(args.steps), "--reps",
                                str(args.reps)] + (["--quick"] if args.quick else []),

@@ -179,8 +179,69 @@ def test_stop_ends_the_env_subprocesses(request, backend):
 
 
 def test_vector_env_must_be_a_known_kind():
-    with pytest.raises(ConfigError, match=r"PPOConfig\.vector_env='envpool': must be one of "
-                                          r"\['sync', 'async'\]"):
-        PPOConfig(env="CartPole-v1", vector_env="envpool")
+    with pytest.raises(ConfigError, match=r"PPOConfig\.vector_env='gymnasium': must be one of "
+                                          r"\['sync', 'async', 'envpool'\]"):
+        PPOConfig(env="CartPole-v1", vector_env="gymnasium")
     with pytest.raises(ConfigError, match=r"RolloutWorker\(vector_env='threads'\): choose one of"):
         RolloutWorker("CartPole-v1", policy=PPOPolicy, vector_env="threads")
+
+
+# -- EnvPool (skipped where it is not installed) -------------------------------------
+def test_envpool_takes_ale_ids_with_their_preprocessing_only():
+    with pytest.raises(ConfigError, match=r"PPOConfig\.vector_env='envpool': vector_env='envpool' "
+                                          r"steps ALE/\.\.\.-v5 envs only, not 'CartPole-v1'"):
+        PPOConfig(env="CartPole-v1", vector_env="envpool")
+    pytest.importorskip("ale_py")
+    with pytest.raises(ConfigError, match=r"always applies the DeepMind preprocessing; set "
+                                          r"preprocessor_pref='deepmind'"):
+        PPOConfig(env="ALE/Pong-v5", vector_env="envpool", preprocessor_pref=None)
+    with pytest.raises(ConfigError, match=r"env_config key 'mode' is not one EnvPool takes"):
+        PPOConfig(env="ALE/Pong-v5", vector_env="envpool", env_config={"mode": 1})
+
+
+@pytest.mark.timeout(120)
+def test_envpool_resets_in_the_step_that_ends_and_reports_whole_games():
+    pytest.importorskip("envpool")
+    from flowrl.envs.envpool_env import EnvPoolVectorEnv
+    venv = EnvPoolVectorEnv("ALE/Breakout-v5", 2, training=True, num_threads=1)
+    rng = np.random.default_rng(0)
+    try:
+        obs, info = venv.reset(seed=3)
+        assert obs.dtype == np.uint8 and obs.shape == (2, 4, 84, 84)
+        steps, lives_lost, games = np.zeros(2, int), 0, []
+        while len(games) < 1:
+            obs, rewards, terms, truncs, infos = venv.step(rng.integers(4, size=2))
+            steps += 1
+            assert set(np.unique(rewards)) <= {-1.0, 0.0, 1.0}   # clipped for training
+            done = terms | truncs
+            for i in np.flatnonzero(done):
+                assert infos["final_obs"][i].shape == (4, 84, 84)
+                # the next episode starts in this step: its first frames, not the last ones
+                assert not np.array_equal(infos["final_obs"][i], obs[i])
+                ended = infos["final_info"].get("_episode", np.zeros(2, bool))[i]
+                if ended:   # a whole game: every step since the game began
+                    games.append((float(infos["final_info"]["episode"]["r"][i]),
+                                  int(infos["final_info"]["episode"]["l"][i]), int(steps[i])))
+                    steps[i] = 0
+                else:       # a lost life ends the training episode, not the game
+                    assert infos["lives"][i] > 0
+                    lives_lost += 1
+        assert lives_lost >= 4          # Breakout: 5 lives per game
+        score, length, taken = games[0]
+        assert score >= 0 and length == taken
+    finally:
+        venv.close()
+
+
+@pytest.mark.timeout(120)
+def test_a_worker_samples_pong_through_envpool():
+    pytest.importorskip("envpool")
+    w = RolloutWorker("ALE/Pong-v5", policy=PPOPolicy, policy_config={"model": SMALL_CNN},
+                      num_envs=2, rollout_fragment_length=20, seed=1, vector_env="envpool",
+                      torch_threads=1)
+    try:
+        b = w.sample()
+    finally:
+        w.stop()
+    assert b["obs"].dtype == np.uint8 and b["obs"].shape == (40, 4, 84, 84)
+    assert "new_obs" not in b and np.isfinite(b["advantages"]).all()

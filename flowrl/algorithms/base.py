@@ -267,7 +267,11 @@ class AlgorithmConfig:
     (default; gymnasium's ``SyncVectorEnv``, one after the other in the worker) or
     ``"async"`` (gymnasium's ``AsyncVectorEnv``, one subprocess per env stepping in
     parallel; single-agent envs only; evaluation workers always use ``"sync"``).
-    Results are the same for both. RLlib 1.x's nearest setting is
+    Results are the same for both. ``"envpool"`` (``ALE/`` ids, ``pip install
+    envpool``) steps them in EnvPool's threads with its own DeepMind
+    preprocessing: the same spaces and whole-game reporting, other frames, so
+    its runs do not repeat sync ones
+    (:mod:`flowrl.envs.envpool_env`). RLlib 1.x's nearest setting is
     ``remote_worker_envs`` (True: each env a Ray actor; flowrl's ``"async"`` uses
     subprocesses instead); see :func:`~flowrl.workers.rollout_worker.make_vector_env`
     and ``benchmarks/vector_envs.py``.
@@ -358,6 +362,13 @@ class AlgorithmConfig:
         check_env(self.env, f"{name}.env")
         check_env_config(self.env, self.env_config, f"{name}.env_config")
         check_callbacks(self.callbacks, f"{name}.callbacks")
+        if self.vector_env == "envpool":
+            from flowrl.envs.envpool_env import envpool_task, import_envpool
+            try:
+                envpool_task(self.env, self.env_config, self.preprocessor_pref)
+            except ConfigError as e:
+                raise ConfigError(f"{name}.vector_env='envpool': {e}") from None
+            import_envpool(f"{name}.vector_env='envpool'")
         self._check_evaluation(name)
 
     def _check_evaluation(self, name: str) -> None:

@@ -212,11 +212,13 @@ def env_error(env: Any, worker_index: int, what: str, error: BaseException) -> E
 
 
 #: The choices of ``vector_env``: how a worker steps its ``num_envs`` envs.
-VECTOR_ENVS = ("sync", "async")
+VECTOR_ENVS = ("sync", "async", "envpool")
 
 
-def make_vector_env(kind: str, first: Any, create: Callable[[], Any],
-                    num_envs: int) -> gym.vector.VectorEnv:
+def make_vector_env(kind: str, first: Any, create: Callable[[], Any], num_envs: int, *,
+                    env: Any = None, env_config: dict | None = None,
+                    preprocessor_pref: str | None = "deepmind",
+                    training: bool = True) -> gym.vector.VectorEnv:
     """``num_envs`` envs as one gymnasium vector env in ``SAME_STEP`` autoreset mode.
 
     ``kind`` ``"sync"``: a ``SyncVectorEnv`` stepping ``first`` and ``num_envs - 1``
@@ -229,7 +231,11 @@ def make_vector_env(kind: str, first: Any, create: Callable[[], Any],
     platform's default way (fork on Linux: ``spawn`` and ``forkserver`` would re-run
     a user's script that lacks an ``if __name__ == "__main__"`` guard); ``close()``
     ends them, and they end by themselves when the worker's process dies. Reset with the same seeds, both kinds give the
-    same observations, rewards and infos.
+    same observations, rewards and infos. ``"envpool"``: ``ALE/`` ids ``env`` only,
+    stepped in EnvPool's thread pool with its own DeepMind preprocessing
+    (:class:`~flowrl.envs.envpool_env.EnvPoolVectorEnv`, made from ``env``,
+    ``env_config``, ``preprocessor_pref`` and ``training``; same spaces and
+    reporting, other frames).
 
     RLlib 1.x names this ``remote_worker_envs``: True makes each env a Ray actor
     (``"async"`` makes each a subprocess of its worker instead), False steps them
@@ -250,6 +256,10 @@ def make_vector_env(kind: str, first: Any, create: Callable[[], Any],
         return gym.vector.AsyncVectorEnv(
             [lambda: flat_observations(create())] * num_envs, shared_memory=True, copy=True,
             autoreset_mode=same_step)
+    if kind == "envpool":
+        from flowrl.envs.envpool_env import EnvPoolVectorEnv
+        return EnvPoolVectorEnv(env, num_envs, env_config, preprocessor_pref=preprocessor_pref,
+                                training=training)
     raise ConfigError(f"vector_env={kind!r}: choose one of {list(VECTOR_ENVS)}")
 
 
@@ -371,8 +381,9 @@ class RolloutWorker(ShardHost):
                                   "MultiAgentEnv")
             first = self.env = flat_observations(first)
             self.envs = [build_env_part(env, worker_index, "constructor",
-                                        lambda: make_vector_env(vector_env, first, create,
-                                                                num_envs))]
+                                        lambda: make_vector_env(
+                vector_env, first, create, num_envs, env=env, env_config=self.env_config,
+                preprocessor_pref=preprocessor_pref, training=training))]
             venv = self.envs[0]
             (pid, spec), = specs.items()
             self.policy_map = {pid: self._build_policy(
