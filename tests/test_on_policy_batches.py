@@ -2,7 +2,9 @@
 
 PG, A2C, PPO, APPO and IMPALA without V-trace bootstrap from the worker's
 ``bootstrap_value`` (``trains_on_new_obs`` False), so their batches carry each
-observation once; flat V-trace IMPALA and DQN keep ``new_obs``. The old path
+observation once; DQN keeps ``new_obs``, and flat V-trace IMPALA/APPO, which
+bootstrap from ``V(new_obs)`` on the learner, get only its newest frame
+(``new_frame``) and rebuild the stacks they need. The old path
 (``new_obs`` in the batch) is a subclass that says ``trains_on_new_obs = True``:
 same seed, same sampled columns, same weights after learning, bit for bit, on Pong
 frames (uint8, frame-stacked).
@@ -24,7 +26,8 @@ DROPS = [(PGPolicy, {}), (A2CPolicy, {}), (PPOPolicy, {"num_sgd_iter": 2,
 
 def keeping_new_obs(cls):
     """``cls`` as it was before: its batches carry ``new_obs``."""
-    return type(f"{cls.__name__}KeepingNewObs", (cls,), {"trains_on_new_obs": True})
+    return type(f"{cls.__name__}KeepingNewObs", (cls,), {"trains_on_new_obs": True,
+                                                         "takes_next_frame": False})
 
 
 def _worker(cls, config, env="ALE/Pong-v5"):
@@ -70,16 +73,58 @@ def test_an_on_policy_pong_batch_row_is_one_observation():
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("cls, config", [(IMPALAPolicy, {}), (DQNPolicy, {})],
-                         ids=["IMPALA-vtrace", "DQN"])
-def test_policies_that_bootstrap_on_the_learner_keep_new_obs(cls, config):
+def test_dqn_keeps_new_obs():
     pytest.importorskip("ale_py")
-    w = _worker(cls, config)
+    w = _worker(DQNPolicy, {})
     try:
         batch = w.sample()
     finally:
         w.stop()
     assert batch["new_obs"].shape == batch["obs"].shape
+
+
+def whole_new_obs(cls):
+    """``cls`` as it was before: its batches carry the whole ``new_obs``."""
+    return type(f"{cls.__name__}WholeNewObs", (cls,), {"takes_next_frame": False})
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cls, config", [(IMPALAPolicy, {}), (APPOPolicy, {"vtrace": True})],
+                         ids=["IMPALA", "APPO-vtrace"])
+def test_vtrace_learns_from_the_next_frame_exactly_as_from_new_obs(cls, config):
+    pytest.importorskip("ale_py")
+    new, old = _worker(cls, config), _worker(whole_new_obs(cls), config)
+    try:
+        for _ in range(2):
+            a, b = new.sample(), old.sample()
+            assert "new_obs" not in a and a["new_frame"].shape == (a.count, 84, 84)
+            np.testing.assert_array_equal(a["new_frame"], b["new_obs"][:, -1])
+            assert sorted(a.keys()) == sorted(set(b.keys()) - {"new_obs"} | {"new_frame"})
+            for k in set(a.keys()) - {"new_frame"}:
+                np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+            new.learn_on_batch(a)
+            old.learn_on_batch(b)
+            for pid, w in new.get_weights().items():
+                for k, v in w.items():
+                    np.testing.assert_array_equal(v, old.get_weights()[pid][k], err_msg=k)
+        per_row = sum(v.nbytes for v in a.values()) / a.count
+        assert per_row < 4 * 84 * 84 + 84 * 84 + 200   # one stack and one frame per row
+    finally:
+        new.stop()
+        old.stop()
+
+
+def test_a_batch_that_is_no_frame_stack_keeps_new_obs():
+    import gymnasium as gym
+    from flowrl.workers.sampler import VectorSampler  # noqa: F401  (the path under test)
+    w = RolloutWorker("CartPole-v1", policy=IMPALAPolicy, num_envs=2,
+                      rollout_fragment_length=8, seed=0)
+    try:
+        batch = w.sample()
+    finally:
+        w.stop()
+    assert "new_frame" not in batch and batch["new_obs"].shape == (16, 4)
+    assert isinstance(w.env.observation_space, gym.spaces.Box)
 
 
 def test_numpy_replicas_say_what_their_class_says():

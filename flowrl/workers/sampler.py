@@ -15,7 +15,11 @@ from ``V(final obs)``; a fragment that cuts an episode bootstraps from ``V(s_T)`
 batched value call at the end of ``sample()``. A policy whose
 ``trains_on_new_obs`` is False (PG, A2C, PPO, IMPALA and APPO without flat
 V-trace) gets batches without the ``new_obs`` column: it postprocesses and learns
-from ``bootstrap_value``, so an image batch carries each observation once.
+from ``bootstrap_value``, so an image batch carries each observation once. A
+policy that reads ``new_obs`` but says ``takes_next_frame`` (flat V-trace IMPALA
+and APPO) gets, for frame-stacked uint8 images where every row's ``new_obs`` is its
+``obs`` shifted by one frame (checked on the whole fragment), only the newest
+frame of each ``new_obs`` (column ``new_frame``) and rebuilds the stacks it needs.
 
 Recurrent policies (``policy.is_recurrent``): the sampler carries each env's
 model state and previous action and reward from step to step, resets them at
@@ -50,6 +54,7 @@ import numpy as np
 
 from flowrl.batch import SampleBatch
 from flowrl.errors import FlowError
+from flowrl.replay.frames import is_frame_stack
 from flowrl.workers.episode import SINGLE_AGENT_ID, Episode, merge_finished_stats
 
 SB = SampleBatch
@@ -346,8 +351,15 @@ class VectorSampler:
         # Env-major rows: env i's T steps are rows i*T .. (i+1)*T - 1, one trajectory.
         # (copies: the buffers are reused by the next sample())
         keep_new_obs = getattr(self.policy, "trains_on_new_obs", True)
+        next_frame = keep_new_obs and getattr(self.policy, "takes_next_frame", False) \
+            and is_frame_stack(buf[SB.OBS].reshape(T * N, *buf[SB.OBS].shape[2:]),
+                               buf[SB.NEXT_OBS].reshape(T * N, *buf[SB.OBS].shape[2:]))
         columns = {k: v.swapaxes(0, 1).copy().reshape(N * T, *v.shape[2:])
-                   for k, v in buf.items() if keep_new_obs or k != SB.NEXT_OBS}
+                   for k, v in buf.items()
+                   if k != SB.NEXT_OBS or (keep_new_obs and not next_frame)}
+        if next_frame:
+            frames = buf[SB.NEXT_OBS][:, :, -1]
+            columns[SB.NEXT_FRAME] = frames.swapaxes(0, 1).copy().reshape(N * T, *frames.shape[2:])
         columns[SB.BOOTSTRAP_VALUE] = bootstrap.T.reshape(-1)
         columns[SB.AGENT_INDEX] = np.zeros(N * T, np.int64)
         return postprocess_trajectories(self.policy, SampleBatch(columns),
