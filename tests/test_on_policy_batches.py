@@ -114,7 +114,7 @@ def test_vtrace_learns_from_the_next_frame_exactly_as_from_new_obs(cls, config):
         old.stop()
 
 
-def test_a_batch_that_is_no_frame_stack_keeps_new_obs():
+def test_envs_that_give_no_frame_stacks_keep_new_obs():
     import gymnasium as gym
     from flowrl.workers.sampler import VectorSampler  # noqa: F401  (the path under test)
     w = RolloutWorker("CartPole-v1", policy=IMPALAPolicy, num_envs=2,
@@ -134,3 +134,27 @@ def test_numpy_replicas_say_what_their_class_says():
     assert acting_replica(PPOPolicy)(box, two).trains_on_new_obs is False
     assert acting_replica(IMPALAPolicy)(box, two).trains_on_new_obs is True
     assert IMPALAPolicy(box, two, vtrace=False).trains_on_new_obs is False
+
+
+def test_a_fragment_that_breaks_the_frame_stack_promise_is_an_env_error():
+    import gymnasium as gym
+    from flowrl.errors import EnvError
+    from flowrl.workers.sampler import VectorSampler
+
+    class Noise(gym.Env):
+        observation_space = gym.spaces.Box(0, 255, (2, 84, 84), np.uint8)
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            return self.observation_space.sample(), {}
+
+        def step(self, action):
+            return self.observation_space.sample(), 0.0, False, False, {}
+
+    venv = gym.vector.SyncVectorEnv([Noise], autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    policy = IMPALAPolicy(Noise.observation_space, Noise.action_space, model=SMALL_CNN, seed=0)
+    sampler = VectorSampler(venv, policy, fragment_length=4, seed=0, frame_stacks=True,
+                            step_error=lambda e: EnvError(f"env Noise: {e}"))
+    with pytest.raises(EnvError, match=r"env Noise: its observations are not frame stacks"):
+        sampler.sample()

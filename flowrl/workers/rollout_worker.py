@@ -211,6 +211,18 @@ def env_error(env: Any, worker_index: int, what: str, error: BaseException) -> E
                     f"{where}: {error}; fix the env or its env_config")
 
 
+def stacks_frames(env: Any, preprocessor_pref: str | None) -> bool:
+    """Whether ``env``'s observations are frame stacks, each next observation the
+    last one shifted by one frame: ``ALE/`` ids under the DeepMind preprocessing
+    (gymnasium's wrappers or EnvPool's alike).
+
+    >>> stacks_frames("ALE/Pong-v5", "deepmind"), stacks_frames("ALE/Pong-v5", None)
+    (True, False)
+    """
+    from flowrl.envs import is_atari_id
+    return is_atari_id(env) and preprocessor_pref is not None
+
+
 #: The choices of ``vector_env``: how a worker steps its ``num_envs`` envs.
 VECTOR_ENVS = ("sync", "async", "envpool")
 
@@ -392,6 +404,7 @@ class RolloutWorker(ShardHost):
             self.sampler = build_env_part(env, worker_index, "reset", lambda: VectorSampler(
                 venv, self.policy_map[pid], fragment_length=rollout_fragment_length,
                 step_error=functools.partial(env_error, env, worker_index, "step"),
+                frame_stacks=stacks_frames(env, preprocessor_pref),
                 seed=self.seed, explore=explore, eps_id_base=eps_base,
                 episode_infos=reports_episode_infos(first),
                 callbacks=episode_callbacks(self.callbacks, worker=self,

@@ -17,9 +17,10 @@ batched value call at the end of ``sample()``. A policy whose
 V-trace) gets batches without the ``new_obs`` column: it postprocesses and learns
 from ``bootstrap_value``, so an image batch carries each observation once. A
 policy that reads ``new_obs`` but says ``takes_next_frame`` (flat V-trace IMPALA
-and APPO) gets, for frame-stacked uint8 images where every row's ``new_obs`` is its
-``obs`` shifted by one frame (checked on the whole fragment), only the newest
-frame of each ``new_obs`` (column ``new_frame``) and rebuilds the stacks it needs.
+and APPO) gets, from envs that give frame stacks (``frame_stacks``: every row's
+``new_obs`` its ``obs`` shifted by one frame, checked on every fragment), only the
+newest frame of each ``new_obs`` (column ``new_frame``) and rebuilds the stacks
+it needs.
 
 Recurrent policies (``policy.is_recurrent``): the sampler carries each env's
 model state and previous action and reward from step to step, resets them at
@@ -127,14 +128,21 @@ class VectorSampler:
     ``callbacks``: see the module docstring. ``step_error(e)``, when given, is the
     error to raise (``e`` chained) for an exception ``e`` of the vector env's
     ``step`` that is not a FlowError (a worker's names the env and the worker).
+    ``frame_stacks``: the envs give uint8 frame stacks, every ``new_obs`` its ``obs``
+    shifted by one frame (the DeepMind Atari preprocessing); only then may a batch
+    carry ``new_frame`` for ``new_obs`` (see the module docstring), the same columns
+    from every fragment of every worker. A fragment that breaks the promise is an
+    error (``step_error``'s), never a batch with other columns.
     """
 
     def __init__(self, venv: gym.vector.VectorEnv, policy, *, fragment_length: int,
                  seed: int | None, explore: bool = True, eps_id_base: int = 0,
                  episode_infos: bool = False, callbacks: Any = None,
-                 step_error: Callable[[Exception], Exception] | None = None):
+                 step_error: Callable[[Exception], Exception] | None = None,
+                 frame_stacks: bool = False):
         self.venv, self.policy = venv, policy
         self.step_error = step_error
+        self.frame_stacks = frame_stacks
         self.episode_infos = episode_infos
         self.explore = explore
         self.num_envs, self.fragment_length = venv.num_envs, fragment_length
@@ -351,9 +359,14 @@ class VectorSampler:
         # Env-major rows: env i's T steps are rows i*T .. (i+1)*T - 1, one trajectory.
         # (copies: the buffers are reused by the next sample())
         keep_new_obs = getattr(self.policy, "trains_on_new_obs", True)
-        next_frame = keep_new_obs and getattr(self.policy, "takes_next_frame", False) \
-            and is_frame_stack(buf[SB.OBS].reshape(T * N, *buf[SB.OBS].shape[2:]),
-                               buf[SB.NEXT_OBS].reshape(T * N, *buf[SB.OBS].shape[2:]))
+        next_frame = keep_new_obs and self.frame_stacks \
+            and getattr(self.policy, "takes_next_frame", False)
+        if next_frame and not is_frame_stack(
+                buf[SB.OBS].reshape(T * N, *buf[SB.OBS].shape[2:]),
+                buf[SB.NEXT_OBS].reshape(T * N, *buf[SB.OBS].shape[2:])):
+            error = ValueError("its observations are not frame stacks (a new_obs is not its "
+                               "obs shifted by one frame), which frame_stacks=True promised")
+            raise error if self.step_error is None else self.step_error(error)
         columns = {k: v.swapaxes(0, 1).copy().reshape(N * T, *v.shape[2:])
                    for k, v in buf.items()
                    if k != SB.NEXT_OBS or (keep_new_obs and not next_frame)}
