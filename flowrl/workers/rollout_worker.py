@@ -242,8 +242,9 @@ def make_vector_env(kind: str, first: Any, create: Callable[[], Any], num_envs: 
     so a sampler may keep them across steps. The subprocesses are started the
     platform's default way (fork on Linux: ``spawn`` and ``forkserver`` would re-run
     a user's script that lacks an ``if __name__ == "__main__"`` guard); ``close()``
-    ends them, and they end by themselves when the worker's process dies. Reset with the same seeds, both kinds give the
-    same observations, rewards and infos. ``"envpool"``: ``ALE/`` ids ``env`` only,
+    ends them, and they end by themselves when the worker's process dies. Reset
+    with the same seeds, both kinds give the same observations, rewards and infos.
+    ``"envpool"``: ``ALE/`` ids ``env`` only,
     stepped in EnvPool's thread pool with its own DeepMind preprocessing
     (:class:`~flowrl.envs.envpool_env.EnvPoolVectorEnv`, made from ``env``,
     ``env_config``, ``preprocessor_pref`` and ``training``; same spaces and
@@ -311,8 +312,8 @@ class RolloutWorker(ShardHost):
     ``callbacks``: a :class:`~flowrl.callbacks.DefaultCallbacks` subclass, a list of
     them, or None. ``vector_env`` (one of :data:`VECTOR_ENVS`) is how a single-agent
     env's ``num_envs`` copies are stepped (:func:`make_vector_env`); with
-    ``"async"`` the callbacks' ``base_env.get_sub_environments()`` is empty (the
-    envs live in other processes).
+    ``"async"`` or ``"envpool"`` the callbacks' ``base_env.get_sub_environments()``
+    is empty (the envs live in other processes or in EnvPool).
 
     >>> from flowrl.policies import PGPolicy
     >>> w = RolloutWorker("CartPole-v1", policy=PGPolicy, num_envs=2,
@@ -611,9 +612,12 @@ class RolloutWorker(ShardHost):
         self.policies_to_train = list(state["policies_to_train"])
 
     def stop(self) -> None:
-        """Close the envs (``"async"``: their subprocesses end)."""
+        """Close the envs (``"async"``: their subprocesses end), and ``env`` where it
+        is not one of them (``"async"``, ``"envpool"``)."""
         for env in self.envs:
             env.close()
+        if self.vector_env != "sync":
+            self.env.close()
 
 
 __all__ = ["RolloutWorker", "PolicySpec", "VECTOR_ENVS", "make_vector_env", "env_error", "as_policy_spec", "check_policy_config",
