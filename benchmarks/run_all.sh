@@ -7,8 +7,8 @@
 # the ones below go to every script (e.g. --seeds 5). A benchmark that fails is
 # reported and the others still run; the exit status is 1 if any failed.
 #
-# Expected duration on 2 idle cores: about 4 h 50 min in all (startup 2, sampling 5,
-# models_throughput 20, local_overhead 5, ray_overhead 25 (3 seeds: 15) and --paired
+# Expected duration on 2 idle cores: about 5 h in all (startup 2, sampling 5,
+# models_throughput 20, vector_envs 10, local_overhead 5, ray_overhead 25 (3 seeds: 15) and --paired
 # 15, compiled_graph 7, profile_ppo 5, ppo_cartpole --matched 25 and --tuned 25,
 # impala_throughput 10, impala_fairness 8, async_cartpole 15, apex_throughput 10,
 # replay 2, dqn_cartpole 20, multi_agent_sampling 3, ddppo_cartpole 8, chaos 12,
@@ -38,6 +38,7 @@ BENCHMARKS=(
   "startup|startup"
   "sampling|sampling"
   "models_throughput|models_throughput"
+  "vector_envs|vector_envs"
   "local_overhead|local_overhead"
   "ray_overhead|ray_overhead"
   "ray_overhead-paired|ray_overhead --paired --items 2000"

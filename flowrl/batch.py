@@ -75,6 +75,9 @@ class SampleBatch:
     AGENT_INDEX = "agent_index"
     T = "t"
     NEXT_OBS = "new_obs"
+    # Frame-stacked uint8 images: the newest frame of new_obs, (H, W) per row, in
+    # place of new_obs (which is obs shifted by one frame plus this frame).
+    NEXT_FRAME = "new_frame"
     ACTION_LOGP = "action_logp"
     ACTION_DIST_INPUTS = "action_dist_inputs"
     VF_PREDS = "vf_preds"

@@ -62,7 +62,8 @@ class WorkerError(FlowError):
 
 
 class EnvError(FlowError):
-    """An env's constructor or ``reset`` raised while a rollout worker was built.
+    """An env's constructor or ``reset`` raised while a rollout worker was built, or
+    its ``step`` raised while the worker sampled.
 
     The message names the env and the worker index; the env's own exception is
     chained as ``__cause__`` (or quoted, when it was raised in another process).

@@ -29,6 +29,7 @@ import dqn_cartpole  # noqa: E402
 import mujoco_ppo  # noqa: E402
 import ray_overhead  # noqa: E402
 import replay  # noqa: E402
+import vector_envs  # noqa: E402
 
 
 def _run(system: str, **result) -> dict:
@@ -45,6 +46,14 @@ def test_replay_reports_flowrl_over_rllib_on_sample_and_update(capsys):
     replay.report(runs, argparse.Namespace(batch=512, capacity=1000, add_batch=200, reps=5))
     line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("rllib"))
     assert "2 runs" in line and "25.0x" in line  # 1500 / median(50, 70)
+
+
+def test_vector_envs_reports_async_over_sync_per_env_count(capsys):
+    runs = [_run("sync-4", steps_per_s=400.0), _run("async-4", steps_per_s=600.0),
+            _run("sync-8", steps_per_s=500.0), _run("async-8", steps_per_s=500.0)]
+    vector_envs.report(runs, argparse.Namespace(num_envs=[4, 8], fragment=50))
+    out = capsys.readouterr().out
+    assert "async-4 / sync-4: 1.50x" in out and "async-8 / sync-8: 1.00x" in out
 
 
 def test_dqn_keeps_runs_that_missed_out_of_the_reached_medians(capsys):

@@ -14,8 +14,13 @@ from flowrl.workers import PolicySpec, RolloutWorker, make_multi_agent
 SB = SampleBatch
 
 
+#: A2C with ``new_obs`` kept in its batches (A2C itself bootstraps from
+#: ``bootstrap_value`` and leaves it out), so these tests can read the transitions.
+A2CKeepingNewObs = type("A2CKeepingNewObs", (A2CPolicy,), {"trains_on_new_obs": True})
+
+
 def make_worker(**kwargs):
-    defaults = dict(policy=A2CPolicy, num_envs=3, rollout_fragment_length=40, seed=0)
+    defaults = dict(policy=A2CKeepingNewObs, num_envs=3, rollout_fragment_length=40, seed=0)
     return RolloutWorker("CartPole-v1", **{**defaults, **kwargs})
 
 
@@ -32,6 +37,9 @@ def test_sample_size_and_columns():
             SB.ACTION_DIST_INPUTS, SB.ADVANTAGES, SB.VALUE_TARGETS} <= set(b)
     assert all(v.flags.c_contiguous for v in b.values())
     w.stop()
+    plain = make_worker(policy=A2CPolicy)
+    assert set(plain.sample()) == set(b) - {SB.NEXT_OBS}
+    plain.stop()
 
 
 def test_no_transition_crosses_an_episode_boundary():

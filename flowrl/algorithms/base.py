@@ -45,7 +45,7 @@ from flowrl.ops.metric_ops import TRAINING_ITERATION
 from flowrl.runtime.calls import BACKENDS, ensure_ray
 from flowrl.workers import PolicySpec, WorkerConfig, WorkerSet
 from flowrl.workers.multi_agent_env import MultiAgentEnv
-from flowrl.workers.rollout_worker import as_policy_spec, check_policy_config
+from flowrl.workers.rollout_worker import VECTOR_ENVS, as_policy_spec, check_policy_config
 
 #: An algorithm's backends: the runtime's, less "auto" (an algorithm says where it runs).
 ALGORITHM_BACKENDS = tuple(b for b in BACKENDS if b != "auto")
@@ -273,6 +273,20 @@ class AlgorithmConfig:
     the raw ale-py env (:func:`flowrl.envs.make_atari`). Workers get it with
     ``env_config``, through :class:`~flowrl.workers.WorkerConfig`.
 
+    ``vector_env`` is how each rollout worker steps its ``num_envs_per_worker``
+    envs, always as one batch with one batched policy forward: ``"sync"``
+    (default; gymnasium's ``SyncVectorEnv``, one after the other in the worker) or
+    ``"async"`` (gymnasium's ``AsyncVectorEnv``, one subprocess per env stepping in
+    parallel; single-agent envs only; evaluation workers always use ``"sync"``).
+    Results are the same for both. ``"envpool"`` (``ALE/`` ids, ``pip install
+    envpool``) steps them in EnvPool's threads with its own DeepMind
+    preprocessing: the same spaces and whole-game reporting, other frames, so
+    its runs do not repeat sync ones
+    (:mod:`flowrl.envs.envpool_env`). RLlib 1.x's nearest setting is
+    ``remote_worker_envs`` (True: each env a Ray actor; flowrl's ``"async"`` uses
+    subprocesses instead); see :func:`~flowrl.workers.rollout_worker.make_vector_env`
+    and ``benchmarks/vector_envs.py``.
+
     ``callbacks`` (RLlib 1.x's name): a :class:`~flowrl.callbacks.DefaultCallbacks`
     subclass or a list of them, or None; see :mod:`flowrl.callbacks`.
 
@@ -318,6 +332,7 @@ class AlgorithmConfig:
     sample_timeout_s: float | None = None
     preprocessor_pref: str | None = "deepmind"
     callbacks: Any = None
+    vector_env: str = "sync"
     evaluation_interval: int | None = None
     evaluation_duration: int = 10
     evaluation_num_workers: int = 0
@@ -336,6 +351,7 @@ class AlgorithmConfig:
         "max_worker_restarts": _or_none(_int_ge(0)),
         "sample_timeout_s": _or_none(_num(0, open_lo=True)),
         "preprocessor_pref": _or_none(_one_of(PREPROCESSOR_PREFS)),
+        "vector_env": _one_of(VECTOR_ENVS),
         "evaluation_interval": _or_none(_int_ge(1)),
         "evaluation_duration": _int_between(1, MAX_EVALUATION_EPISODES),
         "evaluation_num_workers": _int_ge(0), "evaluation_config": _str_dict(),
@@ -358,6 +374,13 @@ class AlgorithmConfig:
         check_env(self.env, f"{name}.env")
         check_env_config(self.env, self.env_config, f"{name}.env_config")
         check_callbacks(self.callbacks, f"{name}.callbacks")
+        if self.vector_env == "envpool":
+            from flowrl.envs.envpool_env import envpool_task, import_envpool
+            try:
+                envpool_task(self.env, self.env_config, self.preprocessor_pref)
+            except ConfigError as e:
+                raise ConfigError(f"{name}.vector_env='envpool': {e}") from None
+            import_envpool(f"{name}.vector_env='envpool'")
         self._check_evaluation(name)
 
     def _check_policy_table(self, name: str) -> None:
@@ -700,7 +723,8 @@ class Algorithm:
             ignore_worker_failures=config.ignore_worker_failures,
             max_worker_restarts=config.max_worker_restarts,
             sample_timeout_s=config.sample_timeout_s,
-            preprocessor_pref=config.preprocessor_pref, callbacks=config.callbacks)
+            preprocessor_pref=config.preprocessor_pref, callbacks=config.callbacks,
+            vector_env=config.vector_env)
 
     # -- running -----------------------------------------------------------------
     @property
@@ -713,7 +737,8 @@ class Algorithm:
         envs made for evaluation); see :class:`~flowrl.evaluation.Evaluation`."""
         config, explore = self.config.for_evaluation()
         worker_config = dataclasses.replace(
-            self.worker_config(config, self._policy_class), explore=explore, training=False)
+            self.worker_config(config, self._policy_class), explore=explore, training=False,
+            vector_env="sync")  # evaluation plays its envs one by one
         workers = WorkerSet(config.env, self._policy_class, worker_config,
                             num_workers=self.config.evaluation_num_workers,
                             backend=self.config.backend)

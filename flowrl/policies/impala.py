@@ -86,6 +86,16 @@ class IMPALAPolicy(A2CPolicy):
         self.vtrace = vtrace
         self.clip_rho, self.clip_pg_rho = vtrace_clip_rho_threshold, vtrace_clip_pg_rho_threshold
 
+    #: Frame-stacked images: a ``new_frame`` column (:data:`SampleBatch.NEXT_FRAME`)
+    #: may stand in for ``new_obs``; :meth:`_next_values` rebuilds the stacks it needs.
+    takes_next_frame = True
+
+    @property
+    def trains_on_new_obs(self) -> bool:
+        """True with flat V-trace: it bootstraps from ``V(new_obs)`` under the current
+        model where a row's successor is not the next row (:meth:`_next_values`)."""
+        return self.vtrace and not self.is_recurrent
+
     def _train_tensors(self, batch):
         out = super()._train_tensors(batch)
         if SB.NEXT_OBS in batch and not self.is_recurrent:
@@ -118,13 +128,19 @@ class IMPALAPolicy(A2CPolicy):
         """``V(s_{t+1})`` per row under the current model: the next row's value where
         the next row is ``s_{t+1}`` (the same episode, one step later), else one
         forward over just those rows' ``new_obs`` (fragment ends, time limits,
-        terminal rows: at most a few per fragment, not a second pass over the batch)."""
+        terminal rows: at most a few per fragment, not a second pass over the batch).
+        Where the batch has ``new_frame`` instead, a row's ``new_obs`` is its ``obs``
+        shifted by one frame with ``new_frame`` appended."""
         next_values = torch.zeros_like(values)
         next_values[:-1] = values.detach()[1:]
         cut = torch.nonzero(~next_row_follows(train)).squeeze(-1)
         if len(cut):
+            if SB.NEXT_OBS in train:
+                new_obs = train[SB.NEXT_OBS][cut]
+            else:
+                new_obs = torch.cat([train[SB.OBS][cut, 1:], train[SB.NEXT_FRAME][cut, None]], 1)
             with torch.no_grad():
-                self.model(self._input_dict(train[SB.NEXT_OBS][cut], training=True), [], None)
+                self.model(self._input_dict(new_obs, training=True), [], None)
                 next_values[cut] = self.model.value_function().to(values.dtype)
         return next_values
 

@@ -20,6 +20,7 @@ class PGPolicy(TorchPolicy):
     """
 
     numpy_replica = True  # remote workers act through a numpy replica (replica.py)
+    trains_on_new_obs = False  # GAE bootstraps from the worker's bootstrap_value
     use_critic = False
 
     def __init__(self, observation_space, action_space, *, lr: float = 4e-4, **kwargs):

@@ -35,6 +35,7 @@ class PPOPolicy(AdaptiveKL, TorchPolicy):
     """
 
     numpy_replica = True  # remote workers act through a numpy replica (replica.py)
+    trains_on_new_obs = False  # GAE bootstraps from the worker's bootstrap_value
 
     def __init__(self, observation_space, action_space, *, lr: float = 5e-5,
                  clip_param: float = 0.3, vf_clip_param: float = 10.0,

@@ -82,6 +82,9 @@ class NumpyActing:
     qualname: str
     use_critic: bool
     defaults: tuple  # ((setting, default), ...) of the class's constructor
+    #: The class's ``trains_on_new_obs`` where it is a plain class attribute; True
+    #: where an instance decides (a property), as the real policy may need the column.
+    trains_on_new_obs: bool = True
 
     def __call__(self, observation_space: gym.Space, action_space: gym.Space,
                  **kwargs: Any) -> Any:
@@ -159,8 +162,10 @@ def acting_replica(policy_class: Any) -> NumpyActing | None:
     params = inspect.signature(TorchPolicy.__init__).parameters
     own = inspect.signature(policy_class.__init__).parameters
     defaults = tuple((name, (own.get(name) or params[name]).default) for name in _SETTINGS)
+    new_obs = inspect.getattr_static(policy_class, "trains_on_new_obs", True)
     return NumpyActing(policy_class.__module__, policy_class.__qualname__,
-                       bool(policy_class.use_critic), defaults)
+                       bool(policy_class.use_critic), defaults,
+                       new_obs if isinstance(new_obs, bool) else True)
 
 
 _LAYER_KEY = re.compile(r"(pi|vf)\.(\d+)\.(weight|bias)$")
@@ -209,6 +214,7 @@ class NumpyActingPolicy(Postprocessing):
         self._hidden = [int(h) for h in model.fcnet_hiddens]
         self._activation = np.tanh if model.fcnet_activation == "tanh" else relu
         self.use_critic = factory.use_critic
+        self.trains_on_new_obs = factory.trains_on_new_obs
         self._np_rng = np.random.default_rng(seed)
         self._action_rng = np.random.default_rng(None if seed is None else [seed, 1])
         self._weights = self._pi = self._vf = self._log_std = None

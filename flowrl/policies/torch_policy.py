@@ -248,12 +248,20 @@ class TorchPolicy(Postprocessing):
     returns state per env, and learning runs on padded sequences
     (:mod:`flowrl.models.sequences`).
 
+    :attr:`trains_on_new_obs` says whether learning reads a batch's ``new_obs``
+    column (True here, as a subclass's loss may); a sampler leaves the column out of
+    the batches of a policy that says False (their bootstrap values ``V(s_T)`` are
+    computed on the worker, in ``bootstrap_value``), which halves an image batch.
+
     >>> from flowrl.policies import PGPolicy
     >>> p = PGPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), seed=0)
     >>> actions, extra = p.compute_actions(np.zeros((4, 3), np.float32))
     >>> actions.shape, sorted(extra)
     ((4,), ['action_dist_inputs', 'action_logp', 'vf_preds'])
     """
+
+    #: Whether :meth:`learn_on_batch` and :meth:`compute_gradients` read ``new_obs``.
+    trains_on_new_obs = True
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, *,
                  model: Any = None, hidden_sizes: Sequence[int] | None = None,

@@ -37,6 +37,7 @@ policies get it as ``policy.callbacks`` when ``on_learn_on_batch`` is overridden
 from __future__ import annotations
 
 import difflib
+import functools
 import inspect
 import os
 import sys
@@ -199,9 +200,84 @@ def build_env_part(env: Any, worker_index: int, what: str, fn: Callable[[], Any]
     except FlowError:
         raise
     except Exception as e:
-        where = "worker 0 (the local worker)" if worker_index == 0 else f"worker {worker_index}"
-        raise EnvError(f"env {describe_env(env)} raised {type(e).__name__} in its {what} on "
-                       f"{where}: {e}; fix the env or its env_config") from e
+        raise env_error(env, worker_index, what, e) from e
+
+
+def env_error(env: Any, worker_index: int, what: str, error: BaseException) -> EnvError:
+    """The :class:`~flowrl.errors.EnvError` for ``error``, raised by ``env``'s ``what``
+    (constructor, reset, step) on worker ``worker_index``; chain ``error`` to it.
+
+    >>> env_error("CartPole-v1", 2, "step", ValueError("bad action"))
+    EnvError("env 'CartPole-v1' raised ValueError in its step on worker 2: bad action; fix the env or its env_config")
+    """
+    where = "worker 0 (the local worker)" if worker_index == 0 else f"worker {worker_index}"
+    return EnvError(f"env {describe_env(env)} raised {type(error).__name__} in its {what} on "
+                    f"{where}: {error}; fix the env or its env_config")
+
+
+def stacks_frames(env: Any, preprocessor_pref: str | None) -> bool:
+    """Whether ``env``'s observations are frame stacks, each next observation the
+    last one shifted by one frame: ``ALE/`` ids under the DeepMind preprocessing
+    (gymnasium's wrappers or EnvPool's alike).
+
+    >>> stacks_frames("ALE/Pong-v5", "deepmind"), stacks_frames("ALE/Pong-v5", None)
+    (True, False)
+    """
+    from flowrl.envs import is_atari_id
+    return is_atari_id(env) and preprocessor_pref is not None
+
+
+#: The choices of ``vector_env``: how a worker steps its ``num_envs`` envs.
+VECTOR_ENVS = ("sync", "async", "envpool")
+
+
+def make_vector_env(kind: str, first: Any, create: Callable[[], Any], num_envs: int, *,
+                    env: Any = None, env_config: dict | None = None,
+                    preprocessor_pref: str | None = "deepmind",
+                    training: bool = True) -> gym.vector.VectorEnv:
+    """``num_envs`` envs as one gymnasium vector env in ``SAME_STEP`` autoreset mode.
+
+    ``kind`` ``"sync"``: a ``SyncVectorEnv`` stepping ``first`` and ``num_envs - 1``
+    more envs from ``create`` one after the other in this process. ``"async"``: an
+    ``AsyncVectorEnv`` with one subprocess per env (all made by ``create`` there;
+    ``first`` stays in this process for the worker's ``env``), stepped in parallel.
+    Its observations come back through shared memory, in the observation space's
+    own dtype (Atari frames stay uint8), and are copied out of it on every step,
+    so a sampler may keep them across steps. The subprocesses are started the
+    platform's default way (fork on Linux: ``spawn`` and ``forkserver`` would re-run
+    a user's script that lacks an ``if __name__ == "__main__"`` guard); ``close()``
+    ends them, and they end by themselves when the worker's process dies. Reset
+    with the same seeds, both kinds give the same observations, rewards and infos.
+    ``"envpool"``: ``ALE/`` ids ``env`` only,
+    stepped in EnvPool's thread pool with its own DeepMind preprocessing
+    (:class:`~flowrl.envs.envpool_env.EnvPoolVectorEnv`, made from ``env``,
+    ``env_config``, ``preprocessor_pref`` and ``training``; same spaces and
+    reporting, other frames).
+
+    RLlib 1.x names this ``remote_worker_envs``: True makes each env a Ray actor
+    (``"async"`` makes each a subprocess of its worker instead), False steps them
+    in the worker (``"sync"``).
+
+    >>> venv = make_vector_env("sync", gym.make("CartPole-v1"),
+    ...                        lambda: gym.make("CartPole-v1"), 3)
+    >>> venv.num_envs, type(venv).__name__
+    (3, 'SyncVectorEnv')
+    >>> venv.close()
+    """
+    same_step = gym.vector.AutoresetMode.SAME_STEP
+    if kind == "sync":
+        return gym.vector.SyncVectorEnv(
+            [lambda: first] + [lambda: flat_observations(create())] * (num_envs - 1),
+            autoreset_mode=same_step)
+    if kind == "async":
+        return gym.vector.AsyncVectorEnv(
+            [lambda: flat_observations(create())] * num_envs, shared_memory=True, copy=True,
+            autoreset_mode=same_step)
+    if kind == "envpool":
+        from flowrl.envs.envpool_env import EnvPoolVectorEnv
+        return EnvPoolVectorEnv(env, num_envs, env_config, preprocessor_pref=preprocessor_pref,
+                                training=training)
+    raise ConfigError(f"vector_env={kind!r}: choose one of {list(VECTOR_ENVS)}")
 
 
 def flat_observations(env: Any) -> Any:
@@ -238,7 +314,10 @@ class RolloutWorker(ShardHost):
     (:func:`flowrl.envs.make_atari`). ``training=False`` makes the envs for
     evaluation (Atari: whole games, raw scores) for :meth:`play_episodes`.
     ``callbacks``: a :class:`~flowrl.callbacks.DefaultCallbacks` subclass, a list of
-    them, or None.
+    them, or None. ``vector_env`` (one of :data:`VECTOR_ENVS`) is how a single-agent
+    env's ``num_envs`` copies are stepped (:func:`make_vector_env`); with
+    ``"async"`` or ``"envpool"`` the callbacks' ``base_env.get_sub_environments()``
+    is empty (the envs live in other processes or in EnvPool).
 
     >>> from flowrl.policies import PGPolicy
     >>> w = RolloutWorker("CartPole-v1", policy=PGPolicy, num_envs=2,
@@ -257,7 +336,10 @@ class RolloutWorker(ShardHost):
                  num_envs: int = 1, rollout_fragment_length: int = 200,
                  seed: int | None = None, worker_index: int = 0, explore: bool = True,
                  torch_threads: int | None = None, preprocessor_pref: str | None = "deepmind",
-                 training: bool = True, callbacks: Any = None):
+                 training: bool = True, callbacks: Any = None, vector_env: str = "sync"):
+        if vector_env not in VECTOR_ENVS:
+            raise ConfigError(f"RolloutWorker(vector_env={vector_env!r}): choose one of "
+                              f"{list(VECTOR_ENVS)}")
         for name, value in (("num_envs", num_envs),
                             ("rollout_fragment_length", rollout_fragment_length)):
             if not isinstance(value, int) or value < 1:
@@ -284,10 +366,15 @@ class RolloutWorker(ShardHost):
         self._on_learn = overrides(self.callbacks, "on_learn_on_batch")
 
         self.preprocessor_pref = preprocessor_pref
+        self.vector_env = vector_env
         create = make_env_creator(env, self.env_config, preprocessor_pref, training=training)
         first = self.env = build_env_part(env, worker_index, "constructor", create)
         eps_base = worker_index << 32
         if isinstance(first, MultiAgentEnv):
+            if vector_env != "sync":
+                raise ConfigError(f"RolloutWorker(vector_env={vector_env!r}): env "
+                                  f"{describe_env(env)} is a MultiAgentEnv, whose envs are "
+                                  "stepped in the worker's process; use vector_env='sync'")
             if policy_mapping_fn is None:
                 if len(specs) != 1:
                     raise ConfigError("RolloutWorker: a multi-agent env with several "
@@ -311,9 +398,9 @@ class RolloutWorker(ShardHost):
                                   "MultiAgentEnv")
             first = self.env = flat_observations(first)
             self.envs = [build_env_part(env, worker_index, "constructor",
-                                        lambda: gym.vector.SyncVectorEnv(
-                [lambda: first] + [lambda: flat_observations(create())] * (num_envs - 1),
-                autoreset_mode=gym.vector.AutoresetMode.SAME_STEP))]
+                                        lambda: make_vector_env(
+                vector_env, first, create, num_envs, env=env, env_config=self.env_config,
+                preprocessor_pref=preprocessor_pref, training=training))]
             venv = self.envs[0]
             (pid, spec), = specs.items()
             self.policy_map = {pid: self._build_policy(
@@ -321,9 +408,12 @@ class RolloutWorker(ShardHost):
             # (VectorSampler resets the envs when it is built)
             self.sampler = build_env_part(env, worker_index, "reset", lambda: VectorSampler(
                 venv, self.policy_map[pid], fragment_length=rollout_fragment_length,
+                step_error=functools.partial(env_error, env, worker_index, "step"),
+                frame_stacks=stacks_frames(env, preprocessor_pref),
                 seed=self.seed, explore=explore, eps_id_base=eps_base,
                 episode_infos=reports_episode_infos(first),
-                callbacks=episode_callbacks(self.callbacks, worker=self, envs=venv.envs,
+                callbacks=episode_callbacks(self.callbacks, worker=self,
+                                            envs=getattr(venv, "envs", []),
                                             policies=self.policy_map)))
         self.policy_mapping_fn = policy_mapping_fn
         to_train = list(self.policy_map) if policies_to_train is None else list(policies_to_train)
@@ -418,6 +508,10 @@ class RolloutWorker(ShardHost):
             raise ConfigError(f"RolloutWorker.play_episodes (worker {self.worker_index}): "
                               "evaluation plays single-agent envs with one policy; this "
                               "worker's env is multi-agent")
+        if not isinstance(self.envs[0], gym.vector.SyncVectorEnv):
+            raise ConfigError(f"RolloutWorker.play_episodes (worker {self.worker_index}): "
+                              "evaluation steps the envs one by one, which needs "
+                              "vector_env='sync'")
         policy = next(iter(self.policy_map.values()))
         return play_episodes(self.envs[0].envs, policy, schedule, explore=explore, seed=seed,
                              max_steps=MAX_EPISODE_STEPS if max_steps is None else max_steps,
@@ -522,10 +616,13 @@ class RolloutWorker(ShardHost):
         self.policies_to_train = list(state["policies_to_train"])
 
     def stop(self) -> None:
-        """Close the envs."""
+        """Close the envs (``"async"``: their subprocesses end), and ``env`` where it
+        is not one of them (``"async"``, ``"envpool"``)."""
         for env in self.envs:
             env.close()
+        if self.vector_env != "sync":
+            self.env.close()
 
 
-__all__ = ["RolloutWorker", "PolicySpec", "as_policy_spec", "check_policy_config",
+__all__ = ["RolloutWorker", "PolicySpec", "VECTOR_ENVS", "make_vector_env", "env_error", "as_policy_spec", "check_policy_config",
            "policy_parameters", "describe_env"]

@@ -12,7 +12,15 @@ transition ``(s_t, a_t, r_t, s_{t+1})``: ``new_obs`` holds the final observation
 done rows, and no transition spans two episodes. A truncated episode bootstraps
 from ``V(final obs)``; a fragment that cuts an episode bootstraps from ``V(s_T)``
 (both in column ``bootstrap_value`` of the row they follow). Both come from one
-batched value call at the end of ``sample()``.
+batched value call at the end of ``sample()``. A policy whose
+``trains_on_new_obs`` is False (PG, A2C, PPO, IMPALA and APPO without flat
+V-trace) gets batches without the ``new_obs`` column: it postprocesses and learns
+from ``bootstrap_value``, so an image batch carries each observation once. A
+policy that reads ``new_obs`` but says ``takes_next_frame`` (flat V-trace IMPALA
+and APPO) gets, from envs that give frame stacks (``frame_stacks``: every row's
+``new_obs`` its ``obs`` shifted by one frame, checked on every fragment), only the
+newest frame of each ``new_obs`` (column ``new_frame``) and rebuilds the stacks
+it needs.
 
 Recurrent policies (``policy.is_recurrent``): the sampler carries each env's
 model state and previous action and reward from step to step, resets them at
@@ -40,12 +48,14 @@ metric replaces an earlier one's).
 from __future__ import annotations
 
 import functools
-from typing import Any
+from typing import Any, Callable
 
 import gymnasium as gym
 import numpy as np
 
 from flowrl.batch import SampleBatch
+from flowrl.errors import FlowError
+from flowrl.replay.frames import is_frame_stack
 from flowrl.workers.episode import SINGLE_AGENT_ID, Episode, merge_finished_stats
 
 SB = SampleBatch
@@ -115,13 +125,24 @@ class VectorSampler:
     ``num_forwards`` counts the policy's ``compute_actions`` calls. ``Discrete`` actions reach the
     envs as Python ints (as in the multi-agent sampler), ``Box`` actions as numpy
     rows clipped to the bounds; the batch keeps the policy's numpy actions.
-    ``callbacks``: see the module docstring.
+    ``callbacks``: see the module docstring. ``step_error(e)``, when given, is the
+    error to raise (``e`` chained) for an exception ``e`` of the vector env's
+    ``step`` that is not a FlowError (a worker's names the env and the worker).
+    ``frame_stacks``: the envs give uint8 frame stacks, every ``new_obs`` its ``obs``
+    shifted by one frame (the DeepMind Atari preprocessing); only then may a batch
+    carry ``new_frame`` for ``new_obs`` (see the module docstring), the same columns
+    from every fragment of every worker. A fragment that breaks the promise is an
+    error (``step_error``'s), never a batch with other columns.
     """
 
     def __init__(self, venv: gym.vector.VectorEnv, policy, *, fragment_length: int,
                  seed: int | None, explore: bool = True, eps_id_base: int = 0,
-                 episode_infos: bool = False, callbacks: Any = None):
+                 episode_infos: bool = False, callbacks: Any = None,
+                 step_error: Callable[[Exception], Exception] | None = None,
+                 frame_stacks: bool = False):
         self.venv, self.policy = venv, policy
+        self.step_error = step_error
+        self.frame_stacks = frame_stacks
         self.episode_infos = episode_infos
         self.explore = explore
         self.num_envs, self.fragment_length = venv.num_envs, fragment_length
@@ -206,9 +227,16 @@ class VectorSampler:
                     buf[f"state_in_{i}"][step] = s
                 buf[SB.PREV_ACTIONS][step] = self._prev_actions
                 buf[SB.PREV_REWARDS][step] = self._prev_rewards
-            next_obs, rewards, terms, truncs, infos = venv.step(
-                np.asarray(actions).tolist() if discrete
-                else np.clip(actions, *clip) if clip is not None else actions)
+            try:
+                next_obs, rewards, terms, truncs, infos = venv.step(
+                    np.asarray(actions).tolist() if discrete
+                    else np.clip(actions, *clip) if clip is not None else actions)
+            except FlowError:
+                raise
+            except Exception as e:
+                if self.step_error is None:
+                    raise
+                raise self.step_error(e) from e
             buf[SB.OBS][step] = obs
             buf[SB.ACTIONS][step] = actions
             buf[SB.REWARDS][step] = rewards
@@ -330,8 +358,21 @@ class VectorSampler:
         bootstrap[T - 1, open_end] = values[:N][open_end]
         # Env-major rows: env i's T steps are rows i*T .. (i+1)*T - 1, one trajectory.
         # (copies: the buffers are reused by the next sample())
+        keep_new_obs = getattr(self.policy, "trains_on_new_obs", True)
+        next_frame = keep_new_obs and self.frame_stacks \
+            and getattr(self.policy, "takes_next_frame", False)
+        if next_frame and not is_frame_stack(
+                buf[SB.OBS].reshape(T * N, *buf[SB.OBS].shape[2:]),
+                buf[SB.NEXT_OBS].reshape(T * N, *buf[SB.OBS].shape[2:])):
+            error = ValueError("its observations are not frame stacks (a new_obs is not its "
+                               "obs shifted by one frame), which frame_stacks=True promised")
+            raise error if self.step_error is None else self.step_error(error)
         columns = {k: v.swapaxes(0, 1).copy().reshape(N * T, *v.shape[2:])
-                   for k, v in buf.items()}
+                   for k, v in buf.items()
+                   if k != SB.NEXT_OBS or (keep_new_obs and not next_frame)}
+        if next_frame:
+            frames = buf[SB.NEXT_OBS][:, :, -1]
+            columns[SB.NEXT_FRAME] = frames.swapaxes(0, 1).copy().reshape(N * T, *frames.shape[2:])
         columns[SB.BOOTSTRAP_VALUE] = bootstrap.T.reshape(-1)
         columns[SB.AGENT_INDEX] = np.zeros(N * T, np.int64)
         return postprocess_trajectories(self.policy, SampleBatch(columns),

@@ -83,6 +83,8 @@ class WorkerConfig:
     raw scores; :func:`~flowrl.workers.rollout_worker.make_env_creator`).
     ``callbacks`` (a :class:`~flowrl.callbacks.DefaultCallbacks` subclass or a list
     of them) travels like ``env_config``: each worker builds its own instance.
+    ``vector_env`` (``"sync"`` or ``"async"``) is how each worker steps its envs
+    (:func:`~flowrl.workers.rollout_worker.make_vector_env`).
 
     >>> WorkerConfig(num_envs_per_worker=0)
     Traceback (most recent call last):
@@ -109,6 +111,7 @@ class WorkerConfig:
     preprocessor_pref: str | None = "deepmind"
     training: bool = True
     callbacks: Any = None
+    vector_env: str = "sync"
 
     @property
     def tolerates_failures(self) -> bool:
@@ -134,7 +137,7 @@ class WorkerConfig:
             rollout_fragment_length=self.rollout_fragment_length, seed=self.seed,
             explore=self.explore, policies_to_train=self.policies_to_train,
             preprocessor_pref=self.preprocessor_pref, training=self.training,
-            callbacks=self.callbacks)
+            callbacks=self.callbacks, vector_env=self.vector_env)
         if self.policies is not None:
             kwargs.update(policies=self.policies, policy_mapping_fn=self.policy_mapping_fn)
         else:
