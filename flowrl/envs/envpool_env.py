@@ -1,6 +1,6 @@
 """EnvPool's Atari as a gymnasium vector env in ``SAME_STEP`` autoreset mode.
 
-``vector_env="envpool"`` (``pip install envpool``) steps a worker's ``ALE/...-v5``
+``vector_env="envpool"`` (``pip install flowrl[envpool]``) steps a worker's ``ALE/...-v5``
 envs in EnvPool's C++ thread pool, with EnvPool's own DeepMind preprocessing: up
 to 30 no-op starts, frame skip 4 with a max-pool over the last two frames, 84x84
 grayscale, 4 frames stacked channels first, uint8; for training, episodic life and
@@ -48,7 +48,7 @@ def import_envpool(where: str):
         import envpool
     except ImportError:
         raise ConfigError(f"{where}: vector_env='envpool' needs envpool, which is not "
-                          "installed; pip install envpool, or use vector_env='sync' or "
+                          "installed; pip install flowrl[envpool], or use vector_env='sync' or "
                           "'async'") from None
     return envpool
 
