@@ -20,6 +20,7 @@ A sweep spec is a YAML mapping; only ``algo`` and ``env`` are required::
     checkpoint_frequency: 1       # every N iterations (0: only at the end); default 1
     keep_checkpoints: 2           # per trial; default 2
     max_concurrent_trials: null   # default: as many as the CPUs allow
+    search_seed: null             # seeds the sampling of choice/uniform/loguniform
 
 Search spaces (a mapping with exactly one of these keys, on a top-level
 ``config`` field): ``{grid_search: [v, ...]}`` (every value, each
@@ -71,7 +72,7 @@ from flowrl.experiment import algorithm_class, check_stop, config_fields, make_c
 
 SWEEP_KEYS = ("algo", "env", "config", "stop", "num_samples", "scheduler", "metric", "mode",
               "storage_path", "name", "resume", "checkpoint_frequency", "keep_checkpoints",
-              "max_concurrent_trials")
+              "max_concurrent_trials", "search_seed")
 SPACES = ("grid_search", "choice", "uniform", "loguniform")
 TIME_ATTRS = ("training_iteration", "timesteps_total", "time_total_s")
 SCHEDULER_PARAMS = {
@@ -284,9 +285,12 @@ def check_sweep(data: dict[str, Any], where: str = "sweep") -> dict[str, Any]:
             ("keep_checkpoints", 2, lambda v: v is None or _int_at_least(v, 1),
              "an int >= 1 or null (all)"),
             ("max_concurrent_trials", None, lambda v: v is None or _int_at_least(v, 1),
-             "an int >= 1 or null")):
+             "an int >= 1 or null"),
+            ("search_seed", None, lambda v: v is None or _int_at_least(v, 0),
+             "an int >= 0 or null")):
         value = data.get(key, default)
-        if value is None and key not in ("keep_checkpoints", "max_concurrent_trials"):
+        if value is None and key not in ("keep_checkpoints", "max_concurrent_trials",
+                                         "search_seed"):
             value = default
         if not ok(value):
             raise ConfigError(f"{where}: {key}={value!r}: must be {what}")
@@ -409,11 +413,14 @@ def make_tuner(spec: dict[str, Any], *, verbose: int = 1, callbacks: Sequence[An
     checkpoints = tune.CheckpointConfig(checkpoint_frequency=spec["checkpoint_frequency"],
                                         checkpoint_at_end=True,
                                         num_to_keep=spec["keep_checkpoints"])
+    from ray.tune.search import BasicVariantGenerator
     tuner = tune.Tuner(
         trainable_cls, param_space=param_space(spec),
         tune_config=tune.TuneConfig(metric=spec["metric"], mode=spec["mode"],
                                     num_samples=spec["num_samples"],
                                     scheduler=make_scheduler(spec),
+                                    search_alg=BasicVariantGenerator(
+                                        random_state=spec["search_seed"]),
                                     max_concurrent_trials=spec["max_concurrent_trials"]),
         run_config=tune.RunConfig(name=name, storage_path=storage, stop=dict(spec["stop"]),
                                   checkpoint_config=checkpoints, verbose=verbose,

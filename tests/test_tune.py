@@ -181,11 +181,11 @@ def test_two_trials_with_ray_workers_on_two_cpus_finish_with_workers_in_their_gr
     grid = tune.Tuner(
         _probe(), param_space={**SMALL, "backend": "ray", "num_workers": 1,
                                "seed": tune.grid_search([0, 1])},
-        run_config=run_config(tmp_path, "pg", stop={"training_iteration": 2})).fit()
+        run_config=run_config(tmp_path, "pg", stop={"training_iteration": 1})).fit()
     assert len(grid) == 2 and not grid.errors
     seen = set()
     for r in grid:
-        assert r.metrics["training_iteration"] == 2
+        assert r.metrics["training_iteration"] == 1
         assert r.metrics["num_healthy_workers"] == 1
         assert r.metrics["trial_pg"] is not None
         assert r.metrics["worker_pgs"] == [r.metrics["trial_pg"]]
@@ -204,9 +204,12 @@ def test_a_failing_trial_reports_flowrls_one_line_reason_and_the_others_go_on(
     grid = tune.Tuner(
         trainable("ppo"), param_space={**SMALL, "lr": tune.grid_search([1e-3, -1.0])},
         run_config=run_config(tmp_path, "fail", stop={"training_iteration": 2})).fit()
-    by_lr = {r.config["lr"]: r for r in grid}
-    assert by_lr[1e-3].error is None and by_lr[1e-3].metrics["training_iteration"] == 2
-    reason = trial_error(by_lr[-1.0].error)
+    ok = [r for r in grid if r.error is None]
+    failed = [r for r in grid if r.error is not None]
+    assert len(ok) == len(failed) == 1
+    assert ok[0].config["lr"] == 1e-3 and ok[0].metrics["training_iteration"] == 2
+    assert "lr=-1" in os.path.basename(failed[0].path)
+    reason = trial_error(failed[0].error)
     assert reason == "ConfigError: PPOConfig.lr=-1.0: must be a number > 0 and <= 10"
 
 
@@ -386,3 +389,14 @@ def test_flowrl_tune_runs_a_pbt_sweep_and_prints_the_best_trial(ray_session, tmp
             rows = progress(d)
             assert rows[-1]["training_iteration"] == 4
             assert all(r["timesteps_total"] == 128 * r["training_iteration"] for r in rows)
+
+
+def test_the_example_sweep_is_8_ppo_cartpole_trials_with_asha():
+    from flowrl.sweep import load_sweep
+    spec = load_sweep(os.path.join(ROOT, "examples", "tune_sweep.yaml"))
+    assert (spec["algo"], spec["env"], spec["num_samples"]) == ("ppo", "CartPole-v1", 8)
+    assert spec["scheduler"]["type"] == "asha" and spec["stop"]["episode_reward_mean"] == 450
+    quick = load_sweep(os.path.join(ROOT, "examples", "tune_sweep.yaml"),
+                       ["num_samples=2", "stop.timesteps_total=4096", "search_seed=3"])
+    assert quick["num_samples"] == 2 and quick["stop"]["timesteps_total"] == 4096
+    assert quick["search_seed"] == 3 and quick["config"]["lr"] == {"loguniform": [3e-4, 3e-3]}
