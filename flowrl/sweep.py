@@ -18,7 +18,7 @@ A sweep spec is a YAML mapping; only ``algo`` and ``env`` are required::
     name: ppo-cartpole            # default <algo>-<env>
     resume: false                 # true: continue <storage_path>/<name> if it exists
     checkpoint_frequency: 1       # every N iterations (0: only at the end); default 1
-    keep_checkpoints: 2           # per trial; default 2
+    keep_checkpoints: 3           # per trial; default 3 (PBT clones from recent ones)
     max_concurrent_trials: null   # default: as many as the CPUs allow
     search_seed: null             # seeds the sampling of choice/uniform/loguniform
 
@@ -282,7 +282,7 @@ def check_sweep(data: dict[str, Any], where: str = "sweep") -> dict[str, Any]:
              "a directory name (letters, digits, _ . = -)"),
             ("resume", False, lambda v: isinstance(v, bool), "true or false"),
             ("checkpoint_frequency", 1, lambda v: _int_at_least(v, 0), "an int >= 0"),
-            ("keep_checkpoints", 2, lambda v: v is None or _int_at_least(v, 1),
+            ("keep_checkpoints", 3, lambda v: v is None or _int_at_least(v, 1),
              "an int >= 1 or null (all)"),
             ("max_concurrent_trials", None, lambda v: v is None or _int_at_least(v, 1),
              "an int >= 1 or null"),
@@ -421,6 +421,9 @@ def make_tuner(spec: dict[str, Any], *, verbose: int = 1, callbacks: Sequence[An
                                     scheduler=make_scheduler(spec),
                                     search_alg=BasicVariantGenerator(
                                         random_state=spec["search_seed"]),
+                                    # a finished trial's process takes the next trial
+                                    # (reset_config rebuilds the algorithm)
+                                    reuse_actors=True,
                                     max_concurrent_trials=spec["max_concurrent_trials"]),
         run_config=tune.RunConfig(name=name, storage_path=storage, stop=dict(spec["stop"]),
                                   checkpoint_config=checkpoints, verbose=verbose,

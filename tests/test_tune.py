@@ -222,8 +222,10 @@ RESUME_SCRIPT = textwrap.dedent("""
     ray.init(address=sys.argv[1], log_to_driver=False, configure_logging=False)
 
     class KillAfterThird(tune.Callback):
+        # Tuner.restore brings the run's callbacks back too: only this process dies
         def on_checkpoint(self, iteration, trials, trial, checkpoint, **info):
-            if trial.last_result.get("training_iteration", 0) >= 3:
+            if (os.environ.get("FLOWRL_TEST_KILL") == "1"
+                    and trial.last_result.get("training_iteration", 0) >= 3):
                 os.kill(os.getpid(), signal.SIGKILL)   # no clean shutdown at all
 
     small = dict(env="CartPole-v1", num_workers=0, num_envs_per_worker=1,
@@ -249,7 +251,8 @@ def test_restoring_a_killed_experiment_continues_each_trial_from_its_checkpoint(
     script = tmp_path / "sweep.py"
     script.write_text(RESUME_SCRIPT)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
-           "TUNE_GLOBAL_CHECKPOINT_S": "0"}  # experiment state written at every step
+           "TUNE_GLOBAL_CHECKPOINT_S": "0",  # experiment state written at every step
+           "FLOWRL_TEST_KILL": "1"}
     proc = subprocess.run([sys.executable, str(script), ray.get_runtime_context().gcs_address,
                            str(tmp_path)], env=env, capture_output=True, text=True,
                           timeout=240)
