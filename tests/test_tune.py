@@ -149,6 +149,36 @@ def test_a_checkpoint_round_trips_into_a_fresh_trainable_and_reset_config_rebuil
             b.stop()
 
 
+def _failing_callbacks():
+    from flowrl.callbacks import DefaultCallbacks
+
+    class FailsAtSecondResult(DefaultCallbacks):
+        def on_train_result(self, *, algorithm, result, **kwargs):
+            if result["training_iteration"] == 2:
+                raise RuntimeError("score table full\nsecond line")
+    return FailsAtSecondResult
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(120)
+def test_a_failing_step_raises_flowrls_one_line_reason(ray_session):
+    from flowrl.errors import TrialError
+    from flowrl.tune import trainable
+    t = trainable("pg")(config=dict(env="CartPole-v1", num_workers=0,
+                                    rollout_fragment_length=50, train_batch_size=50,
+                                    callbacks=_failing_callbacks()))
+    try:
+        t.train()
+        with pytest.raises(TrialError) as info:
+            t.train()
+        reason = str(info.value)
+        assert "\n" not in reason and reason.startswith("OperatorError: ")
+        assert "on_train_result" in reason and "score table full" in reason
+        assert info.value.__cause__ is not None
+    finally:
+        t.stop()
+
+
 # -- real Tune runs -------------------------------------------------------------------------
 def _worker_placement_group(worker):
     import ray
@@ -181,16 +211,17 @@ def test_two_trials_with_ray_workers_on_two_cpus_finish_with_workers_in_their_gr
     grid = tune.Tuner(
         _probe(), param_space={**SMALL, "backend": "ray", "num_workers": 1,
                                "seed": tune.grid_search([0, 1])},
+        # the second trial reuses the first one's process and group (reset_config)
+        tune_config=tune.TuneConfig(reuse_actors=True),
         run_config=run_config(tmp_path, "pg", stop={"training_iteration": 1})).fit()
+    # each trial needs both CPUs: without its group reserved up front, two trial
+    # processes would take one CPU each and their workers would wait forever
     assert len(grid) == 2 and not grid.errors
-    seen = set()
     for r in grid:
         assert r.metrics["training_iteration"] == 1
         assert r.metrics["num_healthy_workers"] == 1
         assert r.metrics["trial_pg"] is not None
         assert r.metrics["worker_pgs"] == [r.metrics["trial_pg"]]
-        seen.add(r.metrics["trial_pg"])
-    assert len(seen) == 2  # each trial had its own group
 
 
 @pytest.mark.ray
