@@ -158,7 +158,7 @@ def _parser() -> argparse.ArgumentParser:
     tu.add_argument("--resume", action="store_true",
                     help="continue the experiment <storage_path>/<name> if it exists "
                     "(resume: true)")
-    tu.add_argument("--quiet", action="store_true", help="no Tune progress output")
+    tu.add_argument("--quiet", action="store_true", help="no Tune progress table")
     pl = sub.add_parser("plan", help="write an algorithm's plan as DOT/SVG/PNG")
     pl.add_argument("algo", help="algorithm: " + ", ".join(sorted(_algorithms())))
     pl.add_argument("--env", default="CartPole-v1")

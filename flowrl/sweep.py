@@ -483,9 +483,11 @@ def summary(grid: Any, spec: dict[str, Any]) -> tuple[str, int]:
         if searched:
             lines.append("  config: " + ", ".join(f"{k}={v!r}" for k, v in searched.items()))
         last = best.metrics
+        last_value = last.get(metric)
         lines.append(f"  last result: iteration {last.get('training_iteration')}, "
                      f"{last.get('timesteps_total')} timesteps, {metric} "
-                     f"{last.get(metric)}")
+                     + (f"{last_value:.4g}" if isinstance(last_value, (int, float))
+                        else str(last_value)))
         if best.checkpoint is not None:
             lines.append(f"  checkpoint: {best.checkpoint.path}")
     for r in failed:
