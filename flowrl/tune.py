@@ -82,7 +82,8 @@ def _field(cls: type, config: dict, name: str) -> Any:
 def _amount(value: Any, default: float) -> float:
     """``value`` as a resource amount >= 0; ``default`` for anything else (a bad
     value fails the trial in ``setup`` with the config's own message)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not 0 <= value < float("inf")):
         return default
     return float(value)
 

@@ -50,6 +50,7 @@ def test_each_trial_reserves_its_driver_and_every_remote_worker():
     assert bundles(PPO, {}) == [{"CPU": 1.0}]
     # a bad value leaves the request at the default; setup() reports it
     assert bundles(PPO, {"backend": "ray", "num_workers": -1}) == [{"CPU": 1.0}]
+    assert bundles(PPO, {"backend": "ray", "num_workers": float("inf")}) == [{"CPU": 1.0}]
     pgf = trainable(PPO).default_resource_request({"backend": "ray", "num_workers": 1})
     assert pgf.bundles == [{"CPU": 1.0}, {"CPU": 1.0}] and pgf.strategy == "PACK"
 
