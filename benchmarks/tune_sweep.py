@@ -25,6 +25,7 @@ arrives):
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
 import tempfile
@@ -65,7 +66,7 @@ def make_watcher(target: float):
 
         def on_trial_result(self, iteration, trials, trial, result, **info):
             value = result.get("episode_reward_mean")
-            if isinstance(value, (int, float)) and value == value:
+            if isinstance(value, (int, float)) and not math.isnan(value):
                 self.best = max(self.best, float(value))
                 if value >= target and self.reached_at is None:
                     self.reached_at = time.perf_counter() - self.start

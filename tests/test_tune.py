@@ -102,7 +102,8 @@ def test_loading_another_trials_checkpoint_clones_weights_optimizer_and_counters
         assert s_src["state"].keys() == s_dst["state"].keys() and s_src["state"]
         for k, st in s_src["state"].items():
             for name, value in st.items():
-                np.testing.assert_array_equal(np.asarray(value), np.asarray(s_dst["state"][k][name]))
+                np.testing.assert_array_equal(np.asarray(value),
+                                              np.asarray(s_dst["state"][k][name]))
         # counters are the source's: the clone continues from where it stood
         src_counters = dict(source.algo.metrics.counters)
         assert dict(target.algo.metrics.counters) == src_counters
@@ -282,7 +283,8 @@ def test_restoring_a_killed_experiment_continues_each_trial_from_its_checkpoint(
     from flowrl.tune import trainable
     script = tmp_path / "sweep.py"
     script.write_text(RESUME_SCRIPT)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]),
+    paths = [ROOT, os.environ.get("PYTHONPATH", "")]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths),
            "TUNE_GLOBAL_CHECKPOINT_S": "0",  # experiment state written at every step
            "FLOWRL_TEST_KILL": "1"}
     proc = subprocess.run([sys.executable, str(script), ray.get_runtime_context().gcs_address,
