@@ -421,11 +421,17 @@ def test_flowrl_tune_runs_a_pbt_sweep_and_prints_the_best_trial(ray_session, tmp
     assert "trials: 2 (2 finished, 0 failed)" in out
     assert "best trial: PPO_CartPole-v1_" in out and "config: lr=" in out
     assert f"experiment: {tmp_path / 'runs' / 'pbt'}" in out
-    for d in (tmp_path / "runs" / "pbt").iterdir():
-        if d.is_dir():
-            rows = progress(d)
-            assert rows[-1]["training_iteration"] == 4
-            assert all(r["timesteps_total"] == 128 * r["training_iteration"] for r in rows)
+    trial_dirs = [d for d in (tmp_path / "runs" / "pbt").iterdir() if d.is_dir()]
+    assert len(trial_dirs) == 2
+    for d in trial_dirs:
+        rows = progress(d)
+        assert rows[-1]["training_iteration"] == 4
+        assert all(r["timesteps_total"] == 128 * r["training_iteration"] for r in rows)
+    # --resume continues that experiment (here: every trial already finished)
+    assert main(["tune", "--config", str(sweep), "--quiet", "--resume"]) == 0
+    out = capsys.readouterr().out
+    assert "resumed trials: 2 (2 finished, 0 failed)" in out
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == ["pbt"]
 
 
 def test_the_example_sweep_is_8_ppo_cartpole_trials_with_asha():
