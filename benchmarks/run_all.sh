@@ -7,12 +7,12 @@
 # the ones below go to every script (e.g. --seeds 5). A benchmark that fails is
 # reported and the others still run; the exit status is 1 if any failed.
 #
-# Expected duration on 2 idle cores: about 5 h in all (startup 2, sampling 5,
+# Expected duration on 2 idle cores: about 5 h 30 min in all (startup 2, sampling 5,
 # models_throughput 20, vector_envs 10, local_overhead 5, ray_overhead 25 (3 seeds: 15) and --paired
 # 15, compiled_graph 7, profile_ppo 5, ppo_cartpole --matched 25 and --tuned 25,
 # impala_throughput 10, impala_fairness 8, async_cartpole 15, apex_throughput 10,
 # replay 2, dqn_cartpole 20, multi_agent_sampling 3, ddppo_cartpole 8, chaos 12,
-# evaluation_overhead 5, memory_proofs --task stateless-cartpole 80 and --task cue-recall 10 minutes; the
+# evaluation_overhead 5, tune_sweep 30 (3 seeds; an upper bound), memory_proofs --task stateless-cartpole 80 and --task cue-recall 10 minutes; the
 # targeted ones are upper bounds, reached when runs use their whole budget), and
 # about 5 h more for the two mujoco_ppo envs (3 seeds x 2 systems x 1M env steps;
 # estimated from one run's own CPU seconds per system, about 18 min flowrl and 30 min
@@ -57,6 +57,7 @@ BENCHMARKS=(
   "ddppo_cartpole|ddppo_cartpole"
   "chaos|chaos"
   "evaluation_overhead|evaluation_overhead"
+  "tune_sweep|tune_sweep"
   "memory_proofs-stateless_cartpole|memory_proofs --task stateless-cartpole"
   "memory_proofs-cue_recall|memory_proofs --task cue-recall"
   # Needs mujoco; 1M env steps per run (see the script's docstring for its length).

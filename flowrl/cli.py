@@ -1,4 +1,5 @@
-"""The ``flowrl`` command: ``flowrl train``, ``flowrl evaluate`` and ``flowrl plan``.
+"""The ``flowrl`` command: ``flowrl train``, ``flowrl evaluate``, ``flowrl tune`` and
+``flowrl plan``.
 
 ``flowrl train [ALGO] [--env ENV] [--config FILE.yaml] [--set key=value ...]``
 trains with a live progress display (rich; with ``--eval-interval N`` also the
@@ -23,6 +24,11 @@ is refused unless ``--restore-allow-pickle`` says its source is trusted.
 
 ``flowrl evaluate CHECKPOINT [--episodes N] [--allow-pickle]`` plays N episodes
 with the checkpoint's policy and prints the mean and std of the return.
+
+``flowrl tune --config SWEEP.yaml [--set key=value ...] [--resume]`` runs a
+hyperparameter sweep on Ray Tune (:mod:`flowrl.sweep`: the spec is checked whole
+before any trial starts) and prints the best trial and any failed trial's reason;
+it exits 1 when a trial failed.
 
 ``flowrl plan ALGO [--env ENV] [--format dot|svg|png] [-o FILE]`` writes the
 algorithm's plan as DOT text (stdout without ``-o``) or, through Graphviz, SVG/PNG.
@@ -141,6 +147,18 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, default=None)
     e.add_argument("--explore", action="store_true",
                    help="sample actions instead of taking the most likely one")
+    tu = sub.add_parser("tune", help="run a hyperparameter sweep on Ray Tune")
+    tu.add_argument("--config", type=_path, required=True, metavar="SWEEP.yaml",
+                    help="sweep spec: algo, env, config (with grid_search/choice/uniform/"
+                    "loguniform values), stop, num_samples, scheduler, ... (see "
+                    "examples/tune_sweep.yaml)")
+    tu.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a sweep key (num_samples=2, stop.timesteps_total=1000) or "
+                    "a config field (lr={choice: [0.001, 0.01]}); repeatable")
+    tu.add_argument("--resume", action="store_true",
+                    help="continue the experiment <storage_path>/<name> if it exists "
+                    "(resume: true)")
+    tu.add_argument("--quiet", action="store_true", help="no Tune progress table")
     pl = sub.add_parser("plan", help="write an algorithm's plan as DOT/SVG/PNG")
     pl.add_argument("algo", help="algorithm: " + ", ".join(sorted(_algorithms())))
     pl.add_argument("--env", default="CartPole-v1")
@@ -415,6 +433,15 @@ def evaluate(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def tune(args: argparse.Namespace) -> int:
+    from flowrl.sweep import load_sweep, run_sweep, summary
+    spec = load_sweep(args.config, args.set + (["resume=true"] if args.resume else []))
+    grid, resumed = run_sweep(spec, verbose=0 if args.quiet else 1)
+    text, failed = summary(grid, spec)
+    print(("resumed " if resumed else "") + text)
+    return EXIT_FAILED if failed else EXIT_OK
+
+
 def plan(args: argparse.Namespace) -> int:
     cls = _algo_class(args.algo)
     check_env(args.env, "--env")
@@ -456,7 +483,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # argparse already printed the usage error
         return int(e.code or 0)
     try:
-        return {"train": train, "evaluate": evaluate, "plan": plan}[args.command](args)
+        return {"train": train, "evaluate": evaluate, "plan": plan,
+                "tune": tune}[args.command](args)
     except ConfigError as e:
         return _error(str(e), EXIT_USAGE)
     except FlowError as e:

@@ -70,4 +70,11 @@ class EnvError(FlowError):
     """
 
 
-__all__ = ["FlowError", "PlanError", "ConfigError", "OperatorError", "WorkerError", "EnvError"]
+class TrialError(FlowError):
+    """A Ray Tune trial of a flowrl algorithm failed (:mod:`flowrl.tune`). The
+    message is flowrl's one-line reason, the type and first line of the original
+    error, which is chained as ``__cause__``."""
+
+
+__all__ = ["FlowError", "PlanError", "ConfigError", "OperatorError", "WorkerError", "EnvError",
+           "TrialError"]

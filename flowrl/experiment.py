@@ -61,7 +61,13 @@ def closest(name: str, choices: Sequence[str]) -> str | None:
     return close[0] if close else None
 
 
-def _suggest(name: str, choices: Sequence[str]) -> str:
+def suggest(name: str, choices: Sequence[str]) -> str:
+    """The hint for a misspelt ``name``: ``did you mean 'x'?`` (:func:`closest`),
+    else the valid choices.
+
+    >>> suggest("gamme", ["gamma", "lr"]), suggest("zzz", ["lr"])
+    ("did you mean 'gamma'?", "choose from ['lr']")
+    """
     close = closest(name, choices)
     return f"did you mean {close!r}?" if close else f"choose from {sorted(choices)}"
 
@@ -72,7 +78,7 @@ def algorithm_class(name: Any):
     from flowrl.algorithms import ALGORITHMS
     cls = ALGORITHMS.get(name.lower()) if isinstance(name, str) else None
     if cls is None:
-        raise ConfigError(f"unknown algorithm {name!r}; {_suggest(str(name), list(ALGORITHMS))} "
+        raise ConfigError(f"unknown algorithm {name!r}; {suggest(str(name), list(ALGORITHMS))} "
                           f"(choose one of {sorted(ALGORITHMS)})")
     return cls
 
@@ -90,7 +96,7 @@ def make_config(algo: Any, fields: dict[str, Any]):
     for name in fields:
         if name not in valid:
             raise ConfigError(f"unknown field {name!r} in {cls.name} config; "
-                              f"{_suggest(str(name), valid)}")
+                              f"{suggest(str(name), valid)}")
     return cls.config_class(**fields)
 
 
@@ -118,7 +124,7 @@ def check_spec(data: dict[str, Any], where: str = "spec") -> dict[str, Any]:
     or ``stop`` and bad stop values are ConfigErrors."""
     for key in data:
         if key not in SPEC_KEYS:
-            raise ConfigError(f"{where}: unknown key {key!r}; {_suggest(str(key), SPEC_KEYS)}")
+            raise ConfigError(f"{where}: unknown key {key!r}; {suggest(str(key), SPEC_KEYS)}")
     spec = {"algo": data.get("algo"), "env": data.get("env"),
             "stop": copy.deepcopy(data.get("stop") or {}),
             "config": copy.deepcopy(data.get("config") or {})}
@@ -134,7 +140,7 @@ def check_stop(key: Any, value: Any, where: str) -> None:
     """ConfigError unless ``key`` is a stop criterion and ``value`` a usable bound."""
     if key not in STOP_KEYS:
         raise ConfigError(f"{where}: unknown stop criterion {key!r}; "
-                          f"{_suggest(str(key), STOP_KEYS)}")
+                          f"{suggest(str(key), STOP_KEYS)}")
     if key == "episode_reward_mean":
         if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
             raise ConfigError(f"{where}={value!r}: must be a number")
@@ -182,5 +188,5 @@ def apply_overrides(spec: dict[str, Any], overrides: Sequence[str]) -> dict[str,
     return spec
 
 
-__all__ = ["load_spec", "check_spec", "apply_overrides", "parse_override", "make_config",
-           "algorithm_class", "config_fields", "STOP_KEYS"]
+__all__ = ["suggest", "closest", "load_spec", "check_spec", "apply_overrides", "parse_override",
+           "make_config", "algorithm_class", "config_fields", "STOP_KEYS"]

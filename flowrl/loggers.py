@@ -28,19 +28,27 @@ from typing import Any
 RESULT_FILE = "result.jsonl"
 
 
-def jsonable(x: Any) -> Any:
+def jsonable(x: Any, *, keep_nan: bool = False) -> Any:
     """``x`` with numpy scalars as Python numbers, tuples as lists, NaN as None and
-    dict keys as strings: what ``result.jsonl`` holds."""
+    dict keys as strings: what ``result.jsonl`` holds. ``keep_nan`` keeps NaN a
+    float (Ray Tune's schedulers need a metric that is a number in every result).
+
+    >>> import numpy as np
+    >>> jsonable({"a": np.float32(0.5), 1: (np.int64(2), float("nan"))})
+    {'a': 0.5, '1': [2, None]}
+    >>> jsonable([np.nan], keep_nan=True)
+    [nan]
+    """
     if isinstance(x, dict):
-        return {str(k): jsonable(v) for k, v in x.items()}
+        return {str(k): jsonable(v, keep_nan=keep_nan) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return [jsonable(v) for v in x]
+        return [jsonable(v, keep_nan=keep_nan) for v in x]
     if hasattr(x, "item") and not isinstance(x, (str, bytes)):
         try:
             x = x.item()
         except (TypeError, ValueError):  # a non-scalar array
-            return jsonable(x.tolist())
-    if isinstance(x, float) and math.isnan(x):
+            return jsonable(x.tolist(), keep_nan=keep_nan)
+    if isinstance(x, float) and math.isnan(x) and not keep_nan:
         return None
     return x
 

@@ -28,6 +28,7 @@ import ddppo_cartpole  # noqa: E402
 import dqn_cartpole  # noqa: E402
 import mujoco_ppo  # noqa: E402
 import ray_overhead  # noqa: E402
+import tune_sweep  # noqa: E402
 import replay  # noqa: E402
 import vector_envs  # noqa: E402
 
@@ -128,6 +129,24 @@ def test_mujoco_ppo_compares_training_time_over_all_runs_and_times_the_target_on
     missed = next(ln for ln in summary if ln.startswith("flowrl") and "not reached 1/2" in ln)
     assert "2.00x" in reached and "2.00x" in missed  # 1400 / median(600, 800)
     assert "550 [550-550]" in reached and "550" not in missed
+
+
+def test_tune_sweep_keeps_sweeps_that_missed_450_out_of_the_time_to_it(capsys):
+    runs = [_run("flowrl-tune", reached=True, to_target_s=100.0, from_start_s=110.0,
+                 sweep_s=300.0, max_running=2, trials_finished=8, trials_failed=0,
+                 best_reward=470.0),
+            _run("flowrl-tune", reached=True, to_target_s=140.0, from_start_s=150.0,
+                 sweep_s=320.0, max_running=2, trials_finished=8, trials_failed=0,
+                 best_reward=460.0),
+            _run("flowrl-tune", reached=False, to_target_s=None, from_start_s=None,
+                 sweep_s=400.0, max_running=2, trials_finished=8, trials_failed=0,
+                 best_reward=300.0)]
+    tune_sweep.report(runs)
+    lines = capsys.readouterr().out.splitlines()
+    reached = next(ln for ln in lines if "reached 2/3" in ln and "not" not in ln)
+    missed = next(ln for ln in lines if "not reached 1/3" in ln)
+    assert "120.0 [100.0-140.0]" in reached and "310.0 [300.0-320.0]" in reached
+    assert "400.0" in missed and "120.0" not in missed
 
 
 def test_run_all_knows_every_benchmark_script():
