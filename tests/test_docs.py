@@ -4,6 +4,10 @@
 a module or object that does not exist, and a docstring mkdocstrings cannot
 render, so a rename in the code that leaves the docs behind fails here. The docs
 dependencies come with the ``test`` extra (through ``flowrl[docs]``).
+
+Every ```` ```python ```` block of a page runs here as written; ```` ```pycon ````
+(doctest sessions) and ```` ```py ```` (fragments with a path the reader fills in)
+are shown, not run.
 """
 
 from __future__ import annotations
