@@ -16,9 +16,9 @@ its config dict (``param_space`` resolved: the algorithm config's fields plus
   ``training_iteration``, ``episodes_total``) round-trip. A trial restored from its
   own checkpoint (``Tuner.restore``, a paused ASHA/PBT trial) continues counting;
   one restored from another trial's (PBT's ``exploit``) takes that trial's state,
-  except the learning rate: the trial's own ``lr`` (what PBT mutated) is set on
-  the optimizer afterwards, unless the config has an ``lr_schedule``, which sets it
-  from the restored step count;
+  except the learning rate: ``restore`` sets the trial's own ``lr`` (what PBT
+  mutated) on the optimizer, unless the config has an ``lr_schedule``, whose
+  rate at the restored step count stays;
 - ``reset_config(new)`` rebuilds the algorithm (``reuse_actors=True``);
   ``cleanup()`` stops it and its workers.
 
@@ -193,8 +193,6 @@ class FlowRLTrainable(tune.Trainable):
                               f"{CHECKPOINT_SUBDIR}/ inside; it was not written by a flowrl "
                               "trainable")
         self.algo.restore(path, allow_pickle=self.allow_pickle)
-        if getattr(self.algo.config, "lr_schedule", None) is None:
-            self.algo.workers.local_worker().foreach_trainable_policy(_own_lr)
 
     def reset_config(self, new_config: dict) -> bool:
         if self.algo is not None:
@@ -207,16 +205,6 @@ class FlowRLTrainable(tune.Trainable):
         if getattr(self, "algo", None) is not None:
             self.algo.stop()
             self.algo = None
-
-
-def _own_lr(policy: Any, policy_id: str) -> None:
-    """Set the optimizer's learning rate back to the policy's configured ``lr`` (a
-    restored optimizer state carries the rate of the run that saved it)."""
-    lr, optimizer = getattr(policy, "lr", None), getattr(policy, "optimizer", None)
-    if lr is None or optimizer is None:
-        return
-    for group in optimizer.param_groups:
-        group["lr"] = lr
 
 
 _TRAINABLES: dict[tuple[type, bool], type] = {}

@@ -131,6 +131,38 @@ def test_save_restore_keeps_rngs_extra_state_and_remote_worker_rngs(tmp_path):
         a.stop()
 
 
+def optimizer_lrs(algo) -> set[float]:
+    return {group["lr"] for group in algo.get_policy().optimizer.param_groups}
+
+
+def test_restore_trains_at_the_configured_lr_not_the_saved_one(tmp_path):
+    """``--restore ... --set lr=X`` (and PBT's mutated rate) must train at X: a torch
+    optimizer's state carries the rate of the run that saved it."""
+    with PG(PGConfig(**small_pg(lr=1e-3))) as pg:
+        pg.train()
+        pg.save(str(tmp_path / "ck"))
+    with PG(PGConfig(**small_pg(lr=2e-4))) as fresh:
+        fresh.restore(str(tmp_path / "ck"))
+        assert optimizer_lrs(fresh) == {2e-4}
+        assert fresh.train()["info"]["learner"]["default_policy"]["cur_lr"] == pytest.approx(2e-4)
+
+
+def test_restore_keeps_an_lr_schedules_rate_at_the_saved_step(tmp_path):
+    from flowrl.algorithms import PPO, PPOConfig
+    schedule = [[0, 1e-3], [10_000, 0.0]]
+    config = dict(env="CartPole-v1", train_batch_size=200, sgd_minibatch_size=100,
+                  num_sgd_iter=1, seed=0, lr_schedule=schedule)
+    with PPO(PPOConfig(**config)) as ppo:
+        steps = ppo.train()["timesteps_total"]
+        saved = optimizer_lrs(ppo)
+        ppo.save(str(tmp_path / "ck"))
+    (rate,) = saved
+    assert rate == pytest.approx(1e-3 * (1 - steps / 10_000))
+    with PPO(PPOConfig(**config)) as fresh:
+        fresh.restore(str(tmp_path / "ck"))
+        assert optimizer_lrs(fresh) == saved
+
+
 def test_a_failed_save_raises_and_keeps_the_earlier_checkpoint(tmp_path):
     algo = ExplorationPG(PGConfig(**small_pg()))
     algo.save(str(tmp_path / "ck"))

@@ -547,6 +547,16 @@ def _config_state(config: AlgorithmConfig) -> dict[str, Any] | None:
     return fields
 
 
+def _configured_lr(worker: Any) -> None:
+    """Set each trainable policy's optimizer back to the policy's configured ``lr``."""
+    def reset(policy: Any, policy_id: str) -> None:
+        lr, optimizer = getattr(policy, "lr", None), getattr(policy, "optimizer", None)
+        if lr is not None and optimizer is not None:
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+    worker.foreach_trainable_policy(reset)
+
+
 def _indexed_state(worker) -> tuple[int, dict[str, Any]]:
     """``(worker_index, state)`` of ``worker``: a checkpoint keys workers' states by
     their index, which a restarted or dropped worker does not change."""
@@ -838,7 +848,11 @@ class Algorithm:
         """Load a checkpoint written by :meth:`save`: its ``state.json``, its
         directory, or a directory of numbered checkpoints (the latest complete one).
 
-        Restores weights, optimizer and RNG states, counters and :meth:`extra_state`;
+        Restores weights, optimizer and RNG states, counters and :meth:`extra_state`,
+        except the learning rate: a torch optimizer's state carries the rate of the
+        run that saved it, and the optimizers take this config's ``lr`` instead (so
+        ``--restore ... --set lr=X`` and PBT's mutated rates apply); with an
+        ``lr_schedule`` the restored rate stays, the schedule's at the saved step;
         each remote worker gets the policy state saved for its ``worker_index`` (a
         worker with none keeps its own) and then the restored weights. Reading runs
         no code from the checkpoint: state that was pickled (``user_state.pkl``) is
@@ -885,6 +899,8 @@ class Algorithm:
             logging.getLogger("flowrl").info(
                 "%s: the checkpoint has no state for remote workers %s; their samplers start "
                 "from the config's seed", where, unsaved)
+        if getattr(self.config, "lr_schedule", None) is None:
+            self.workers.foreach_worker(_configured_lr)
         self.workers.sync_weights()
         self._run.metrics.restore(state["metrics"])
         _set_global_rng_state(state.get("rng"))
