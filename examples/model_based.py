@@ -104,6 +104,9 @@ class DynamicsEnsemble(nn.Module):
 class DynaPolicy(PGPolicy):
     """REINFORCE with a ``dynamics_model`` (a :class:`DynamicsEnsemble`)."""
 
+    #: FitDynamics fits the model on (obs, action, new_obs), so batches keep new_obs.
+    trains_on_new_obs = True
+
     def __init__(self, observation_space, action_space, *, model_lr: float = 1e-3, **kwargs):
         super().__init__(observation_space, action_space, **kwargs)
         self.dynamics_model = DynamicsEnsemble(int(np.prod(observation_space.shape)),

@@ -108,7 +108,16 @@ class SampleBatch:
                     f"SampleBatch[{key}]: only contiguous row slices (step 1) are "
                     "supported; use shuffle() or index the columns directly")
             return self.slice(start, stop)
-        return self._columns[key]
+        try:
+            return self._columns[key]
+        except KeyError:
+            if key == "new_obs":
+                raise KeyError(
+                    "'new_obs': on-policy batches leave it out when the policy trains "
+                    "without it (trains_on_new_obs = False: PG, A2C, PPO, APPO, IMPALA "
+                    "bootstrap from bootstrap_value); an op that reads it needs a policy "
+                    "class with trains_on_new_obs = True") from None
+            raise
 
     def __setitem__(self, name: str, value) -> None:
         array = _as_column(name, value)

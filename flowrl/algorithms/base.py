@@ -42,6 +42,7 @@ from flowrl.graph.plan import Plan
 from flowrl.graph.stream import LocalStream
 from flowrl.models.config import ModelConfig
 from flowrl.ops.metric_ops import TRAINING_ITERATION
+from flowrl.policies.replica import NumpyActingPolicy
 from flowrl.runtime.calls import BACKENDS, ensure_ray
 from flowrl.workers import PolicySpec, WorkerConfig, WorkerSet
 from flowrl.workers.multi_agent_env import MultiAgentEnv
@@ -548,13 +549,18 @@ def _config_state(config: AlgorithmConfig) -> dict[str, Any] | None:
 
 
 def _configured_lr(worker: Any) -> None:
-    """Set each trainable policy's optimizer back to the policy's configured ``lr``."""
-    def reset(policy: Any, policy_id: str) -> None:
+    """Set each trainable policy's optimizer back to the policy's configured ``lr``.
+    A worker acting through a numpy replica has no optimizer to reset (it builds one
+    at the configured rate when it first needs one), and asking the worker for its
+    real policy would import torch there: such policies are left alone."""
+    for policy_id in worker.policies_to_train:
+        policy = worker.policy_map[policy_id]
+        if isinstance(policy, NumpyActingPolicy):
+            continue
         lr, optimizer = getattr(policy, "lr", None), getattr(policy, "optimizer", None)
         if lr is not None and optimizer is not None:
             for group in optimizer.param_groups:
                 group["lr"] = lr
-    worker.foreach_trainable_policy(reset)
 
 
 def _indexed_state(worker) -> tuple[int, dict[str, Any]]:
