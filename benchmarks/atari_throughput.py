@@ -92,7 +92,10 @@ class Window:
         self.at_t0 = self.at_t1 = 0
 
     def add(self, steps: int) -> bool:
-        """Add ``steps`` done just now; False once the window is over."""
+        """Add ``steps`` done just now; False once the window is over (later calls
+        change nothing: a system may report steps after it was told to stop)."""
+        if self.t1 is not None:
+            return False
         now = time.perf_counter()
         if self.first is None:
             self.first = now
