@@ -392,6 +392,14 @@ def child_rllib(args, name: str) -> dict:
 
 
 # -- Stable-Baselines3 ---------------------------------------------------------------------
+def sb3_pong(**kwargs):
+    """ALE/Pong-v5 made in an SB3 subprocess (a callable: the env id alone would not
+    import ale-py there, and then gymnasium has no ``ALE/`` ids)."""
+    import ale_py  # noqa: F401
+    import gymnasium as gym
+    return gym.make(ENV_ID, **kwargs)
+
+
 def child_sb3(args) -> dict:
     import torch
     from stable_baselines3 import PPO as SB3PPO
@@ -400,9 +408,8 @@ def child_sb3(args) -> dict:
     from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
     from stable_baselines3.common.vec_env import SubprocVecEnv, VecFrameStack
     torch.set_num_threads(1)
-    import ale_py  # noqa: F401
     n_envs = args.workers * args.envs_per_worker
-    env = VecFrameStack(make_atari_env(ENV_ID, n_envs=n_envs, seed=args.seed,
+    env = VecFrameStack(make_atari_env(sb3_pong, n_envs=n_envs, seed=args.seed,
                                        vec_env_cls=SubprocVecEnv,
                                        env_kwargs={"frameskip": 1,
                                                    "repeat_action_probability": 0.0}), 4)
