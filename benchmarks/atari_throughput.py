@@ -318,11 +318,13 @@ def child_sf_run(args) -> None:
     cfg = parse_full_cfg(parser, argv)
     _, runner = make_runner(cfg)
     window = Window(args.warmup, args.seconds)
-    state = {"last": 0}
+    state = {"last": 0, "first_result_s": math.nan}
 
     class Count(AlgoObserver):
         def on_training_step(self, runner, training_iteration_since_resume):
             frames = sum(runner.env_steps.values())  # summaries_use_frameskip: frames
+            if frames and math.isnan(state["first_result_s"]):
+                state["first_result_s"] = harness.since_start()
             if frames and not window.add((frames - state["last"]) // FRAME_SKIP):
                 runner.cfg.train_for_env_steps = 0  # SF's own end-of-training test stops it
             state["last"] = frames
@@ -331,7 +333,7 @@ def child_sf_run(args) -> None:
     if runner.init() != 0:
         raise SystemExit("Sample Factory's runner did not start")
     runner.run()
-    harness.write_result({**window.result(), "first_result_s": math.nan})
+    harness.write_result({**window.result(), "first_result_s": state["first_result_s"]})
 
 
 # -- RLlib -------------------------------------------------------------------------------
