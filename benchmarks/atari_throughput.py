@@ -62,6 +62,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -86,11 +87,13 @@ DEFAULT_SF_PYTHON = "/work/venvs/sf/bin/python"
 
 # -- the shared window: warm-up, then a timed count --------------------------------------
 class Window:
-    """Counts steps over ``seconds`` after ``warmup`` seconds from the first :meth:`add`."""
+    """Counts steps over ``seconds`` after ``warmup`` seconds from the first :meth:`add`
+    (whose time from process start is the run's ``first_result_s``)."""
 
     def __init__(self, warmup: float, seconds: float):
         self.warmup, self.seconds = warmup, seconds
         self.first = self.t0 = self.t1 = None
+        self.first_result_s = math.nan
         self.total = 0
         self.at_t0 = self.at_t1 = 0
 
@@ -101,7 +104,7 @@ class Window:
             return False
         now = time.perf_counter()
         if self.first is None:
-            self.first = now
+            self.first, self.first_result_s = now, harness.since_start()
         self.total += steps
         if self.t0 is None and now - self.first >= self.warmup:
             self.t0, self.at_t0 = now, self.total
@@ -116,7 +119,7 @@ class Window:
         wall = self.t1 - self.t0
         steps = self.at_t1 - self.at_t0
         return {"frames_per_s": steps * FRAME_SKIP / wall, "agent_steps_per_s": steps / wall,
-                "window_s": wall, "window_steps": steps}
+                "window_s": wall, "window_steps": steps, "first_result_s": self.first_result_s}
 
 
 def conv_net(model: str, in_channels: int, num_actions: int):
@@ -211,7 +214,7 @@ def child_processes(kind: str, args) -> dict:
     return {"frames_per_s": sum(r["frames_per_s"] for r in results),
             "agent_steps_per_s": sum(r["agent_steps_per_s"] for r in results),
             "window_s": max(r["window_s"] for r in results),
-            "first_result_s": harness.since_start()}
+            "first_result_s": max(r["first_result_s"] for r in results)}
 
 
 # -- flowrl -------------------------------------------------------------------------------
@@ -248,8 +251,6 @@ def child_flowrl(args, algo_name: str) -> dict:
         while True:
             algo.train()
             now = counters["num_steps_sampled"]
-            if now and "first_result_s" not in out:
-                out["first_result_s"] = harness.since_start()
             if now and not window.add(now - last):
                 break
             last = now
@@ -334,22 +335,23 @@ def child_sf_run(args) -> None:
     cfg = parse_full_cfg(parser, argv)
     _, runner = make_runner(cfg)
     window = Window(args.warmup, args.seconds)
-    state = {"last": 0, "first_result_s": math.nan}
+    state = {"last": 0}
 
     class Count(AlgoObserver):
         def on_training_step(self, runner, training_iteration_since_resume):
             frames = sum(runner.env_steps.values())  # summaries_use_frameskip: frames
-            if frames and math.isnan(state["first_result_s"]):
-                state["first_result_s"] = harness.since_start()
             if frames and not window.add((frames - state["last"]) // FRAME_SKIP):
                 runner.cfg.train_for_env_steps = 0  # SF's own end-of-training test stops it
             state["last"] = frames
 
     runner.register_observer(Count())
-    if runner.init() != 0:
-        raise SystemExit("Sample Factory's runner did not start")
-    runner.run()
-    harness.write_result({**window.result(), "first_result_s": state["first_result_s"]})
+    try:
+        if runner.init() != 0:
+            raise SystemExit("Sample Factory's runner did not start")
+        runner.run()
+    finally:
+        shutil.rmtree(train_dir, ignore_errors=True)
+    harness.write_result(window.result())
 
 
 # -- RLlib -------------------------------------------------------------------------------
@@ -397,8 +399,6 @@ def child_rllib(args, name: str) -> dict:
             now = int(find_metric(r, "num_env_steps_sampled_lifetime"))
             if not now and time.perf_counter() > deadline:
                 raise RuntimeError(f"RLlib {name} sampled nothing in 600 s")
-            if now and "first_result_s" not in out:
-                out["first_result_s"] = harness.since_start()
             if now and not window.add(now - last):
                 break
             last = now
@@ -450,18 +450,14 @@ def child_sb3(args) -> dict:
                   n_steps=args.fragment, batch_size=min(args.minibatch, batch),
                   n_epochs=args.sgd_iter, policy_kwargs=policy_kwargs)
     window = Window(args.warmup, args.seconds)
-    out = {}
 
     class Count(BaseCallback):
         def _on_step(self) -> bool:
-            if "first_result_s" not in out:
-                out["first_result_s"] = harness.since_start()
             return window.add(n_envs)
 
     algo.learn(total_timesteps=10**10, callback=Count())
     env.close()
-    out.update(window.result())
-    return out
+    return window.result()
 
 
 # -- parent side -------------------------------------------------------------------------
@@ -557,7 +553,7 @@ def report(runs: list[dict], systems, skipped: dict[str, str], meta: dict) -> No
                      "-" if math.isnan(share) else f"{share:.2f}",
                      harness.fmt_figure(f("first_result_s"), "{:.1f}"), ""])
     harness.print_table(["system", "runs", "env frames/s", f"/ {BASELINE}", "/ raw ALE",
-                         "first steps s", "note"], rows,
+                         "first steps s (from start)", "note"], rows,
                         title=f"{ENV_ID}, {meta['workers']} workers x {meta['envs_per_worker']} "
                               f"envs, fragment {meta['fragment']}, {meta['model']} CNN: "
                               "median [min-max] over seeds")

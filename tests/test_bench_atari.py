@@ -49,6 +49,7 @@ def test_window_counts_only_the_steps_after_the_warmup(monkeypatch):
     r = w.result()
     assert r["window_steps"] == 400 and r["window_s"] == 4.0
     assert r["agent_steps_per_s"] == 100.0 and r["frames_per_s"] == 400.0
+    assert r["first_result_s"] >= 0  # from process start, at the first add
 
 
 @pytest.mark.timeout(10)
