@@ -8,8 +8,8 @@ idle CPU (``benchmarks/harness.py``). The score is the mean of the last 100
 whole-game Pong scores (unclipped, all lives: what published Atari results
 report), taken from the completed episodes flowrl's reporting drains from its
 workers; the curve holds ``[seconds from process start, env steps, score,
-episodes]`` every ``--curve-every`` seconds and is saved with the run in the
-results JSON (``result.curve``). A run stops when the score reaches ``--target``
+episodes]`` (score null until a game has ended) every ``--curve-every`` seconds and
+is saved with the run in the results JSON (``result.curve``). A run stops when the score reaches ``--target``
 (default +18) or at the ``--budget-min`` wall budget from process start (default 90).
 
 Figures per run: time from process start to a score >= 0 and to ``--target`` (the
@@ -76,11 +76,12 @@ class Curve:
             self.at_target = (now, env_steps)
             force = True
         if force or now - self.last_point >= self.every_s:
-            self.points.append([round(now, 2), int(env_steps), score, self.episodes])
+            self.points.append([round(now, 2), int(env_steps),
+                                None if math.isnan(score) else score, self.episodes])
             self.last_point = now
 
     def result(self) -> dict:
-        scores = [p[2] for p in self.points if not math.isnan(p[2])]
+        scores = [p[2] for p in self.points if p[2] is not None]
         zero_s, zero_steps = self.at_zero or (math.nan, math.nan)
         target_s, target_steps = self.at_target or (math.nan, math.nan)
         return {"reached": self.at_target is not None, "final_score": self.score(),

@@ -194,8 +194,11 @@ def test_learning_options():
 
 
 @pytest.mark.timeout(10)
-def test_every_pong_spec_exists():
+def test_every_pong_spec_exists_and_a_curve_without_games_has_no_score():
     for algo in atari_learning.ALGOS:
         assert Path(atari_learning.spec_path(argparse.Namespace(config=None), algo)).exists()
-    empty = atari_learning.Curve(18, 1).result()
+    curve = atari_learning.Curve(18, 1)
+    curve.update(10)  # no game has ended: the point has no score (null in the JSON)
+    empty = curve.result()
     assert math.isnan(empty["best_score"]) and not empty["reached"]
+    assert empty["curve"][0][1:] == [10, None, 0]
