@@ -9,8 +9,12 @@ whole-game Pong scores (unclipped, all lives: what published Atari results
 report), taken from the completed episodes flowrl's reporting drains from its
 workers; the curve holds ``[seconds from process start, env steps, score,
 episodes]`` (score null until a game has ended) every ``--curve-every`` seconds and
-is saved with the run in the results JSON (``result.curve``). A run stops when the score reaches ``--target``
-(default +18) or at the ``--budget-min`` wall budget from process start (default 90).
+is saved with the run in the results JSON (``result.curve``). A run stops when the
+score reaches ``--target`` (default +18) or at the ``--budget-min`` wall budget from
+process start (default 90).
+
+Before 100 games have ended the curve's score is the mean of those there are; the
+times to 0 and to the target count only full 100-game windows.
 
 Figures per run: time from process start to a score >= 0 and to ``--target`` (the
 issue's targets on 2 CPU cores: >= 0 within 45 min, >= +18 within 90 min), env
@@ -149,7 +153,7 @@ def report(runs: list[dict], target: float, budget_min: float) -> None:
         print(f"curve {r['system']} seed {r['seed']} (min from start, env steps: score): "
               f"{points}")
     rows = []
-    for g in harness.summarize(runs, KEYS, TARGET_KEYS):
+    for g in [g for g in harness.summarize(runs, KEYS, TARGET_KEYS) if g.n]:
         f = g.figures.get
         rows.append([g.system, g.label, harness.fmt_figure(f("to_zero_s") and tuple(
                          x / 60 for x in f("to_zero_s")), "{:.1f}"),

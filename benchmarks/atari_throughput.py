@@ -79,8 +79,8 @@ MODELS = {
 }
 #: Sample Factory's names for the same conv stacks (sample_factory/model/encoder.py).
 SF_CONV = {"nature": "convnet_atari", "small": "convnet_impala"}
-SYSTEMS = ["ale-raw", "plain-loop", "flowrl-sample", "flowrl-impala", "flowrl-appo", "flowrl-ppo", "sf-appo",
-           "rllib-impala", "rllib-appo", "sb3-ppo"]
+SYSTEMS = ["ale-raw", "plain-loop", "flowrl-sample", "flowrl-impala", "flowrl-appo", "flowrl-ppo",
+           "sf-appo", "rllib-impala", "rllib-appo", "sb3-ppo"]
 BASELINE = "flowrl-impala"
 DEFAULT_SF_PYTHON = "/work/venvs/sf/bin/python"
 

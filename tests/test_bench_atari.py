@@ -106,7 +106,8 @@ def test_throughput_table_gives_ratios_targets_and_skips(capsys):
                                                                 frames_per_s=3_500.0),
             _run("rllib-impala", frames_per_s=1_000.0),
             {"system": "sb3-ppo", "seed": 0, "valid": False, "ok": False, "result": None}]
-    systems = ["ale-raw", "plain-loop", "flowrl-sample", "flowrl-impala", "rllib-impala", "sf-appo", "sb3-ppo"]
+    systems = ["ale-raw", "plain-loop", "flowrl-sample", "flowrl-impala", "rllib-impala", "sf-appo",
+               "sb3-ppo"]
     meta = {"workers": 2, "envs_per_worker": 4, "fragment": 50, "model": "nature"}
     atari_throughput.report(runs, systems, {"sf-appo": "no venv"}, meta)
     lines = capsys.readouterr().out.splitlines()
