@@ -441,8 +441,8 @@ def child_sb3(args) -> dict:
                 super().__init__(space, dense[-1])
                 self.trunk = conv_net(model, space.shape[0], 1).trunk
 
-            def forward(self, obs):  # SB3 scales uint8 images to [0, 1] before this
-                return self.trunk(obs * 255.0)
+            def forward(self, obs):  # SB3 has scaled the uint8 images to [0, 1] already
+                return self.trunk(obs)
 
         policy_kwargs = {"features_extractor_class": Small}
     batch = n_envs * args.fragment
