@@ -16,8 +16,10 @@
 # targeted ones are upper bounds, reached when runs use their whole budget), and
 # about 5 h more for the two mujoco_ppo envs (3 seeds x 2 systems x 1M env steps;
 # estimated from one run's own CPU seconds per system, about 18 min flowrl and 30 min
-# SB3, not yet timed idle); loc (lines of code, last) takes seconds. Idle waits add to
-# it on a machine that is not idle.
+# SB3, not yet timed idle), about 45 min for atari_throughput (9 systems x 3 seeds;
+# not yet timed idle) and up to 4 h 30 min for atari_learning (3 seeds x a 90 min
+# budget; less for runs that reach +18); loc (lines of code, last) takes seconds.
+# Idle waits add to it on a machine that is not idle.
 # --quick --no-idle-wait (a smoke run of every script, results under
 # benchmarks/results/smoke/) takes about 25 min.
 #
@@ -63,6 +65,10 @@ BENCHMARKS=(
   # Needs mujoco; 1M env steps per run (see the script's docstring for its length).
   "mujoco_ppo-Hopper-v5|mujoco_ppo --env Hopper-v5"
   "mujoco_ppo-HalfCheetah-v5|mujoco_ppo --env HalfCheetah-v5"
+  # Needs ale-py; Sample Factory from its own venv (bash benchmarks/setup_sample_factory.sh,
+  # else it is reported as skipped). atari_learning is 3 runs of up to 90 min each.
+  "atari_throughput|atari_throughput"
+  "atari_learning|atari_learning"
   "loc|loc"  # counts lines, times nothing: a few seconds
 )
 

@@ -1,14 +1,16 @@
 """Experiment specs: what ``flowrl train --config FILE.yaml --set key=value`` reads.
 
 A spec is a YAML mapping with four keys (all optional in the file; the command
-line may supply ``algo`` and ``env``)::
+line may supply ``algo`` and ``env``), plus an optional fifth::
 
     algo: ppo
     env: CartPole-v1
     stop: {episode_reward_mean: 450, timesteps_total: 200000}
     config: {num_workers: 2, lr: 0.001, model: [64, 64]}
 
-``stop`` keys are result fields: ``episode_reward_mean``, ``timesteps_total``,
+``skip_slow_test`` (a non-empty string, the reason) tells the slow test of
+``tuned_examples/`` to skip a spec too long for it (Atari runs of hours); ``flowrl
+train`` ignores it. ``stop`` keys are result fields: ``episode_reward_mean``, ``timesteps_total``,
 ``training_iteration`` (the first one reached stops). ``config`` keys are the
 algorithm config's dataclass fields. ``--set key=value`` overrides one config
 field (``value`` is parsed as YAML: ``0.01``, ``[32, 32]``, ``null``);
@@ -38,7 +40,7 @@ from typing import Any, Sequence
 
 from flowrl.errors import ConfigError
 
-SPEC_KEYS = ("algo", "env", "stop", "config")
+SPEC_KEYS = ("algo", "env", "stop", "config", "skip_slow_test")
 STOP_KEYS = ("episode_reward_mean", "timesteps_total", "training_iteration")
 
 
@@ -133,6 +135,12 @@ def check_spec(data: dict[str, Any], where: str = "spec") -> dict[str, Any]:
             raise ConfigError(f"{where}: {key!r} must be a mapping, got {spec[key]!r}")
     for key, value in spec["stop"].items():
         check_stop(key, value, f"{where}: stop.{key}")
+    if "skip_slow_test" in data:
+        reason = data["skip_slow_test"]
+        if not isinstance(reason, str) or not reason.strip():
+            raise ConfigError(f"{where}: skip_slow_test={reason!r}: give the reason the slow "
+                              "test skips this spec, as a non-empty string")
+        spec["skip_slow_test"] = reason
     return spec
 
 

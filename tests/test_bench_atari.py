@@ -1,0 +1,205 @@
+"""The Atari benchmarks' own logic, in seconds: ``atari_throughput``'s window, its
+equal model, its skip reasons and table, and ``atari_learning``'s 100-game score
+curve and table. No timing is asserted; the runs themselves are the lead's (idle
+machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import queue
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import atari_learning  # noqa: E402
+import atari_throughput  # noqa: E402
+
+
+def _run(system: str, seed: int = 0, **result) -> dict:
+    return {"system": system, "seed": seed, "valid": True, "ok": True, "timed_out": False,
+            "result": result}
+
+
+class FakeClock:
+    def __init__(self):
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.mark.timeout(10)
+def test_window_counts_only_the_steps_after_the_warmup(monkeypatch):
+    clock = FakeClock()
+    monkeypatch.setattr(atari_throughput.time, "perf_counter", clock)
+    w = atari_throughput.Window(warmup=2.0, seconds=4.0)
+    going = []
+    for _ in range(10):  # 100 steps every second
+        going.append(w.add(100))
+        clock.t += 1.0
+    # the window opens at t=102 (300 steps so far) and closes at t=106 (700 steps)
+    assert going == [True] * 6 + [False] * 4
+    r = w.result()
+    assert r["window_steps"] == 400 and r["window_s"] == 4.0
+    assert r["agent_steps_per_s"] == 100.0 and r["frames_per_s"] == 400.0
+    assert r["first_result_s"] >= 0  # from process start, at the first add
+
+
+@pytest.mark.timeout(10)
+def test_window_without_its_end_is_an_error():
+    with pytest.raises(RuntimeError, match="did not close"):
+        atari_throughput.Window(warmup=0.0, seconds=60.0).result()
+
+
+@pytest.mark.timeout(120)  # the first test here to import torch and flowrl, on a loaded machine
+@pytest.mark.parametrize("model", sorted(atari_throughput.MODELS))
+def test_the_plain_loop_runs_flowrl_s_model(model):
+    """Equal model: the plain loop's torch CNN has flowrl's layers, weight for weight."""
+    import gymnasium as gym
+    import numpy as np
+    import torch
+
+    from flowrl.models import ModelConfig
+    from flowrl.models.visionnet import VisionNetwork
+    space = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    ours = VisionNetwork(space, gym.spaces.Discrete(6), 6,
+                         ModelConfig.coerce(atari_throughput.flowrl_model(model)), "m")
+    plain = atari_throughput.conv_net(model, 4, 6)
+    shapes = sorted(tuple(p.shape) for p in plain.parameters())
+    assert shapes == sorted(tuple(p.shape) for p in ours.parameters())
+    logits, value = plain(torch.zeros(3, 4, 84, 84, dtype=torch.uint8))
+    assert tuple(logits.shape) == (3, 6) and tuple(value.shape) == (3,)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("kind", ["ale-raw", "plain-loop", "flowrl-sample"])
+def test_the_per_core_loops_step_pong(kind):
+    pytest.importorskip("ale_py")
+    out = queue.Queue()
+    args = {"envs_per_worker": 2, "fragment": 8, "model": "small", "warmup": 0.0,
+            "seconds": 0.3}
+    atari_throughput._loop_worker(kind, args, 0, out)
+    r = out.get_nowait()
+    assert r["window_steps"] > 0 and r["frames_per_s"] == pytest.approx(
+        4 * r["window_steps"] / r["window_s"])
+
+
+@pytest.mark.timeout(60)
+def test_a_missing_sample_factory_venv_is_skipped_with_the_way_to_make_it(tmp_path):
+    reasons = atari_throughput.skip_reasons(["ale-raw", "sf-appo"], str(tmp_path / "python"))
+    assert list(reasons) == ["sf-appo"]
+    assert "setup_sample_factory.sh" in reasons["sf-appo"]
+
+
+@pytest.mark.timeout(30)
+def test_throughput_table_gives_ratios_targets_and_skips(capsys):
+    runs = [_run("ale-raw", frames_per_s=10_000.0), _run("plain-loop", frames_per_s=5_000.0),
+            _run("flowrl-sample", frames_per_s=4_000.0),
+            _run("flowrl-impala", frames_per_s=4_500.0), _run("flowrl-impala", 1,
+                                                                frames_per_s=3_500.0),
+            _run("rllib-impala", frames_per_s=1_000.0),
+            {"system": "sb3-ppo", "seed": 0, "valid": False, "ok": False, "result": None}]
+    systems = ["ale-raw", "plain-loop", "flowrl-sample", "flowrl-impala", "rllib-impala", "sf-appo",
+               "sb3-ppo"]
+    meta = {"workers": 2, "envs_per_worker": 4, "fragment": 50, "model": "nature"}
+    atari_throughput.report(runs, systems, {"sf-appo": "no venv"}, meta)
+    lines = capsys.readouterr().out.splitlines()
+
+    def row(name):
+        return next(ln for ln in lines if ln.startswith(name))
+    assert "4,000 [3,500-4,500]" in row("flowrl-impala") and "0.40" in row("flowrl-impala")
+    assert "0.25x" in row("rllib-impala")  # 1,000 / median 4,000
+    assert "skipped" in row("sf-appo") and "no venv" in row("sf-appo")
+    assert "0 runs (1 failed)" in row("sb3-ppo")
+    assert "0.80x" in row("flowrl sampling") and "ok" in row("flowrl sampling")
+    assert "4.00x" in row("flowrl IMPALA vs RLlib") and "ok" in row("flowrl IMPALA vs RLlib")
+    assert row("flowrl APPO vs Sample Factory").split("|")[1].strip() == "-"
+
+
+@pytest.mark.timeout(30)
+def test_throughput_options():
+    args = atari_throughput.parse(["--quick"])
+    assert args.seconds <= 4.0 and args.seeds == 1 and args.model == "nature"
+    with pytest.raises(SystemExit):
+        atari_throughput.parse(["--workers", "0"])
+    with pytest.raises(SystemExit):
+        atari_throughput.parse(["--model", "resnet"])
+
+
+@pytest.mark.timeout(30)
+def test_setup_sample_factory_script_parses():
+    subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / "setup_sample_factory.sh")],
+                   check=True, timeout=20)
+
+
+@pytest.mark.timeout(10)
+def test_learning_curve_times_zero_and_the_target_on_full_windows_only(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr(atari_learning.harness, "since_start", lambda: now[0])
+    c = atari_learning.Curve(target=18.0, every_s=10.0)
+    c.add([5.0] * 50)  # a mean of +5 over 50 games is not yet the 100-game measure
+    now[0] = 60.0
+    c.update(1000)
+    assert c.at_zero is None
+    c.add([-21.0] * 50)
+    now[0] = 65.0
+    c.update(2000)  # full window, mean -8; 5 s after the last point: no new point
+    assert c.at_zero is None and len(c.points) == 1
+    c.add([20.0] * 100)
+    now[0] = 120.0
+    c.update(9000)
+    assert c.at_zero == (120.0, 9000) and c.at_target == (120.0, 9000)
+    r = c.result()
+    assert r["reached"] and r["final_score"] == 20.0 and r["episodes"] == 200
+    assert [p[:2] for p in r["curve"]] == [[60.0, 1000], [120.0, 9000]]
+
+
+@pytest.mark.timeout(10)
+def test_learning_table_keeps_missed_runs_out_of_the_target_times(capsys):
+    base = {"to_zero_steps": 2e6, "best_score": 0.0, "steps_per_s": 900.0,
+            "env_steps": 4e6, "startup_s": 20.0, "from_start_s": 5400.0, "curve": [
+                [60.0, 50_000, -20.5, 30], [2400.0, 2_000_000, 1.0, 900]]}
+    runs = [_run("flowrl-impala", 0, **{**base, "reached": True, "to_zero_s": 1800.0,
+                                        "to_target_s": 3600.0, "to_target_steps": 3e6,
+                                        "final_score": 18.2}),
+            _run("flowrl-impala", 1, **{**base, "reached": False, "to_zero_s": 2400.0,
+                                        "to_target_s": None, "to_target_steps": None,
+                                        "final_score": 12.0})]
+    atari_learning.report(runs, 18.0, 90.0)
+    out = capsys.readouterr().out
+    assert "curve flowrl-impala seed 0 (min from start, env steps: score): 1.0 min 0.05M: -20.5" \
+        in out
+    reached = next(ln for ln in out.splitlines() if "reached 1/2" in ln and "not" not in ln)
+    missed = next(ln for ln in out.splitlines() if "not reached 1/2" in ln)
+    assert "30.0 [30.0-30.0]" in reached and "60.0 [60.0-60.0]" in reached
+    assert "40.0 [40.0-40.0]" in missed and "60.0" not in missed
+
+
+@pytest.mark.timeout(30)
+def test_learning_options():
+    args = atari_learning.parse(["--quick"])
+    assert args.budget_min == 1.0 and args.seeds == 1 and args.run_timeout == 660.0
+    assert atari_learning.spec_path(args, "appo").endswith("tuned_examples/appo-pong.yaml")
+    with pytest.raises(SystemExit):
+        atari_learning.parse(["--algo", "impala", "ppo", "--config", str(
+            ROOT / "tuned_examples" / "impala-pong.yaml")])
+    with pytest.raises(SystemExit):
+        atari_learning.parse(["--budget-min", "0"])
+
+
+@pytest.mark.timeout(10)
+def test_every_pong_spec_exists_and_a_curve_without_games_has_no_score():
+    for algo in atari_learning.ALGOS:
+        assert Path(atari_learning.spec_path(argparse.Namespace(config=None), algo)).exists()
+    curve = atari_learning.Curve(18, 1)
+    curve.update(10)  # no game has ended: the point has no score (null in the JSON)
+    empty = curve.result()
+    assert math.isnan(empty["best_score"]) and not empty["reached"]
+    assert empty["curve"][0][1:] == [10, None, 0]
