@@ -624,5 +624,6 @@ class RolloutWorker(ShardHost):
             self.env.close()
 
 
-__all__ = ["RolloutWorker", "PolicySpec", "VECTOR_ENVS", "make_vector_env", "env_error", "as_policy_spec", "check_policy_config",
-           "policy_parameters", "describe_env"]
+__all__ = ["RolloutWorker", "PolicySpec", "VECTOR_ENVS", "make_vector_env", "env_error",
+           "stacks_frames", "as_policy_spec", "check_policy_config", "policy_parameters",
+           "describe_env"]
