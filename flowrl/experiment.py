@@ -102,17 +102,23 @@ def make_config(algo: Any, fields: dict[str, Any]):
     return cls.config_class(**fields)
 
 
-def load_spec(path: str) -> dict[str, Any]:
-    """Read and check a YAML experiment spec (see the module docstring)."""
+def read_yaml(path: str) -> Any:
+    """The YAML document in file ``path`` (None for an empty file); an unreadable
+    file or bad YAML is a one-line ConfigError naming ``--config path``."""
     import yaml
     try:
         with open(path) as f:
-            data = yaml.safe_load(f)
+            return yaml.safe_load(f)
     except OSError as e:
         raise ConfigError(f"--config {path!r}: cannot read it ({e.strerror or e})") from None
     except yaml.YAMLError as e:
         first = str(e).splitlines()[0] if str(e) else "bad YAML"
         raise ConfigError(f"--config {path!r}: not valid YAML ({first})") from None
+
+
+def load_spec(path: str) -> dict[str, Any]:
+    """Read and check a YAML experiment spec (see the module docstring)."""
+    data = read_yaml(path)
     if data is None:
         data = {}
     if not isinstance(data, dict):

@@ -68,7 +68,8 @@ import re
 from typing import Any, Sequence
 
 from flowrl.errors import ConfigError, TrialError
-from flowrl.experiment import algorithm_class, check_stop, config_fields, make_config, suggest
+from flowrl.experiment import (algorithm_class, check_stop, config_fields, make_config, read_yaml,
+                               suggest)
 
 SWEEP_KEYS = ("algo", "env", "config", "stop", "num_samples", "scheduler", "metric", "mode",
               "storage_path", "name", "resume", "checkpoint_frequency", "keep_checkpoints",
@@ -306,15 +307,7 @@ def check_sweep(data: dict[str, Any], where: str = "sweep") -> dict[str, Any]:
 def load_sweep(path: str, overrides: Sequence[str] = ()) -> dict[str, Any]:
     """Read the sweep spec in YAML file ``path``, apply ``overrides``
     (:func:`apply_sweep_overrides`) and check it (:func:`check_sweep`)."""
-    import yaml
-    try:
-        with open(path) as f:
-            data = yaml.safe_load(f)
-    except OSError as e:
-        raise ConfigError(f"--config {path!r}: cannot read it ({e.strerror or e})") from None
-    except yaml.YAMLError as e:
-        first = str(e).splitlines()[0] if str(e) else "bad YAML"
-        raise ConfigError(f"--config {path!r}: not valid YAML ({first})") from None
+    data = read_yaml(path)
     if data is None:
         data = {}
     if overrides and isinstance(data, dict):
