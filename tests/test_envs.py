@@ -216,6 +216,31 @@ def test_atari_deepmind_observations():
     assert not np.array_equal(frames[0], frames[-1])
 
 
+def test_atari_grayscale_inner_env_gives_the_observations_of_an_rgb_one():
+    """make_atari makes the inner ALE env with obs_type="grayscale" (its cheapest
+    screen copy) because AtariPreprocessing reads the screen from the emulator
+    itself; if a gymnasium or ale-py release starts using the inner observation,
+    the frames differ and this fails."""
+    pytest.importorskip("ale_py")
+    from flowrl.envs.atari import wrap_deepmind
+    env = flowrl.envs.make_atari("ALE/Pong-v5", {})
+    assert env.unwrapped._obs_type == "grayscale"
+    rgb = wrap_deepmind(gym.make("ALE/Pong-v5", frameskip=1, repeat_action_probability=0.0,
+                                 obs_type="rgb"))
+    actions = np.random.default_rng(0).integers(6, size=300)
+    runs = []
+    for e in (env, rgb):
+        obs, _ = e.reset(seed=3)
+        frames = [obs]
+        for a in actions:
+            obs, _, term, trunc, _ = e.step(int(a))
+            frames.append(obs)
+            if term or trunc:
+                frames.append(e.reset()[0])
+        runs.append(np.stack(frames))
+    assert runs[0].shape == runs[1].shape and np.array_equal(runs[0], runs[1])
+
+
 def test_atari_env_config_reaches_the_ale_env():
     pytest.importorskip("ale_py")
     env = flowrl.envs.make_atari("ALE/Breakout-v5", {"repeat_action_probability": 0.25,
