@@ -152,3 +152,45 @@ def test_stop_wakes_a_blocked_learner_at_once(worker):
     learner.stop(timeout=30)
     assert not learner.is_alive() and learner.check()
     assert not [t for t in threading.enumerate() if t.name.startswith("flowrl-learner")]
+
+
+def test_latest_weights_never_wait_for_the_update_in_progress(worker):
+    """A weight broadcast reads the weights of the last finished update while the
+    learner is inside the next one (holding its lock): the driver never stalls on
+    SGD, so the samplers it feeds keep sampling."""
+    entered, release = threading.Event(), threading.Event()
+    policy = worker.get_policy()
+    learn = policy.learn_on_batch
+
+    def slow_learn(*args, **kwargs):
+        out = learn(*args, **kwargs)
+        if learner.num_steps >= 1:   # the second update blocks until released
+            entered.set()
+            assert release.wait(60)
+        return out
+
+    policy.learn_on_batch = slow_learn
+    learner = LearnerThread(worker)
+    before = learner.latest_weights()["default_policy"]["pi.0.weight"].copy()
+    learner.start()
+    try:
+        learner.inqueue.put(worker.sample())
+        _results(learner, 1)
+        after_first = worker.get_weights()["default_policy"]["pi.0.weight"].copy()
+        learner.inqueue.put(worker.sample())
+        assert entered.wait(60)          # update 2 runs and holds the lock
+        assert learner.lock.locked()
+        t = time.perf_counter()
+        snapshot = learner.latest_weights()["default_policy"]["pi.0.weight"]
+        assert time.perf_counter() - t < 1.0
+        assert np.array_equal(snapshot, after_first) and not np.array_equal(snapshot, before)
+        release.set()
+        _results(learner, 1)
+        newest = learner.latest_weights()["default_policy"]["pi.0.weight"]
+        assert not np.array_equal(newest, after_first)
+        assert np.array_equal(newest, worker.get_weights()["default_policy"]["pi.0.weight"])
+        learner.weights_changed()        # e.g. a restore set new weights
+        assert learner.weights_updated
+    finally:
+        release.set()
+        learner.stop()

@@ -180,8 +180,9 @@ class ApeXLearnerThread(LearnerThread):
 class UpdateWorkerWeights:
     """Store-branch op of Ape-X: items ``(worker, batch)``; once ``worker`` sampled
     ``max_weight_sync_delay`` steps since its last update and the learner changed
-    the weights, send it the learner's weights (read under the learner's lock,
-    ``ray.put`` once per weights version). Returns the batch.
+    the weights, send it the learner's weights as of its last finished update
+    (:meth:`~flowrl.ops.LearnerThread.latest_weights`, which never waits for the
+    update in progress; ``ray.put`` once per weights version). Returns the batch.
 
     Metrics: ``WORKER_UPDATE_TIMER``; counter ``num_weight_broadcasts``.
     """
@@ -201,9 +202,8 @@ class UpdateWorkerWeights:
             metrics = get_metrics()
             with metrics.timers[WORKER_UPDATE_TIMER]:
                 if self._version != self.learner.weights_version:
-                    with self.learner.lock:
-                        weights = self.workers.local_worker().get_weights()
-                        self._version = self.learner.weights_version
+                    self._version = self.learner.weights_version  # before the read, as
+                    weights = self.learner.latest_weights()    # a newer update bumps it
                     self._weights = self.workers.calls.put(weights)
                 self.workers.calls.call(worker, "set_weights", self._weights)
             self.steps[key] = 0
@@ -318,6 +318,8 @@ class ApeX(DQN):
         return state
 
     def restore_extra_state(self, state: dict) -> None:
+        if self.learner is not None:
+            self.learner.weights_changed()  # its snapshot predates the restored weights
         restore_exploration(self.workers, state.get("exploration"))
         saved = state.get("replay_actors")
         if saved:

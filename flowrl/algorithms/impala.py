@@ -261,9 +261,8 @@ class BroadcastUpdateLearnerWeights:
         with metrics.timers[WORKER_UPDATE_TIMER]:
             if self.weights is None or (self.since >= self.broadcast_interval
                                         and self.learner.weights_updated):
-                with self.learner.lock:
-                    self.weights = self.workers.local_worker().get_weights()
-                    self.learner.weights_updated = False
+                self.learner.weights_updated = False  # before the read: a newer update sets it
+                self.weights = self.learner.latest_weights()  # never waits for an update
                 self.since = 0
                 metrics.counters["num_weight_syncs"] += 1
             if sources:
@@ -357,6 +356,7 @@ class IMPALA(Algorithm):
         """Load a checkpoint (see :meth:`Algorithm.restore`) between learner updates."""
         with self.learner_thread.lock:
             super().restore(path, allow_pickle=allow_pickle)
+            self.learner_thread.weights_changed()
 
     def stop(self) -> None:
         """Stop the run, the learner thread and the workers (idempotent)."""

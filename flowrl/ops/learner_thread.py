@@ -35,7 +35,8 @@ with no run known, counts wall time.
 State: the queues, the run that drives it (for the idle clock), the minibatch
 buffer slots and their remaining visits, the
 ``weights_updated`` flag (set after every update, cleared by whoever broadcasts
-the weights), ``num_steps`` (updates done) and busy/idle seconds for
+the weights), the weights as of the last update (:meth:`LearnerThread.latest_weights`,
+so a broadcast never waits for the update in progress), ``num_steps`` (updates done) and busy/idle seconds for
 :meth:`LearnerThread.utilization`.
 """
 
@@ -131,6 +132,7 @@ class LearnerThread(threading.Thread):
         self.outqueue: queue.Queue = queue.Queue()
         self.lock = threading.Lock()  # held while weights change; hold it to read them
         self.weights_updated = False
+        self._snapshot: dict | None = None  # local worker's weights after the last update
         self.num_steps = 0
         self.error: BaseException | None = None
         self.busy_s = 0.0
@@ -202,6 +204,24 @@ class LearnerThread(threading.Thread):
             raise FlowError(f"LearnerThread {self.label!r} is not running (it ended "
                             "without an error); restart the algorithm")
         return True
+
+    def latest_weights(self) -> dict[str, dict]:
+        """The local worker's weights (``RolloutWorker.get_weights()``) as of the last
+        finished update, without waiting for the update in progress: the thread
+        copies them after each update (one copy of the parameters, small beside the
+        update's forward, backward and Adam step). Before the first update, or after
+        :meth:`weights_changed`, they are read under :attr:`lock`."""
+        snapshot = self._snapshot
+        if snapshot is None:
+            with self.lock:
+                snapshot = self._snapshot = self.local_worker.get_weights()
+        return snapshot
+
+    def weights_changed(self) -> None:
+        """Forget the snapshot of :meth:`latest_weights`; call it (holding :attr:`lock`)
+        after setting the local worker's weights outside the thread (a restore)."""
+        self._snapshot = None
+        self.weights_updated = True
 
     def utilization(self) -> float:
         """Fraction of the thread's lifetime spent training (0 before it starts)."""
@@ -319,6 +339,7 @@ class LearnerThread(threading.Thread):
                 start = time.perf_counter()
                 with self.lock:
                     count, info, sources = self._train(item)
+                    self._snapshot = self.local_worker.get_weights()
                     self.weights_updated = True
                 self.busy_s += time.perf_counter() - start
                 self.num_steps += 1
