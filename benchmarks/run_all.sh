@@ -17,7 +17,8 @@
 # about 5 h more for the two mujoco_ppo envs (3 seeds x 2 systems x 1M env steps;
 # estimated from one run's own CPU seconds per system, about 18 min flowrl and 30 min
 # SB3, not yet timed idle), about 45 min for atari_throughput (9 systems x 3 seeds;
-# not yet timed idle) and up to 4 h 30 min for atari_learning (3 seeds x a 90 min
+# not yet timed idle), about 5 min for profile_impala_pong, about 25 min for torch_threads (6 systems x 3 seeds), dqn_pong (2 systems x 3
+# seeds x 2M frames; not yet timed: at least 4 h) and up to 4 h 30 min for atari_learning (3 seeds x a 90 min
 # budget; less for runs that reach +18); loc (lines of code, last) takes seconds.
 # Idle waits add to it on a machine that is not idle.
 # --quick --no-idle-wait (a smoke run of every script, results under
@@ -68,6 +69,9 @@ BENCHMARKS=(
   # Needs ale-py; Sample Factory from its own venv (bash benchmarks/setup_sample_factory.sh,
   # else it is reported as skipped). atari_learning is 3 runs of up to 90 min each.
   "atari_throughput|atari_throughput"
+  "profile_impala_pong|profile_impala_pong"
+  "torch_threads|torch_threads"
+  "dqn_pong|dqn_pong"
   "atari_learning|atari_learning"
   "loc|loc"  # counts lines, times nothing: a few seconds
 )

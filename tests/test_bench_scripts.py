@@ -26,8 +26,11 @@ import chaos  # noqa: E402
 import compiled_graph  # noqa: E402
 import ddppo_cartpole  # noqa: E402
 import dqn_cartpole  # noqa: E402
+import dqn_pong  # noqa: E402
 import mujoco_ppo  # noqa: E402
+import profile_impala_pong  # noqa: E402
 import ray_overhead  # noqa: E402
+import torch_threads  # noqa: E402
 import tune_sweep  # noqa: E402
 import replay  # noqa: E402
 import vector_envs  # noqa: E402
@@ -147,6 +150,42 @@ def test_tune_sweep_keeps_sweeps_that_missed_450_out_of_the_time_to_it(capsys):
     missed = next(ln for ln in lines if "not reached 1/3" in ln)
     assert "120.0 [100.0-140.0]" in reached and "310.0 [300.0-320.0]" in reached
     assert "400.0" in missed and "120.0" not in missed
+
+
+def test_torch_threads_reports_two_threads_over_one_per_algorithm(capsys):
+    runs = [_run("ppo-t1", agent_steps_per_s=400.0), _run("ppo-t2", agent_steps_per_s=500.0),
+            _run("ppo-t2", agent_steps_per_s=600.0), _run("appo-t1", agent_steps_per_s=800.0)]
+    torch_threads.report(runs, ["appo", "ppo"])
+    out = capsys.readouterr().out.splitlines()
+    ppo = next(ln for ln in out if ln.startswith("ppo"))
+    appo = next(ln for ln in out if ln.startswith("appo"))
+    assert "1.38x" in ppo        # median(500, 600) / 400
+    assert appo.rstrip().endswith("-")   # no 2-thread runs: no ratio
+
+
+def test_dqn_pong_reports_score_speed_and_replay_memory_per_system(capsys):
+    runs = [_run("flowrl", final_score=-5.0, steps_per_s=200.0, bytes_per_transition=14_182,
+                 gb_per_million=14.182, peak_rss_gb=3.0, from_start_s=3000.0),
+            _run("sb3", final_score=-9.0, steps_per_s=100.0, bytes_per_transition=28_240,
+                 gb_per_million=28.24, peak_rss_gb=4.0, from_start_s=6000.0)]
+    dqn_pong.report(runs, 2_000_000)
+    out = capsys.readouterr().out
+    sb3 = next(ln for ln in out.splitlines() if ln.startswith("sb3"))
+    assert "score at 2M frames" in out
+    assert "-9.0" in sb3 and "0.50x" in sb3 and "28,240" in sb3 and "28.2" in sb3
+    assert "100.0" in sb3   # minutes from start
+
+
+def test_profile_impala_pong_gives_each_part_its_share_of_a_step(capsys):
+    parts = dict(ale_us=400.0, preprocess_us=150.0, forward_us=300.0, sampler_us=100.0,
+                 serialize_us=30.0, concat_us=20.0)
+    runs = [_run("flowrl-impala", **parts, step_us=1000.0, other_share=0.15, learn_us=700.0,
+                 steps_per_s=1000.0)]
+    profile_impala_pong.report(runs)
+    out = capsys.readouterr().out
+    assert next(ln for ln in out.splitlines() if ln.startswith("ale")).rstrip().endswith("40%")
+    assert next(ln for ln in out.splitlines() if ln.startswith("forward")).rstrip().endswith("30%")
+    assert "15.0 [15.0-15.0] % of a step" in out
 
 
 def test_run_all_knows_every_benchmark_script():

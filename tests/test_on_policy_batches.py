@@ -158,3 +158,36 @@ def test_a_fragment_that_breaks_the_frame_stack_promise_is_an_env_error():
                             step_error=lambda e: EnvError(f"env Noise: {e}"))
     with pytest.raises(EnvError, match=r"env Noise: its observations are not frame stacks"):
         sampler.sample()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("cls, config", [(IMPALAPolicy, {}), (APPOPolicy, {"vtrace": True})],
+                         ids=["IMPALA", "APPO-vtrace"])
+def test_vtrace_targets_on_pong_equal_the_workers_returns_on_policy(cls, config):
+    """On on-policy Pong fragments (several envs, fragments cut mid-game, clipped
+    rewards), V-trace with rho = 1 is the lambda = 1 return: the learner's targets,
+    bootstrapped from stacks it rebuilds from ``new_frame``, equal the workers'
+    ``value_targets`` (discounted returns bootstrapped from their own values), and
+    the learner's action distribution is the one the workers sampled from."""
+    pytest.importorskip("ale_py")
+    import torch
+
+    from flowrl.batch import SampleBatch as SB
+    from flowrl.batch import concat_samples
+    worker = RolloutWorker("ALE/Pong-v5", policy=cls,
+                           policy_config={"model": SMALL_CNN, "lambda_": 1.0, **config},
+                           num_envs=3, rollout_fragment_length=40, seed=3, torch_threads=1)
+    try:
+        batch = concat_samples([worker.sample() for _ in range(8)])
+        policy = worker.get_policy()
+        train = policy._train_tensors(batch)
+        with torch.no_grad():
+            inputs, values = policy.model_out(train)
+            logp = policy.dist_class(inputs).logp(train[SB.ACTIONS])
+            vs, _ = policy.vtrace_targets(train, logp, values)
+    finally:
+        worker.stop()
+    assert (batch["rewards"] != 0).any() and "new_obs" not in batch   # points were scored
+    assert len(set(batch["eps_id"].tolist())) >= 3                    # several trajectories
+    np.testing.assert_allclose(logp.numpy(), batch["action_logp"], atol=1e-6)
+    np.testing.assert_allclose(vs.numpy(), batch["value_targets"], atol=1e-5)

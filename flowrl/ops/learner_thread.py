@@ -35,8 +35,9 @@ with no run known, counts wall time.
 State: the queues, the run that drives it (for the idle clock), the minibatch
 buffer slots and their remaining visits, the
 ``weights_updated`` flag (set after every update, cleared by whoever broadcasts
-the weights), the weights as of the last update (:meth:`LearnerThread.latest_weights`,
-so a broadcast never waits for the update in progress), ``num_steps`` (updates done) and busy/idle seconds for
+the weights), a copy of the weights after the last update
+(:meth:`LearnerThread.latest_weights`, so a broadcast never waits for the update
+in progress), ``num_steps`` (updates done) and busy/idle seconds for
 :meth:`LearnerThread.utilization`.
 """
 
