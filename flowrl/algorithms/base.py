@@ -253,7 +253,11 @@ class AlgorithmConfig:
     ``"ray"`` (remote workers are Ray actors). ``torch_threads`` sets the
     driver process's torch threads (``torch.set_num_threads``): the default 1
     suits small MLPs, whose ops are too small to split across threads
-    (``benchmarks/ppo_cartpole.py`` measures it); None leaves torch's setting alone.
+    (``benchmarks/ppo_cartpole.py`` measures it), and async learners (IMPALA, APPO),
+    whose learner thread shares the cores with the samplers; a synchronous
+    algorithm learning a CNN while its workers wait gains from more (PPO on Pong:
+    1.35x env steps/s with 2 on 2 cores, ``benchmarks/torch_threads.py``); None
+    leaves torch's setting alone.
 
     Failures of remote workers (Ray): ``recreate_failed_workers`` (default True)
     replaces a worker that died or stayed silent for ``sample_timeout_s`` seconds
