@@ -102,19 +102,13 @@ def child_flowrl(args) -> dict:
     return _result(scores, steps, time.perf_counter() - start, bytes_per_row)
 
 
-def sb3_pong(**kwargs):
-    """ALE/Pong-v5 for SB3's ``make_atari_env`` (a callable, so ale-py is imported)."""
-    import ale_py  # noqa: F401
-    import gymnasium as gym
-    return gym.make("ALE/Pong-v5", **kwargs)
-
-
 def child_sb3(args) -> dict:
     from stable_baselines3 import DQN as SB3DQN
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_atari_env
     from stable_baselines3.common.vec_env import VecFrameStack
 
+    from atari_throughput import sb3_pong
     from flowrl.experiment import load_spec
     c = load_spec(SPEC)["config"]
     total = args.frames // FRAME_SKIP
