@@ -106,7 +106,9 @@ def child(args) -> None:
     spec = load_spec(spec_path(args, algo_name))
     fields = {"env": spec["env"], **spec["config"], "seed": args.seed}
     config = make_config(spec["algo"], fields)
-    out = {"spec": spec_path(args, algo_name)}
+    out = {"spec": spec_path(args, algo_name),
+           "screen_size": config.env_config.get("screen_size", 84),
+           "conv_filters": config.model.conv_filters}
     if config.backend == "ray":
         import ray
         t = time.time()
@@ -152,10 +154,11 @@ def report(runs: list[dict], target: float, budget_min: float) -> None:
                            for p in res["curve"][::max(1, len(res["curve"]) // 12)])
         print(f"curve {r['system']} seed {r['seed']} (min from start, env steps: score): "
               f"{points}")
+    frames = {r["system"]: "{0}x{0}".format(r["result"].get("screen_size", 84)) for r in valid}
     rows = []
     for g in [g for g in harness.summarize(runs, KEYS, TARGET_KEYS) if g.n]:
         f = g.figures.get
-        rows.append([g.system, g.label, harness.fmt_figure(f("to_zero_s") and tuple(
+        rows.append([g.system, frames.get(g.system, "-"), g.label, harness.fmt_figure(f("to_zero_s") and tuple(
                          x / 60 for x in f("to_zero_s")), "{:.1f}"),
                      harness.fmt_figure(f("to_target_s") and tuple(
                          x / 60 for x in f("to_target_s")), "{:.1f}"),
@@ -165,7 +168,7 @@ def report(runs: list[dict], target: float, budget_min: float) -> None:
                      harness.fmt_figure(f("best_score"), "{:+.1f}"),
                      harness.fmt_figure(f("steps_per_s"), "{:,.0f}"),
                      harness.fmt_figure(f("startup_s"), "{:.1f}")])
-    harness.print_table(["system", "runs", "min to >= 0", f"min to >= {target:+g}",
+    harness.print_table(["system", "frames", "runs", "min to >= 0", f"min to >= {target:+g}",
                          f"M steps to {target:+g}", "final score", "best score",
                          "env steps/s", "start-up s"], rows,
                         title=f"Pong, 100-game mean of whole-game scores, {os.cpu_count()} "

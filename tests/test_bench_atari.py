@@ -171,7 +171,10 @@ def test_learning_table_keeps_missed_runs_out_of_the_target_times(capsys):
                                         "final_score": 18.2}),
             _run("flowrl-impala", 1, **{**base, "reached": False, "to_zero_s": 2400.0,
                                         "to_target_s": None, "to_target_steps": None,
-                                        "final_score": 12.0})]
+                                        "final_score": 12.0}),
+            _run("flowrl-ppo", 0, **{**base, "reached": False, "to_zero_s": 2400.0,
+                                     "to_target_s": None, "to_target_steps": None,
+                                     "final_score": 12.0, "screen_size": 42})]
     atari_learning.report(runs, 18.0, 90.0)
     out = capsys.readouterr().out
     assert "curve flowrl-impala seed 0 (min from start, env steps: score): 1.0 min 0.05M: -20.5" \
@@ -180,6 +183,9 @@ def test_learning_table_keeps_missed_runs_out_of_the_target_times(capsys):
     missed = next(ln for ln in out.splitlines() if "not reached 1/2" in ln)
     assert "30.0 [30.0-30.0]" in reached and "60.0 [60.0-60.0]" in reached
     assert "40.0 [40.0-40.0]" in missed and "60.0" not in missed
+    # the frame size each system trained on (84 for runs saved before it was recorded)
+    assert "| 84x84 " in reached and "| 42x42 " in next(
+        ln for ln in out.splitlines() if ln.startswith("flowrl-ppo"))
 
 
 @pytest.mark.timeout(30)

@@ -241,6 +241,29 @@ def test_atari_grayscale_inner_env_gives_the_observations_of_an_rgb_one():
     assert runs[0].shape == runs[1].shape and np.array_equal(runs[0], runs[1])
 
 
+def test_atari_screen_size_resizes_the_frames_and_never_reaches_gymnasium_make():
+    """env_config screen_size=42 gives (4, 42, 42) frames that are the 84x84 ones'
+    game resized (the same game, step for step), and the key is the preprocessing's:
+    the ALE env is made without it."""
+    pytest.importorskip("ale_py")
+    cv2 = pytest.importorskip("cv2")
+    config = {"screen_size": 42}
+    small, big = flowrl.envs.make_atari("ALE/Pong-v5", config), flowrl.envs.make_atari("ALE/Pong-v5", {})
+    assert config == {"screen_size": 42}                     # the caller's dict is untouched
+    assert small.observation_space == gym.spaces.Box(0, 255, (4, 42, 42), np.uint8)
+    obs_small, _ = small.reset(seed=5)
+    obs_big, _ = big.reset(seed=5)
+    for a in np.random.default_rng(1).integers(6, size=60):
+        obs_small, *_ = small.step(int(a))
+        obs_big, *_ = big.step(int(a))
+    assert obs_small.shape == (4, 42, 42) and obs_small.dtype == np.uint8
+    # both are resizes of the same screen: the 84x84 frame shrunk to 42x42 is within
+    # rounding of it (an older frame of the stack, with the ball elsewhere, is not)
+    shrunk = cv2.resize(obs_big[-1], (42, 42), interpolation=cv2.INTER_AREA).astype(int)
+    assert np.abs(shrunk - obs_small[-1]).max() <= 2
+    assert np.abs(shrunk - obs_small[0]).max() > 20
+
+
 def test_atari_env_config_reaches_the_ale_env():
     pytest.importorskip("ale_py")
     env = flowrl.envs.make_atari("ALE/Breakout-v5", {"repeat_action_probability": 0.25,
@@ -303,6 +326,12 @@ def test_atari_config_errors(monkeypatch, tmp_path):
         make_atari("ALE/Breakout-v5", {}, preprocessor_pref="rllib")
     with pytest.raises(ConfigError, match=r"frameskip=4 with preprocessor_pref='deepmind'"):
         make_atari("ALE/Breakout-v5", {"frameskip": 4})
+    for bad in (8, 42.0, "42", True):
+        with pytest.raises(ConfigError, match=rf"screen_size={bad!r} must be an int of at least 16"):
+            make_atari("ALE/Breakout-v5", {"screen_size": bad})
+    with pytest.raises(ConfigError, match=r"screen_size=42 sizes the DeepMind preprocessing, "
+                                          r"which preprocessor_pref=None turns off"):
+        make_atari("ALE/Breakout-v5", {"screen_size": 42}, preprocessor_pref=None)
     with monkeypatch.context() as m:
         m.setenv("ALE_ROMS_DIR", str(tmp_path))          # a ROM directory without breakout
         with pytest.raises(ConfigError, match=r"ROM of game 'breakout' \(breakout.bin\)"):

@@ -197,6 +197,8 @@ def test_envpool_takes_ale_ids_with_their_preprocessing_only():
         PPOConfig(env="ALE/Pong-v5", vector_env="envpool", preprocessor_pref=None)
     with pytest.raises(ConfigError, match=r"env_config key 'mode' is not one EnvPool takes"):
         PPOConfig(env="ALE/Pong-v5", vector_env="envpool", env_config={"mode": 1})
+    with pytest.raises(ConfigError, match=r"screen_size=10 must be an int of at least 16"):
+        PPOConfig(env="ALE/Pong-v5", vector_env="envpool", env_config={"screen_size": 10})
 
 
 @pytest.mark.timeout(120)
@@ -245,3 +247,24 @@ def test_a_worker_samples_pong_through_envpool():
         w.stop()
     assert b["obs"].dtype == np.uint8 and b["obs"].shape == (40, 4, 84, 84)
     assert "new_obs" not in b and np.isfinite(b["advantages"]).all()
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("vector_env", ["sync", "envpool"])
+def test_pong_at_screen_size_42_samples_42x42_frames_into_the_42x42_conv_stack(vector_env):
+    pytest.importorskip("ale_py")
+    if vector_env == "envpool":
+        pytest.importorskip("envpool")
+    from flowrl.models.visionnet import DEFAULT_CONV
+    w = RolloutWorker("ALE/Pong-v5", env_config={"screen_size": 42}, policy=PPOPolicy,
+                      num_envs=2, rollout_fragment_length=20, seed=1, vector_env=vector_env,
+                      torch_threads=1)
+    try:
+        b = w.sample()
+        first_conv = w.get_policy().model.trunk[0]
+    finally:
+        w.stop()
+    assert b["obs"].dtype == np.uint8 and b["obs"].shape == (40, 4, 42, 42)
+    filters, _ = DEFAULT_CONV[(42, 42)]
+    assert (first_conv.out_channels, first_conv.kernel_size[0]) == filters[0][:2]
+    assert len(np.unique(b["obs"][:, -1].reshape(40, -1), axis=0)) > 10   # frames move

@@ -377,7 +377,7 @@ class AlgorithmConfig:
                               f"{list(COUNT_STEPS_BY)}")
         self._check_policy_table(name)
         check_env(self.env, f"{name}.env")
-        check_env_config(self.env, self.env_config, f"{name}.env_config")
+        check_env_config(self.env, self._make_kwargs(name), f"{name}.env_config")
         check_callbacks(self.callbacks, f"{name}.callbacks")
         if self.vector_env == "envpool":
             from flowrl.envs.envpool_env import envpool_task, import_envpool
@@ -387,6 +387,19 @@ class AlgorithmConfig:
                 raise ConfigError(f"{name}.vector_env='envpool': {e}") from None
             import_envpool(f"{name}.vector_env='envpool'")
         self._check_evaluation(name)
+
+    def _make_kwargs(self, name: str) -> dict:
+        """``env_config`` less the keys that are the Atari preprocessing's rather than
+        the env constructor's (``screen_size``, checked here)."""
+        from flowrl.envs.atari import is_atari_id, screen_size_of
+        if not (is_atari_id(self.env) and isinstance(self.env_config, dict)):
+            return self.env_config
+        kwargs = dict(self.env_config)
+        try:
+            screen_size_of(self.env, kwargs, self.preprocessor_pref)
+        except ConfigError as e:
+            raise ConfigError(f"{name}.env_config: {e}") from None
+        return kwargs
 
     def _check_policy_table(self, name: str) -> None:
         table = self.multiagent.get("policy_mapping_fn")

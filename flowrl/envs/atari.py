@@ -5,13 +5,15 @@ the ale-py wheel ships the ROMs) and wraps it, innermost first:
 
 1. the ALE env, made with ``frameskip=1``, ``repeat_action_probability=0.0``
    (sticky actions off) and ``obs_type="grayscale"`` unless ``env_config`` says
-   otherwise; every ``env_config`` key goes to ``gymnasium.make``
-   (``full_action_space``, ``mode``, ...). Step 2 reads the screen from the
+   otherwise; every ``env_config`` key but ``screen_size`` goes to
+   ``gymnasium.make`` (``full_action_space``, ``mode``, ...). Step 2 reads the screen from the
    emulator itself, so the inner env's own observation is never used; grayscale
    is its cheapest screen copy (Pong: about 11% more steps/s than RGB, the same
    observations);
 2. ``gymnasium.wrappers.AtariPreprocessing``: up to 30 no-op starts, frame skip 4
-   with a max-pool over the last two frames, 84x84 grayscale, uint8;
+   with a max-pool over the last two frames, 84x84 grayscale (``env_config``
+   ``screen_size``: another side, e.g. 42 as RLlib 1.x's ``dim: 42`` for a cheaper
+   CNN), uint8;
 3. ``gymnasium.wrappers.RecordEpisodeStatistics``: sees whole games and raw
    rewards, so ``info["episode"] = {"r": score, "l": steps, "t": seconds}``
    appears exactly when a game ends (all lives lost, or ALE's frame limit), with
@@ -20,7 +22,8 @@ the ale-py wheel ships the ROMs) and wraps it, innermost first:
 4. training only: :class:`EpisodicLifeEnv` (a life loss ends the training episode;
    the reset that follows continues the game) and sign-clipped rewards;
 5. ``gymnasium.wrappers.FrameStackObservation``: the last 4 frames, channels first,
-   an observation ``Box(0, 255, (4, 84, 84), uint8)``.
+   an observation ``Box(0, 255, (4, 84, 84), uint8)`` (``(4, 42, 42)`` with
+   ``screen_size=42``).
 
 So a learner sees clipped rewards and per-life episodes, while reported returns
 (from ``info["episode"]``; see :func:`flowrl.envs.reports_episode_infos`) are
@@ -40,6 +43,8 @@ from flowrl.errors import ConfigError
 #: The values ``preprocessor_pref`` may take (besides None: no preprocessing).
 PREPROCESSOR_PREFS = ("deepmind",)
 ATARI_NAMESPACE = "ALE/"
+#: The side of the preprocessed square frames unless ``env_config["screen_size"]`` says.
+SCREEN_SIZE = 84
 
 
 def is_atari_id(env: Any) -> bool:
@@ -86,16 +91,21 @@ def make_atari(env_id: str, env_config: dict | None = None, *,
 
     ``env_config`` keys go to ``gymnasium.make``; with preprocessing they override
     the defaults ``frameskip=1``, ``repeat_action_probability=0.0`` and
-    ``obs_type="grayscale"``.
+    ``obs_type="grayscale"``, and ``screen_size`` (default 84) is the side of the
+    preprocessed frames instead.
     ``training=False`` leaves out episodic life and reward clipping (evaluation).
     ConfigError when ale-py (or OpenCV, which the resizing needs) is missing, when
-    the game's ROM is missing, for an unknown ``preprocessor_pref``, and for an
-    ``env_config`` frameskip other than 1 with preprocessing.
+    the game's ROM is missing, for an unknown ``preprocessor_pref``, for an
+    ``env_config`` frameskip other than 1 with preprocessing, and for a
+    ``screen_size`` that is not an int of at least 16 or that comes without
+    preprocessing.
 
     >>> env = make_atari("ALE/Pong-v5", {})
     >>> obs, _ = env.reset(seed=0)
     >>> obs.shape, obs.dtype, env.action_space
     ((4, 84, 84), dtype('uint8'), Discrete(6))
+    >>> make_atari("ALE/Pong-v5", {"screen_size": 42}).observation_space.shape
+    (4, 42, 42)
     >>> make_atari("ALE/Pong-v5", {}, preprocessor_pref=None).observation_space.shape
     (210, 160, 3)
     """
@@ -105,6 +115,7 @@ def make_atari(env_id: str, env_config: dict | None = None, *,
     import_ale(f"make_atari({env_id!r})")
     _check_rom(env_id)
     env_config = dict(env_config or {})
+    screen_size = screen_size_of(env_id, env_config, preprocessor_pref)
     if preprocessor_pref is None:
         return gym.make(env_id, **env_config)
     try:
@@ -118,13 +129,41 @@ def make_atari(env_id: str, env_config: dict | None = None, *,
                           "drop frameskip from env_config or set preprocessor_pref=None")
     env = gym.make(env_id, **{"frameskip": 1, "repeat_action_probability": 0.0,
                               "obs_type": "grayscale", **env_config})
-    return wrap_deepmind(env, training=training)
+    return wrap_deepmind(env, training=training, screen_size=screen_size)
 
 
-def wrap_deepmind(env: gym.Env, *, training: bool = True) -> gym.Env:
+def screen_size_of(env_id: str, env_config: dict, preprocessor_pref: str | None) -> int:
+    """The side of ``env_id``'s preprocessed frames: ``env_config.pop("screen_size")``
+    (the key is the preprocessing's, not ``gymnasium.make``'s), or 84. A ConfigError
+    for a value that is not an int of at least 16 (below that a game's ball and
+    bullets vanish in the resize), or for one without preprocessing, which would
+    otherwise ignore it.
+
+    >>> screen_size_of("ALE/Pong-v5", {"screen_size": 42}, "deepmind")
+    42
+    >>> screen_size_of("ALE/Pong-v5", {"screen_size": 8}, "deepmind")
+    Traceback (most recent call last):
+    ...
+    flowrl.errors.ConfigError: env 'ALE/Pong-v5': env_config screen_size=8 must be an int of at least 16 (84 is the DeepMind default, 42 RLlib's small one)
+    """
+    if "screen_size" not in env_config:
+        return SCREEN_SIZE
+    size = env_config.pop("screen_size")
+    if preprocessor_pref is None:
+        raise ConfigError(f"env {env_id!r}: env_config screen_size={size!r} sizes the "
+                          "DeepMind preprocessing, which preprocessor_pref=None turns off; "
+                          "drop screen_size or set preprocessor_pref='deepmind'")
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)) or size < 16:
+        raise ConfigError(f"env {env_id!r}: env_config screen_size={size!r} must be an int "
+                          "of at least 16 (84 is the DeepMind default, 42 RLlib's small one)")
+    return int(size)
+
+
+def wrap_deepmind(env: gym.Env, *, training: bool = True, screen_size: int = SCREEN_SIZE) -> gym.Env:
     """Steps 2 to 5 of the module docstring around an ALE env made with ``frameskip=1``."""
-    env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4, screen_size=84,
-                                          grayscale_obs=True, scale_obs=False)
+    env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4,
+                                          screen_size=screen_size, grayscale_obs=True,
+                                          scale_obs=False)
     env = gym.wrappers.RecordEpisodeStatistics(env)
     if training:
         env = EpisodicLifeEnv(env)

@@ -3,7 +3,7 @@
 ``vector_env="envpool"`` (``pip install flowrl[envpool]``) steps a worker's ``ALE/...-v5``
 envs in EnvPool's C++ thread pool, with EnvPool's own DeepMind preprocessing: up
 to 30 no-op starts, frame skip 4 with a max-pool over the last two frames, 84x84
-grayscale, 4 frames stacked channels first, uint8; for training, episodic life and
+(or ``env_config`` ``screen_size``) grayscale, 4 frames stacked channels first, uint8; for training, episodic life and
 sign-clipped rewards. The observations are :func:`flowrl.envs.make_atari`'s in
 shape, dtype and meaning, not bit for bit (EnvPool resizes and draws its no-ops
 its own way), so a run with it does not repeat a ``"sync"`` run.
@@ -35,11 +35,12 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from flowrl.envs.atari import ATARI_NAMESPACE
+from flowrl.envs.atari import ATARI_NAMESPACE, screen_size_of
 from flowrl.errors import ConfigError
 
-#: ``env_config`` keys EnvPool takes for an ALE env, by their ale-py names.
-ENV_CONFIG_KEYS = ("repeat_action_probability", "full_action_space")
+#: ``env_config`` keys EnvPool takes for an ALE env, by their ale-py names, and the
+#: preprocessing's ``screen_size`` (EnvPool's ``img_height`` and ``img_width``).
+ENV_CONFIG_KEYS = ("repeat_action_probability", "full_action_space", "screen_size")
 
 
 def import_envpool(where: str):
@@ -94,7 +95,8 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         env_config = dict(env_config or {})
         self._envpool = import_envpool(f"env {env_id!r}")
         self._task = envpool_task(env_id, env_config, preprocessor_pref)
-        self._kwargs = dict(env_type="gymnasium", num_envs=num_envs, num_threads=num_threads,
+        size = screen_size_of(env_id, env_config, preprocessor_pref)
+        self._kwargs = dict(img_height=size, img_width=size,env_type="gymnasium", num_envs=num_envs, num_threads=num_threads,
                             episodic_life=training, reward_clip=training, noop_max=30,
                             repeat_action_probability=env_config.get(
                                 "repeat_action_probability", 0.0),
