@@ -44,6 +44,7 @@ import harness  # noqa: E402  (stdlib only)
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALGOS = ["impala", "appo", "ppo"]
 WINDOW = 100
+PROGRESS_EVERY_S = 60.0  # a line on the run's log (its path is printed as it starts)
 
 
 def spec_path(args, algo: str) -> str:
@@ -60,7 +61,7 @@ class Curve:
         self.episodes = 0
         self.points: list[list[float]] = []
         self.at_zero = self.at_target = None
-        self.last_point = -math.inf
+        self.last_point = self.last_progress = -math.inf
 
     def add(self, returns) -> None:
         for r in returns:
@@ -83,6 +84,10 @@ class Curve:
             self.points.append([round(now, 2), int(env_steps),
                                 None if math.isnan(score) else score, self.episodes])
             self.last_point = now
+        if force or now - self.last_progress >= PROGRESS_EVERY_S:
+            harness.progress(f"{env_steps / 1e6:.2f}M env steps, {self.episodes} games, "
+                             f"score {score:+.1f} over the last {len(self.window)}")
+            self.last_progress = now
 
     def result(self) -> dict:
         scores = [p[2] for p in self.points if p[2] is not None]

@@ -68,6 +68,8 @@ class Scores:
             score = self.score()
             self.curve.append([round(now, 1), int(steps), None if math.isnan(score) else score])
             self.last = now
+            harness.progress(f"{steps:,} agent steps, score {score:+.1f} over the last "
+                             f"{len(self.window)} games")
 
 
 def _result(scores: Scores, steps: int, train_s: float, bytes_per_transition: float) -> dict:

@@ -35,7 +35,10 @@ Policy:
 Child protocol: the harness sets ``FLOWRL_BENCH_T0`` (wall-clock time just
 before the process was launched) and ``FLOWRL_BENCH_OUT`` (a path); the child
 calls :func:`since_start` for "time from process start" and :func:`write_result`
-with a dict of figures (numbers, plus ``reached`` when it has a target).
+with a dict of figures (numbers, plus ``reached`` when it has a target). A child's
+output goes to a log file whose path the harness prints as the run starts, so a
+long run (Pong learning, for one) can be followed with ``tail -f`` while the CPU
+stays otherwise idle; :func:`progress` writes a line there.
 
 This module imports only the standard library, so a child pays nothing for it.
 Linux only (``/proc``).
@@ -72,6 +75,12 @@ def since_start() -> float:
 
 
 _IMPORTED_AT = time.time()
+
+
+def progress(message: str) -> None:
+    """One line of a run's progress, ``[12.5 min] message``, on the child's output
+    (the log file the harness names when the run starts)."""
+    print(f"[{since_start() / 60:.1f} min] {message}", flush=True)
 
 
 def write_result(result: dict[str, Any]) -> None:
@@ -548,7 +557,9 @@ def run_child(script: str, system: str, seed: int, child_args: Sequence[str],
     """One run in a fresh process; returns its record (result, load, timing, log tail)."""
     fd, out_path = tempfile.mkstemp(prefix="flowrl-bench-", suffix=".json")
     os.close(fd)
-    log = tempfile.TemporaryFile(mode="w+")
+    log = tempfile.NamedTemporaryFile(mode="w+", prefix=f"flowrl-bench-{system}-seed{seed}-",
+                                      suffix=".log", delete=False)
+    print(f"{system} seed {seed}: running; its output: tail -f {log.name}", flush=True)
     argv = [sys.executable, script, "--child", system, "--seed", str(seed), *child_args]
     t0 = time.time()
     env = {**os.environ, ENV_T0: repr(t0), ENV_OUT: out_path}
@@ -569,6 +580,7 @@ def run_child(script: str, system: str, seed: int, child_args: Sequence[str],
     log.seek(0)
     tail = log.read()[-3000:]
     log.close()
+    Path(log.name).unlink(missing_ok=True)
     try:
         result = json.loads(Path(out_path).read_text() or "null")
     except (OSError, ValueError):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import subprocess
 import sys
 import time
@@ -167,13 +168,14 @@ def test_a_count_that_would_run_nothing_is_refused_by_name(argv, capsys):
     assert harness.settings_from(p.parse_args(["--seeds", "1"])).seeds == [0]
 
 
-def test_run_all_records_a_failed_child_and_a_good_one(tmp_path):
+def test_run_all_records_a_failed_child_and_a_good_one(tmp_path, capsys):
     script = tmp_path / "bench.py"
     script.write_text(
         "import sys\n"
         f"sys.path.insert(0, {str(ROOT / 'benchmarks')!r})\n"
         "import harness\n"
         "system = sys.argv[sys.argv.index('--child') + 1]\n"
+        "harness.progress('halfway')\n"
         "if system == 'bad':\n"
         "    raise SystemExit('broken on purpose')\n"
         "harness.write_result({'value': 7, 'from_start_s': harness.since_start()})\n")
@@ -184,7 +186,13 @@ def test_run_all_records_a_failed_child_and_a_good_one(tmp_path):
     assert good["valid"] and good["result"]["value"] == 7
     assert 0 < good["result"]["from_start_s"] < good["wall_s"] + 1
     assert not bad["ok"] and not bad["valid"] and "broken on purpose" in bad["log_tail"]
+    assert re.search(r"\[0\.0 min\] halfway", bad["log_tail"])
     assert path.exists() and os.path.getsize(path) > 0
+    # each run's output went to a log file named as it started, removed once it ended
+    logs = re.findall(r"(good|bad) seed 0: running; its output: tail -f (\S+)",
+                      capsys.readouterr().out)
+    assert [system for system, _ in logs] == ["good", "bad"]
+    assert not any(os.path.exists(log) for _, log in logs)
 
 
 
