@@ -163,7 +163,8 @@ def report(runs: list[dict], target: float, budget_min: float) -> None:
     rows = []
     for g in [g for g in harness.summarize(runs, KEYS, TARGET_KEYS) if g.n]:
         f = g.figures.get
-        rows.append([g.system, frames.get(g.system, "-"), g.label, harness.fmt_figure(f("to_zero_s") and tuple(
+        rows.append([g.system, frames.get(g.system, "-"), g.label,
+                     harness.fmt_figure(f("to_zero_s") and tuple(
                          x / 60 for x in f("to_zero_s")), "{:.1f}"),
                      harness.fmt_figure(f("to_target_s") and tuple(
                          x / 60 for x in f("to_target_s")), "{:.1f}"),

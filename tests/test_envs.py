@@ -248,7 +248,8 @@ def test_atari_screen_size_resizes_the_frames_and_never_reaches_gymnasium_make()
     pytest.importorskip("ale_py")
     cv2 = pytest.importorskip("cv2")
     config = {"screen_size": 42}
-    small, big = flowrl.envs.make_atari("ALE/Pong-v5", config), flowrl.envs.make_atari("ALE/Pong-v5", {})
+    small = flowrl.envs.make_atari("ALE/Pong-v5", config)
+    big = flowrl.envs.make_atari("ALE/Pong-v5", {})
     assert config == {"screen_size": 42}                     # the caller's dict is untouched
     assert small.observation_space == gym.spaces.Box(0, 255, (4, 42, 42), np.uint8)
     obs_small, _ = small.reset(seed=5)
@@ -327,7 +328,8 @@ def test_atari_config_errors(monkeypatch, tmp_path):
     with pytest.raises(ConfigError, match=r"frameskip=4 with preprocessor_pref='deepmind'"):
         make_atari("ALE/Breakout-v5", {"frameskip": 4})
     for bad in (8, 42.0, "42", True):
-        with pytest.raises(ConfigError, match=rf"screen_size={bad!r} must be an int of at least 16"):
+        with pytest.raises(ConfigError,
+                           match=rf"screen_size={bad!r} must be an int of at least 16"):
             make_atari("ALE/Breakout-v5", {"screen_size": bad})
     with pytest.raises(ConfigError, match=r"screen_size=42 sizes the DeepMind preprocessing, "
                                           r"which preprocessor_pref=None turns off"):

@@ -6,8 +6,8 @@ the ale-py wheel ships the ROMs) and wraps it, innermost first:
 1. the ALE env, made with ``frameskip=1``, ``repeat_action_probability=0.0``
    (sticky actions off) and ``obs_type="grayscale"`` unless ``env_config`` says
    otherwise; every ``env_config`` key but ``screen_size`` goes to
-   ``gymnasium.make`` (``full_action_space``, ``mode``, ...). Step 2 reads the screen from the
-   emulator itself, so the inner env's own observation is never used; grayscale
+   ``gymnasium.make`` (``full_action_space``, ``mode``, ...). Step 2 reads the
+   screen from the emulator itself, so the inner env's own observation is never used; grayscale
    is its cheapest screen copy (Pong: about 11% more steps/s than RGB, the same
    observations);
 2. ``gymnasium.wrappers.AtariPreprocessing``: up to 30 no-op starts, frame skip 4
@@ -159,7 +159,8 @@ def screen_size_of(env_id: str, env_config: dict, preprocessor_pref: str | None)
     return int(size)
 
 
-def wrap_deepmind(env: gym.Env, *, training: bool = True, screen_size: int = SCREEN_SIZE) -> gym.Env:
+def wrap_deepmind(env: gym.Env, *, training: bool = True,
+                  screen_size: int = SCREEN_SIZE) -> gym.Env:
     """Steps 2 to 5 of the module docstring around an ALE env made with ``frameskip=1``."""
     env = gym.wrappers.AtariPreprocessing(env, noop_max=30, frame_skip=4,
                                           screen_size=screen_size, grayscale_obs=True,

@@ -3,10 +3,11 @@
 ``vector_env="envpool"`` (``pip install flowrl[envpool]``) steps a worker's ``ALE/...-v5``
 envs in EnvPool's C++ thread pool, with EnvPool's own DeepMind preprocessing: up
 to 30 no-op starts, frame skip 4 with a max-pool over the last two frames, 84x84
-(or ``env_config`` ``screen_size``) grayscale, 4 frames stacked channels first, uint8; for training, episodic life and
-sign-clipped rewards. The observations are :func:`flowrl.envs.make_atari`'s in
-shape, dtype and meaning, not bit for bit (EnvPool resizes and draws its no-ops
-its own way), so a run with it does not repeat a ``"sync"`` run.
+(or ``env_config`` ``screen_size``) grayscale, 4 frames stacked channels first,
+uint8; for training, episodic life and sign-clipped rewards. The observations are
+:func:`flowrl.envs.make_atari`'s in shape, dtype and meaning, not bit for bit
+(EnvPool resizes and draws its no-ops its own way), so a run with it does not
+repeat a ``"sync"`` run.
 
 :class:`EnvPoolVectorEnv` turns EnvPool's protocol into the one the samplers
 expect:
@@ -96,7 +97,8 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         self._envpool = import_envpool(f"env {env_id!r}")
         self._task = envpool_task(env_id, env_config, preprocessor_pref)
         size = screen_size_of(env_id, env_config, preprocessor_pref)
-        self._kwargs = dict(img_height=size, img_width=size,env_type="gymnasium", num_envs=num_envs, num_threads=num_threads,
+        self._kwargs = dict(env_type="gymnasium", num_envs=num_envs, num_threads=num_threads,
+                            img_height=size, img_width=size,
                             episodic_life=training, reward_clip=training, noop_max=30,
                             repeat_action_probability=env_config.get(
                                 "repeat_action_probability", 0.0),
