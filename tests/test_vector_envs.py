@@ -172,9 +172,8 @@ def test_stop_ends_the_env_subprocesses(request, backend):
         assert len(pids) == (6 if backend == "ray" else 3) and not any(_gone(p) for p in pids)
     finally:
         algo.stop()
-    deadline = time.monotonic() + 60   # only catches subprocesses that never end
+    # subprocesses that never end are caught by the test's timeout, not a clock here
     while not all(_gone(p) for p in pids):
-        assert time.monotonic() < deadline, [p for p in pids if not _gone(p)]
         time.sleep(0.1)
 
 
