@@ -9,7 +9,6 @@ points for and against (``hist_stats``): every one must have reached 21.
 
 from __future__ import annotations
 
-
 import pytest
 
 from flowrl.algorithms.impala import IMPALA, IMPALAConfig

@@ -7,9 +7,9 @@ the ale-py wheel ships the ROMs) and wraps it, innermost first:
    (sticky actions off) and ``obs_type="grayscale"`` unless ``env_config`` says
    otherwise; every ``env_config`` key but ``screen_size`` goes to
    ``gymnasium.make`` (``full_action_space``, ``mode``, ...). Step 2 reads the
-   screen from the emulator itself, so the inner env's own observation is never used; grayscale
-   is its cheapest screen copy (Pong: about 11% more steps/s than RGB, the same
-   observations);
+   screen from the emulator itself, so the inner env's own observation is never
+   used; grayscale is its cheapest screen copy (Pong: about 11% more steps/s than
+   RGB, the same observations);
 2. ``gymnasium.wrappers.AtariPreprocessing``: up to 30 no-op starts, frame skip 4
    with a max-pool over the last two frames, 84x84 grayscale (``env_config``
    ``screen_size``: another side, e.g. 42 as RLlib 1.x's ``dim: 42`` for a cheaper
