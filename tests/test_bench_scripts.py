@@ -134,6 +134,18 @@ def test_mujoco_ppo_compares_training_time_over_all_runs_and_times_the_target_on
     assert "550 [550-550]" in reached and "550" not in missed
 
 
+def test_mujoco_ppo_prints_a_progress_line_each_time_a_run_passes_100k_steps(capsys):
+    tracker = mujoco_ppo.Tracker(target=2231.0)
+    tracker.start()
+    for steps in range(2048, 430_000, 2048):  # CleanRL's 2048-step iterations
+        tracker.add_returns([steps / 1000])
+        tracker.after_iteration(steps)
+    lines = capsys.readouterr().out.splitlines()
+    assert [ln.split("] ")[1].split(" env steps")[0] for ln in lines] == [
+        "0.10M", "0.20M", "0.30M", "0.40M"]  # the first iteration at or past each 100k
+    assert "0.10M env steps, 49 episodes, score 51" in lines[0]
+
+
 def test_tune_sweep_keeps_sweeps_that_missed_450_out_of_the_time_to_it(capsys):
     runs = [_run("flowrl-tune", reached=True, to_target_s=100.0, from_start_s=110.0,
                  sweep_s=300.0, max_running=2, trials_finished=8, trials_failed=0,
