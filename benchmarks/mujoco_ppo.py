@@ -75,8 +75,18 @@ MATCHED = dict(num_envs=1, num_steps=2048, minibatch=64, epochs=10, lr=3e-4, gam
 #: CleanRL's published mean episodic return of ppo_continuous_action at 1M steps.
 CLEANRL_SCORES = {"Hopper-v5": 2231.0, "HalfCheetah-v5": 1823.0, "Walker2d-v5": 3050.0}
 
-#: Env steps between two rows of the printed curve.
+#: Env steps between two rows of the printed curve (and two progress lines).
 CURVE_EVERY = 100_000
+
+
+def passes_curve_mark(before: int, steps: int) -> bool:
+    """Whether an iteration from ``before`` to ``steps`` env steps passes a multiple
+    of :data:`CURVE_EVERY` (its point then makes a row of the curve).
+
+    >>> passes_curve_mark(98_304, 100_352), passes_curve_mark(100_352, 102_400)
+    (True, False)
+    """
+    return steps // CURVE_EVERY > before // CURVE_EVERY
 
 
 class Tracker:
@@ -88,7 +98,6 @@ class Tracker:
         self.episodes = 0
         self.curve: list[list[float]] = []  # [env steps, train s, score, reported]
         self.reached_at = None  # (train seconds, env steps, seconds from process start)
-        self.next_progress = CURVE_EVERY  # env steps of the next progress line
         self.t_start = self.ready_s = None
 
     def start(self) -> None:
@@ -106,13 +115,13 @@ class Tracker:
     def after_iteration(self, env_steps: int, reported: float = math.nan) -> None:
         train_s = time.time() - self.t_start
         score = self.score()
+        before = self.curve[-1][0] if self.curve else 0
         self.curve.append([int(env_steps), round(train_s, 2), score, reported])
         if self.reached_at is None and score >= self.target:
             self.reached_at = (train_s, int(env_steps), harness.since_start())
-        if env_steps >= self.next_progress:
+        if passes_curve_mark(before, env_steps):
             harness.progress(f"{env_steps / 1e6:.2f}M env steps, {self.episodes} episodes, "
                              f"score {score:,.0f}, {train_s:,.0f} s training")
-            self.next_progress = (env_steps // CURVE_EVERY + 1) * CURVE_EVERY
 
     def result(self, **extra) -> dict:
         steps, train_s = (self.curve[-1][:2] if self.curve else (0, math.nan))
@@ -265,11 +274,11 @@ def report(runs: list[dict], env: str, target: float) -> None:
                         title=f"PPO {env}: every run (score: mean raw return of the last 100 "
                               "training episodes)")
     for r in valid:
-        points, next_at = [], CURVE_EVERY
+        points, before = [], 0
         for steps, train_s, score, *_ in r["result"]["curve"]:
-            if steps >= next_at:
+            if passes_curve_mark(before, steps):
                 points.append(f"{steps // 1000}k: {fmt(score)} @ {train_s:,.0f}s")
-                next_at = (steps // CURVE_EVERY + 1) * CURVE_EVERY
+            before = steps
         print(f"curve {r['system']} seed {r['seed']}: " + "; ".join(points))
     # Every run trains for the same env steps, so training time compares over all of a
     # system's runs, whether or not they reached the target.
