@@ -55,6 +55,53 @@ def test_model_config_accepts_sizes_dicts_and_itself_and_names_bad_fields():
         ModelConfig.coerce({"use_lstm": "yes"})
 
 
+def _orthogonal_with_gain(weight: torch.Tensor, gain: float) -> bool:
+    w = weight.detach().reshape(len(weight), -1)
+    gram = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
+    return torch.allclose(gram, gain ** 2 * torch.eye(len(gram)), atol=1e-4)
+
+
+def test_orthogonal_init_gives_hidden_layers_gain_sqrt2_and_leaves_the_heads_alone():
+    image = gym.spaces.Box(0, 255, (4, 10, 10), np.uint8)
+    shared = {"logits": 0.01, "value_branch": 1.0}
+    for space, model, heads, n_hidden in (
+            (BOX, {"fcnet_hiddens": [8, 8]}, {"pi.4": 0.01, "vf.4": 1.0}, 4),
+            (BOX, {"fcnet_hiddens": [8], "vf_share_layers": True}, shared, 1),
+            (image, {"conv_filters": [[8, 3, 1], [8, 3, 1]], "post_fcnet_hiddens": [16]},
+             shared, 6)):
+        for orthogonal in (False, True):
+            net = PPOPolicy(space, TWO, model={**model, "orthogonal_init": orthogonal},
+                            seed=0).model
+            layers = {name: m for name, m in net.named_modules()
+                      if isinstance(m, (nn.Linear, nn.Conv2d))}
+            hidden = {name: m for name, m in layers.items() if name not in heads}
+            assert len(hidden) == n_hidden and len(layers) == n_hidden + 2, sorted(layers)
+            for name, m in layers.items():
+                if name in heads:  # orthogonal either way, with the head's own gain
+                    assert _orthogonal_with_gain(m.weight, heads[name]), name
+                else:
+                    assert _orthogonal_with_gain(m.weight, 2 ** 0.5) == orthogonal, name
+                    assert (not m.bias.detach().any()) == orthogonal, name
+    with pytest.raises(ConfigError, match=r"model\.orthogonal_init=1: must be true or false"):
+        ModelConfig.coerce({"orthogonal_init": 1})
+
+
+def test_ppo_adam_epsilon_reaches_the_optimizer_and_is_checked():
+    algo = PPO(PPOConfig(env="CartPole-v1", num_workers=0, num_envs_per_worker=1,
+                         rollout_fragment_length=16, train_batch_size=16,
+                         sgd_minibatch_size=8, num_sgd_iter=1, adam_epsilon=1e-5, seed=0))
+    try:
+        algo.train()
+        optimizer = algo.workers.local_worker().get_policy().optimizer
+        assert [g["eps"] for g in optimizer.param_groups] == [1e-5]
+    finally:
+        algo.stop()
+    with pytest.raises(ConfigError, match=r"PPOConfig\.adam_epsilon=0"):
+        PPOConfig(env="CartPole-v1", adam_epsilon=0)
+    with pytest.raises(ConfigError, match=r"adam_epsilon=-1"):
+        PPOPolicy(BOX, TWO, adam_epsilon=-1)
+
+
 # -- sequences: hand-computed cases ----------------------------------------------
 def test_cut_sequences_splits_at_episodes_gaps_and_max_seq_len():
     # episode 3 runs t=0..4 (cut at 3 steps), then episode 4 t=0..1, then a gap in

@@ -38,6 +38,7 @@ class PPOConfig(AlgorithmConfig):
     ``lr_schedule`` (RLlib 1.x; None: the constant ``lr``) replaces ``lr`` with a
     piecewise-linear rate over env steps sampled, ``[[0, lr_0], [t_1, lr_1], ...]``,
     applied before each training step (:class:`~flowrl.ops.UpdateLR`).
+    ``adam_epsilon`` is Adam's ``eps`` (torch's 1e-8; CleanRL's Atari PPO uses 1e-5).
     ``python benchmarks/ppo_cartpole.py --tuned`` measures how fast they reach a
     train mean of 450 (and ``--matched`` against other libraries at equal work).
 
@@ -54,6 +55,7 @@ class PPOConfig(AlgorithmConfig):
     sgd_minibatch_size: int = 256
     num_sgd_iter: int = 6
     lr: float = 1e-3
+    adam_epsilon: float = 1e-8
     gamma: float = 0.99
     lambda_: float = 0.95
     clip_param: float = 0.2
@@ -67,6 +69,7 @@ class PPOConfig(AlgorithmConfig):
 
     checks: ClassVar[dict[str, tuple]] = {
         "sgd_minibatch_size": _int_ge(0), "num_sgd_iter": _int_ge(1),
+        "adam_epsilon": _num(0, open_lo=True),
         "lambda_": _num(0, 1), "clip_param": _num(0, open_lo=True),
         "vf_clip_param": _num(0, open_lo=True), "vf_loss_coeff": _num(0),
         "entropy_coeff": _num(0), "kl_coeff": _num(0), "kl_target": _num(0, open_lo=True),
@@ -92,7 +95,8 @@ class PPO(Algorithm):
         # The policy's own learn_on_batch runs the same epochs and minibatches as
         # the plan's train op (both go through the one minibatch-SGD loop).
         lr = piecewise_lr(config.lr_schedule, 0) if config.lr_schedule else config.lr
-        return {**super().policy_config(config), "lr": lr, "lambda_": config.lambda_,
+        return {**super().policy_config(config), "lr": lr, "adam_epsilon": config.adam_epsilon,
+                "lambda_": config.lambda_,
                 "clip_param": config.clip_param, "vf_clip_param": config.vf_clip_param,
                 "vf_loss_coeff": config.vf_loss_coeff, "entropy_coeff": config.entropy_coeff,
                 "kl_coeff": config.kl_coeff, "kl_target": config.kl_target,

@@ -41,6 +41,7 @@ num_outputs, model_config, name)``:
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -89,11 +90,28 @@ def activation(name: str) -> nn.Module:
             "linear": nn.Identity}[name]()
 
 
-def dense_stack(sizes: list[int], act: str) -> list[nn.Module]:
-    """``Linear`` layers between consecutive ``sizes``, each followed by ``act``."""
+def hidden(layer: nn.Module, orthogonal: bool) -> nn.Module:
+    """A hidden ``Linear`` or ``Conv2d`` layer, given orthogonal weights of gain
+    sqrt(2) and zero biases when ``orthogonal`` (``ModelConfig.orthogonal_init``,
+    CleanRL's and OpenAI Baselines' choice), else left with torch's initialisation.
+
+    >>> layer = hidden(nn.Linear(4, 4), orthogonal=True)
+    >>> w = layer.weight.detach()
+    >>> bool(torch.allclose(w @ w.T, 2 * torch.eye(4), atol=1e-5)), layer.bias.abs().sum().item()
+    (True, 0.0)
+    """
+    if orthogonal:
+        nn.init.orthogonal_(layer.weight, gain=math.sqrt(2))
+        nn.init.zeros_(layer.bias)
+    return layer
+
+
+def dense_stack(sizes: list[int], act: str, orthogonal: bool = False) -> list[nn.Module]:
+    """``Linear`` layers between consecutive ``sizes``, each followed by ``act``
+    (initialised by :func:`hidden`)."""
     layers: list[nn.Module] = []
     for a, b in zip(sizes[:-1], sizes[1:]):
-        layers += [nn.Linear(a, b), activation(act)]
+        layers += [hidden(nn.Linear(a, b), orthogonal), activation(act)]
     return layers
 
 
@@ -138,5 +156,5 @@ def with_log_std(means: torch.Tensor, log_std: nn.Parameter | None) -> torch.Ten
     return torch.cat([means, log_std.expand_as(means)], dim=-1)
 
 
-__all__ = ["TorchModelV2", "activation", "dense_stack", "head", "free_log_std",
+__all__ = ["TorchModelV2", "activation", "hidden", "dense_stack", "head", "free_log_std",
            "with_log_std"]

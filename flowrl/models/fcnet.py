@@ -6,8 +6,8 @@ activation; parameter names ``pi.0.weight`` ... ``vf.N.bias`` and ``log_std``), 
 shape flowrl's numpy acting path reproduces exactly
 (:mod:`flowrl.policies.numpy_forward`). With ``vf_share_layers=True`` one trunk
 feeds both the logits and a value head. Hidden layers keep torch's default
-initialisation; the output layers are orthogonal with gain 0.01 (logits) and 1
-(value).
+initialisation unless ``orthogonal_init`` (:func:`~flowrl.models.base.hidden`);
+the output layers are orthogonal with gain 0.01 (logits) and 1 (value).
 
 >>> import gymnasium as gym, torch
 >>> from flowrl.models import ModelConfig
@@ -35,23 +35,27 @@ class FullyConnectedNetwork(TorchModelV2):
         super().__init__(obs_space, action_space, num_outputs, model_config, name)
         sizes = [int(np.prod(obs_space.shape)), *model_config.fcnet_hiddens]
         act = model_config.fcnet_activation
+
+        def stack() -> list[nn.Module]:
+            return dense_stack(sizes, act, model_config.orthogonal_init)
+
         outputs, log_std = free_log_std(num_outputs, action_space, model_config)
         self.features_only = num_outputs is None
         self.vf_share_layers = model_config.vf_share_layers
         self._last: torch.Tensor | None = None
         if self.features_only:
-            self.trunk = nn.Sequential(*dense_stack(sizes, act))
+            self.trunk = nn.Sequential(*stack())
             self.num_outputs = sizes[-1]
             self.value_branch = None
         elif self.vf_share_layers:
-            self.trunk = nn.Sequential(*dense_stack(sizes, act))
+            self.trunk = nn.Sequential(*stack())
             self.logits = head(sizes[-1], outputs, 0.01)
             self.log_std = log_std
             self.value_branch = head(sizes[-1], 1, 1.0)
         else:
-            self.pi = nn.Sequential(*dense_stack(sizes, act), head(sizes[-1], outputs, 0.01))
+            self.pi = nn.Sequential(*stack(), head(sizes[-1], outputs, 0.01))
             self.log_std = log_std
-            self.vf = nn.Sequential(*dense_stack(sizes, act), head(sizes[-1], 1, 1.0))
+            self.vf = nn.Sequential(*stack(), head(sizes[-1], 1, 1.0))
 
     def forward(self, input_dict, state, seq_lens):
         obs = input_dict["obs_flat"]

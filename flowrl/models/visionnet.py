@@ -8,7 +8,8 @@ used as they are.
 
 The network: ``conv_filters`` (``[out_channels, kernel, stride]`` each, no padding)
 with ``conv_activation``, flattened, then ``post_fcnet_hiddens`` dense layers with
-``post_fcnet_activation``, then the logits. With ``vf_share_layers`` the value
+``post_fcnet_activation``, then the logits; ``orthogonal_init`` initialises the
+conv and dense layers as :func:`~flowrl.models.base.hidden` says. With ``vf_share_layers`` the value
 head reads the same features; without, a second copy of the whole stack computes
 the value. :func:`default_conv` picks the stack when ``conv_filters`` is None.
 """
@@ -21,7 +22,7 @@ from torch import nn
 
 from flowrl.errors import ConfigError
 from flowrl.models.base import (TorchModelV2, activation, dense_stack, free_log_std, head,
-                                with_log_std)
+                                hidden, with_log_std)
 
 #: ``(H, W) -> (conv_filters, post_fcnet_hiddens)`` used when ``conv_filters`` is None:
 #: the Nature DQN CNN for 84x84 (Mnih et al. 2015), a stack of the same shape for
@@ -82,10 +83,10 @@ def conv_output_shape(channels: int, height: int, width: int, filters) -> tuple[
     return channels, h, w
 
 
-def _conv_stack(channels: int, filters, act: str) -> list[nn.Module]:
+def _conv_stack(channels: int, filters, act: str, orthogonal: bool) -> list[nn.Module]:
     layers: list[nn.Module] = []
     for out, kernel, stride in filters:
-        layers += [nn.Conv2d(channels, out, kernel, stride), activation(act)]
+        layers += [hidden(nn.Conv2d(channels, out, kernel, stride), orthogonal), activation(act)]
         channels = out
     return layers
 
@@ -107,9 +108,10 @@ class VisionNetwork(TorchModelV2):
         self.scale = obs_space.dtype == np.uint8
 
         def stack() -> nn.Sequential:
-            return nn.Sequential(*_conv_stack(c, filters, model_config.conv_activation),
+            orthogonal = model_config.orthogonal_init
+            return nn.Sequential(*_conv_stack(c, filters, model_config.conv_activation, orthogonal),
                                  nn.Flatten(),
-                                 *dense_stack(sizes, model_config.post_fcnet_activation))
+                                 *dense_stack(sizes, model_config.post_fcnet_activation, orthogonal))
 
         self.features_only = num_outputs is None
         self.vf_share_layers = model_config.vf_share_layers

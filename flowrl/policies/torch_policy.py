@@ -119,9 +119,9 @@ class Adam(torch.optim.Adam):
             return _undecorated(torch.optim.Adam.step)(self, closure)
 
 
-def make_adam(params, lr: float) -> torch.optim.Adam:
+def make_adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
     """The built-in policies' optimizer: :class:`Adam` (a ``torch.optim.Adam``) with
-    ``lr=lr, fused=True`` (betas ``(0.9, 0.999)``, ``eps=1e-8``; ``fused`` is a public
+    ``lr=lr, eps=eps, fused=True`` (betas ``(0.9, 0.999)``; ``fused`` is a public
     constructor flag, valid on CPU as on GPU: one kernel updates every parameter
     instead of a loop over them; ``benchmarks/profile_ppo.py`` splits an
     iteration's time into SGD and the rest).
@@ -130,7 +130,7 @@ def make_adam(params, lr: float) -> torch.optim.Adam:
     >>> isinstance(opt, torch.optim.Adam), opt.defaults["lr"], opt.defaults["fused"]
     (True, 0.01, True)
     """
-    return Adam(params, lr=lr, fused=True)
+    return Adam(params, lr=lr, eps=eps, fused=True)
 
 
 def _to_numpy_tree(x: Any) -> Any:
@@ -236,7 +236,8 @@ class TorchPolicy(Postprocessing):
     Args (keyword-only after the spaces): ``model`` (a
     :class:`~flowrl.models.ModelConfig`, a dict of its fields or hidden sizes;
     ``hidden_sizes`` is the older spelling of ``model=[...]``), ``lr`` (Adam),
-    ``gamma``, ``lambda_`` (GAE), ``grad_clip`` (global norm, ``None`` for none),
+    ``adam_epsilon`` (Adam's ``eps``; CleanRL's Atari PPO uses 1e-5), ``gamma``,
+    ``lambda_`` (GAE), ``grad_clip`` (global norm, ``None`` for none),
     ``num_sgd_iter`` epochs of minibatch SGD of ``sgd_minibatch_size`` rows per
     :meth:`learn_on_batch` (``None``: the whole batch at once), ``seed``,
     ``numpy_inference`` (act through numpy where it reproduces the model exactly,
@@ -265,13 +266,14 @@ class TorchPolicy(Postprocessing):
 
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, *,
                  model: Any = None, hidden_sizes: Sequence[int] | None = None,
-                 lr: float = 1e-3, gamma: float = 0.99, lambda_: float = 1.0,
-                 grad_clip: float | None = None, num_sgd_iter: int = 1,
+                 lr: float = 1e-3, adam_epsilon: float = 1e-8, gamma: float = 0.99,
+                 lambda_: float = 1.0, grad_clip: float | None = None, num_sgd_iter: int = 1,
                  sgd_minibatch_size: int | None = None, seed: int | None = None,
                  numpy_inference: bool = True):
         name = type(self).__name__
         for field, value, ok in (
-                ("lr", lr, lr > 0), ("gamma", gamma, 0 <= gamma <= 1),
+                ("lr", lr, lr > 0), ("adam_epsilon", adam_epsilon, adam_epsilon > 0),
+                ("gamma", gamma, 0 <= gamma <= 1),
                 ("lambda_", lambda_, 0 <= lambda_ <= 1),
                 ("grad_clip", grad_clip, grad_clip is None or grad_clip > 0),
                 ("num_sgd_iter", num_sgd_iter, isinstance(num_sgd_iter, int) and num_sgd_iter >= 1),
@@ -288,7 +290,7 @@ class TorchPolicy(Postprocessing):
         self.observation_space = observation_space
         self.action_space = action_space
         self.lr, self.gamma, self.lambda_ = lr, gamma, lambda_
-        self.grad_clip = grad_clip
+        self.adam_epsilon, self.grad_clip = adam_epsilon, grad_clip
         self.num_sgd_iter, self.sgd_minibatch_size = num_sgd_iter, sgd_minibatch_size
         self.seed = seed
         self._np_rng = np.random.default_rng(seed)
@@ -378,7 +380,7 @@ class TorchPolicy(Postprocessing):
         (True, 'Adam', 0.01)
         """
         if self._optimizer is None:
-            self._optimizer = make_adam(self.model.parameters(), self.lr)
+            self._optimizer = make_adam(self.model.parameters(), self.lr, self.adam_epsilon)
         return self._optimizer
 
     # -- acting ----------------------------------------------------------------
