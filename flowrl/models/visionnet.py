@@ -9,9 +9,10 @@ used as they are.
 The network: ``conv_filters`` (``[out_channels, kernel, stride]`` each, no padding)
 with ``conv_activation``, flattened, then ``post_fcnet_hiddens`` dense layers with
 ``post_fcnet_activation``, then the logits; ``orthogonal_init`` initialises the
-conv and dense layers as :func:`~flowrl.models.base.hidden` says. With ``vf_share_layers`` the value
-head reads the same features; without, a second copy of the whole stack computes
-the value. :func:`default_conv` picks the stack when ``conv_filters`` is None.
+conv and dense layers as :func:`~flowrl.models.base.hidden` says. With
+``vf_share_layers`` the value head reads the same features; without, a second copy
+of the whole stack computes the value. :func:`default_conv` picks the stack when
+``conv_filters`` is None.
 """
 
 from __future__ import annotations
@@ -108,10 +109,10 @@ class VisionNetwork(TorchModelV2):
         self.scale = obs_space.dtype == np.uint8
 
         def stack() -> nn.Sequential:
-            orthogonal = model_config.orthogonal_init
-            return nn.Sequential(*_conv_stack(c, filters, model_config.conv_activation, orthogonal),
+            m = model_config
+            return nn.Sequential(*_conv_stack(c, filters, m.conv_activation, m.orthogonal_init),
                                  nn.Flatten(),
-                                 *dense_stack(sizes, model_config.post_fcnet_activation, orthogonal))
+                                 *dense_stack(sizes, m.post_fcnet_activation, m.orthogonal_init))
 
         self.features_only = num_outputs is None
         self.vf_share_layers = model_config.vf_share_layers
