@@ -90,6 +90,14 @@ def activation(name: str) -> nn.Module:
             "linear": nn.Identity}[name]()
 
 
+def orthogonal_init(layer: nn.Module, gain: float) -> nn.Module:
+    """``layer`` (a ``Linear`` or ``Conv2d``) with orthogonal weights of ``gain`` and
+    zero biases, in place."""
+    nn.init.orthogonal_(layer.weight, gain=gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
 def hidden(layer: nn.Module, orthogonal: bool) -> nn.Module:
     """A hidden ``Linear`` or ``Conv2d`` layer, given orthogonal weights of gain
     sqrt(2) and zero biases when ``orthogonal`` (``ModelConfig.orthogonal_init``,
@@ -100,10 +108,7 @@ def hidden(layer: nn.Module, orthogonal: bool) -> nn.Module:
     >>> bool(torch.allclose(w @ w.T, 2 * torch.eye(4), atol=1e-5)), layer.bias.abs().sum().item()
     (True, 0.0)
     """
-    if orthogonal:
-        nn.init.orthogonal_(layer.weight, gain=math.sqrt(2))
-        nn.init.zeros_(layer.bias)
-    return layer
+    return orthogonal_init(layer, math.sqrt(2)) if orthogonal else layer
 
 
 def dense_stack(sizes: list[int], act: str, orthogonal: bool = False) -> list[nn.Module]:
@@ -118,10 +123,7 @@ def dense_stack(sizes: list[int], act: str, orthogonal: bool = False) -> list[nn
 def head(fan_in: int, out: int, gain: float) -> nn.Linear:
     """An output layer with orthogonal weights of ``gain`` and zero biases (small
     gains for policy logits keep the first policy near uniform)."""
-    layer = nn.Linear(fan_in, out)
-    nn.init.orthogonal_(layer.weight, gain=gain)
-    nn.init.zeros_(layer.bias)
-    return layer
+    return orthogonal_init(nn.Linear(fan_in, out), gain)
 
 
 def free_log_std(num_outputs: int | None, action_space,
@@ -156,5 +158,5 @@ def with_log_std(means: torch.Tensor, log_std: nn.Parameter | None) -> torch.Ten
     return torch.cat([means, log_std.expand_as(means)], dim=-1)
 
 
-__all__ = ["TorchModelV2", "activation", "hidden", "dense_stack", "head", "free_log_std",
-           "with_log_std"]
+__all__ = ["TorchModelV2", "activation", "orthogonal_init", "hidden", "dense_stack", "head",
+           "free_log_std", "with_log_std"]
