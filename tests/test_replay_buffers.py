@@ -242,7 +242,7 @@ def test_frame_stacks_are_stored_once_and_rebuilt_exactly_through_wraparound(cls
         assert (t >= stored - capacity).all() and (t < stored).all()
         np.testing.assert_array_equal(got["obs"], obs[t])
         np.testing.assert_array_equal(got["new_obs"], new_obs[t])
-    # 2 frames a row plus whole stacks for the first 3 rows of each episode, against 8
+    # a frame a row plus whole stacks for the first 3 rows of each episode, against 8
     assert buf.stats()["bytes_per_row"] < plain.stats()["bytes_per_row"] / 2
     # a checkpoint round trip keeps every row
     again = cls(capacity, seed=1)
@@ -250,6 +250,34 @@ def test_frame_stacks_are_stored_once_and_rebuilt_exactly_through_wraparound(cls
     s = again.sample(64)
     np.testing.assert_array_equal(s["obs"], obs[s["t"]])
     np.testing.assert_array_equal(s["new_obs"], new_obs[s["t"]])
+
+
+def test_a_long_episode_costs_one_frame_a_row_and_old_checkpoints_still_load():
+    rng = np.random.default_rng(2)
+    size = 30
+    obs, new_obs = _stacked_episodes(rng, [150, 90], size=size)
+    buf = ReplayBuffer(200, seed=0)
+    for lo in range(0, len(obs), 7):   # the ring wraps; batches split episodes
+        buf.add(SampleBatch(obs=obs[lo:lo + 7], new_obs=new_obs[lo:lo + 7],
+                            t=np.arange(lo, min(lo + 7, len(obs)))))
+    frame = size * size
+    # a frame, 24 bytes of ids and depth, the t column, and the whole stacks of the
+    # first rows of an episode and the next frames of its last rows, spread thin
+    assert buf.stats()["bytes_per_row"] < 1.25 * frame
+    assert len(buf._frames.next_frames) == 2   # the end of each episode, the newest row
+    got = buf.sample(300)
+    np.testing.assert_array_equal(got["obs"], obs[got["t"]])
+    np.testing.assert_array_equal(got["new_obs"], new_obs[got["t"]])
+    # a checkpoint of the earlier format, where every row kept its next frame
+    state = buf.get_state()
+    t = state["columns"]["t"]   # the row each slot holds
+    del state["frames"]["next_frame_slots"], state["frames"]["next_frames"]
+    state["frames"]["next_frame"] = new_obs[t][:, -1]
+    again = ReplayBuffer(200, seed=0)
+    again.set_state(state)
+    assert again.stats()["bytes_per_row"] == buf.stats()["bytes_per_row"]
+    _, rebuilt = again._frames.read(np.arange(len(t)))
+    np.testing.assert_array_equal(rebuilt, new_obs[t])
 
 
 def test_rows_that_are_not_frame_stacks_are_kept_whole():

@@ -3,15 +3,18 @@
 An Atari observation is a stack of the last ``K`` frames, ``(K, H, W)`` uint8, and
 consecutive steps share ``K - 1`` of them; ``new_obs`` is ``obs`` shifted by one
 frame. Storing both columns as they are keeps every frame ``2K`` times.
-:class:`FrameStackColumns` keeps, per ring slot, the newest frame of ``obs`` and of
-``new_obs`` (``2 x H x W`` bytes per row), and rebuilds the stacks on sampling:
+:class:`FrameStackColumns` keeps, per ring slot, the newest frame of ``obs``
+(``H x W`` bytes per row), and rebuilds the stacks on sampling:
 
 - ``obs`` of a row whose ``K - 1`` previous slots hold its predecessors (each
   row's stack is the one before it shifted by one frame) is those slots' newest
   frames and its own. Every other row (the first ``K - 1`` steps after an episode
   starts or a break between batches) keeps its whole stack (an *anchor*).
-- ``new_obs`` is ``obs[1:]`` plus the stored next frame; a row where that does not
-  hold keeps its whole ``new_obs``.
+- ``new_obs`` is ``obs[1:]`` plus the next frame, which is the frame of the next
+  slot where the row written after this one holds it (it continues the episode).
+  A row whose next frame is not there (the last of an episode, or the newest row
+  until the next write) keeps that frame beside the ring, and a row whose
+  ``new_obs`` is not ``obs`` shifted keeps its whole ``new_obs``.
 - Before a write overwrites slots that surviving rows rebuild from, those rows
   (at most ``K - 1``) become anchors.
 
@@ -61,23 +64,24 @@ class FrameStackColumns:
         self.capacity, self.stack = capacity, shape[0]
         frame = shape[1:]
         self.frame = np.zeros((capacity, *frame), np.uint8)
-        self.next_frame = np.zeros((capacity, *frame), np.uint8)
         #: Earlier frames of a row's stack that the slots before it hold (0 .. K-1).
         self.depth = np.zeros(capacity, np.int64)
         self.row_ids = np.full(capacity, -1, np.int64)
         self.anchors: dict[int, np.ndarray] = {}       # slot -> whole obs
         self.next_anchors: dict[int, np.ndarray] = {}  # slot -> whole new_obs
+        #: Next frames that the next slot does not hold: slot -> frame.
+        self.next_frames: dict[int, np.ndarray] = {}
 
     @property
     def num_anchors(self) -> int:
         return len(self.anchors) + len(self.next_anchors)
 
     def nbytes(self) -> int:
-        """Bytes held: the frame rings, the per-slot bookkeeping and the anchors."""
-        return int(self.frame.nbytes + self.next_frame.nbytes + self.depth.nbytes
-                   + self.row_ids.nbytes
-                   + sum(a.nbytes for a in self.anchors.values())
-                   + sum(a.nbytes for a in self.next_anchors.values()))
+        """Bytes held: the frame ring, the per-slot bookkeeping, the anchors and the
+        next frames kept beside the ring."""
+        kept = (*self.anchors.values(), *self.next_anchors.values(), *self.next_frames.values())
+        return int(self.frame.nbytes + self.depth.nbytes + self.row_ids.nbytes
+                   + sum(a.nbytes for a in kept))
 
     def _stacks(self, slots: np.ndarray) -> np.ndarray:
         k = self.stack
@@ -93,8 +97,12 @@ class FrameStackColumns:
         """``(obs, new_obs)`` of ``slots``, ``(n, K, H, W)`` each."""
         slots = np.asarray(slots, np.int64)
         obs = self._stacks(slots)
-        new_obs = np.concatenate([obs[:, 1:], self.next_frame[slots][:, None]], axis=1)
+        following = self.frame[(slots + 1) % self.capacity]
+        new_obs = np.concatenate([obs[:, 1:], following[:, None]], axis=1)
         for i, slot in enumerate(slots.tolist()):
+            frame = self.next_frames.get(slot)
+            if frame is not None:
+                new_obs[i, -1] = frame
             anchor = self.next_anchors.get(slot)
             if anchor is not None:
                 new_obs[i] = anchor
@@ -123,11 +131,16 @@ class FrameStackColumns:
         for slot in slots.tolist():
             self.anchors.pop(slot, None)
             self.next_anchors.pop(slot, None)
+            self.next_frames.pop(slot, None)
         # the row each new row follows: the previous new row, or what the ring holds
         prev_slot = (int(slots[0]) - 1) % self.capacity
         first_prev = None
         if self.row_ids[prev_slot] == row_ids[0] - 1 and row_ids[0] > 0:
             first_prev = self._stacks(np.array([prev_slot]))[0]
+            # the ring's newest row finds its next frame in the first new row's slot
+            waiting = self.next_frames.get(prev_slot)
+            if waiting is not None and np.array_equal(waiting, obs[0, -1]):
+                del self.next_frames[prev_slot]
         follows = np.zeros(len(slots), bool)
         follows[1:] = np.all((obs[1:, :-1] == obs[:-1, 1:]).reshape(len(slots) - 1, -1), axis=1)
         if first_prev is not None:
@@ -138,7 +151,6 @@ class FrameStackColumns:
             last = min(self.stack - 1, last + 1) if follows[i] else 0
             depth[i] = last
         self.frame[slots] = obs[:, -1]
-        self.next_frame[slots] = new_obs[:, -1]
         self.depth[slots] = depth
         self.row_ids[slots] = row_ids
         for i in np.flatnonzero(depth < self.stack - 1).tolist():
@@ -146,30 +158,44 @@ class FrameStackColumns:
         shifted = np.all((new_obs[:, :-1] == obs[:, 1:]).reshape(len(slots), -1), axis=1)
         for i in np.flatnonzero(~shifted).tolist():
             self.next_anchors[int(slots[i])] = new_obs[i].copy()
+        # a next frame the next slot holds is not kept again (the last row's next slot
+        # is written by the next write, if that continues the episode)
+        held = np.zeros(len(slots), bool)
+        held[:-1] = np.all((new_obs[:-1, -1] == obs[1:, -1]).reshape(len(slots) - 1, -1),
+                           axis=1)
+        for i in np.flatnonzero(shifted & ~held).tolist():
+            self.next_frames[int(slots[i])] = new_obs[i, -1].copy()
 
     def get_state(self, n: int) -> dict[str, Any]:
         """The first ``n`` slots' contents as arrays (for checkpoints)."""
-        keys = sorted(s for s in self.anchors if s < n)
-        nkeys = sorted(s for s in self.next_anchors if s < n)
-        return {"stack": self.stack, "frame": self.frame[:n].copy(), "next_frame": self.next_frame[:n].copy(),
-                "depth": self.depth[:n].copy(), "row_ids": self.row_ids[:n].copy(),
-                "anchor_slots": np.asarray(keys, np.int64),
-                "anchors": np.stack([self.anchors[s] for s in keys]) if keys else None,
-                "next_anchor_slots": np.asarray(nkeys, np.int64),
-                "next_anchors": (np.stack([self.next_anchors[s] for s in nkeys])
-                                 if nkeys else None)}
+        state = {"stack": self.stack, "frame": self.frame[:n].copy(),
+                 "depth": self.depth[:n].copy(), "row_ids": self.row_ids[:n].copy()}
+        for name, kept in (("anchor", self.anchors), ("next_anchor", self.next_anchors),
+                           ("next_frame", self.next_frames)):
+            keys = sorted(s for s in kept if s < n)
+            state[f"{name}_slots"] = np.asarray(keys, np.int64)
+            state[f"{name}s"] = np.stack([kept[s] for s in keys]) if keys else None
+        return state
 
     def set_state(self, state: dict[str, Any]) -> None:
         n = len(state["depth"])
-        self.frame[:n], self.next_frame[:n] = state["frame"], state["next_frame"]
-        self.depth[:n], self.row_ids[:n] = state["depth"], state["row_ids"]
-        self.anchors = {int(s): a for s, a in zip(state["anchor_slots"],
-                                                  state["anchors"] if state["anchors"]
-                                                  is not None else [])}
-        self.next_anchors = {int(s): a for s, a in zip(state["next_anchor_slots"],
-                                                       state["next_anchors"]
-                                                       if state["next_anchors"] is not None
-                                                       else [])}
+        self.frame[:n], self.depth[:n] = state["frame"], state["depth"]
+        self.row_ids[:n] = state["row_ids"]
+
+        def kept(name: str) -> dict[int, np.ndarray]:
+            values = state[f"{name}s"]
+            return {int(s): a for s, a in zip(state[f"{name}_slots"],
+                                              values if values is not None else [])}
+
+        self.anchors, self.next_anchors = kept("anchor"), kept("next_anchor")
+        if "next_frame" in state:   # a checkpoint from before one frame per row
+            following = (np.arange(n) + 1) % self.capacity
+            held = (self.row_ids[following] == self.row_ids[:n] + 1) & np.all(
+                (state["next_frame"] == self.frame[following]).reshape(n, -1), axis=1)
+            self.next_frames = {s: state["next_frame"][s].copy()
+                                for s in np.flatnonzero(~held).tolist()}
+        else:
+            self.next_frames = kept("next_frame")
 
 
 #: Bytes a stored row takes besides its observations (actions, rewards, flags, ids,
@@ -178,18 +204,18 @@ OTHER_COLUMNS_BYTES = 256
 
 
 def row_bytes(observation_space) -> int:
-    """The bytes a replay row of ``observation_space`` observations takes: two frames
+    """The bytes a replay row of ``observation_space`` observations takes: one frame
     for frame-stacked uint8 images (see the module docstring), else ``obs`` and
     ``new_obs`` whole, plus :data:`OTHER_COLUMNS_BYTES`.
 
     >>> import gymnasium as gym
     >>> row_bytes(gym.spaces.Box(0, 255, (4, 84, 84), np.uint8))
-    14368
+    7312
     """
     shape = tuple(getattr(observation_space, "shape", None) or (1,))
     dtype = np.dtype(getattr(observation_space, "dtype", None) or np.float32)
     if dtype == np.uint8 and len(shape) == 3 and shape[0] > 1:
-        return 2 * shape[1] * shape[2] + OTHER_COLUMNS_BYTES
+        return shape[1] * shape[2] + OTHER_COLUMNS_BYTES
     return 2 * int(np.prod(shape)) * dtype.itemsize + OTHER_COLUMNS_BYTES
 
 
@@ -214,10 +240,10 @@ def check_replay_memory(where: str, capacity: int, observation_spaces: list,
 
     >>> import gymnasium as gym
     >>> check_replay_memory("DQNConfig.buffer_size", 10**6,
-    ...                     [gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)], available=8 * 10**9)
+    ...                     [gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)], available=4 * 10**9)
     Traceback (most recent call last):
     ...
-    flowrl.errors.ConfigError: DQNConfig.buffer_size=1000000: the replay buffer needs about 13.4 GiB (14,368 bytes a row), more than the 7.5 GiB of memory available; use buffer_size <= 556,792
+    flowrl.errors.ConfigError: DQNConfig.buffer_size=1000000: the replay buffer needs about 6.8 GiB (7,312 bytes a row), more than the 3.7 GiB of memory available; use buffer_size <= 547,045
     """
     per_row = sum(row_bytes(space) for space in observation_spaces)
     need = per_row * capacity
