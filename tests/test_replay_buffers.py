@@ -280,6 +280,19 @@ def test_a_long_episode_costs_one_frame_a_row_and_old_checkpoints_still_load():
     np.testing.assert_array_equal(rebuilt, new_obs[t])
 
 
+@pytest.mark.parametrize("cls", [ReplayBuffer, PrioritizedReplayBuffer])
+def test_frame_stacks_added_one_row_at_a_time(cls):
+    # a custom loop that adds each transition as it comes (this used to fail on the
+    # first row: an empty comparison of the rows within the batch)
+    obs, new_obs = _stacked_episodes(np.random.default_rng(3), [5, 4], size=4)
+    buf = cls(6, seed=0)
+    for i in range(len(obs)):
+        buf.add(SampleBatch(obs=obs[i:i + 1], new_obs=new_obs[i:i + 1], t=np.arange(i, i + 1)))
+        got = buf.sample(40)
+        np.testing.assert_array_equal(got["obs"], obs[got["t"]])
+        np.testing.assert_array_equal(got["new_obs"], new_obs[got["t"]])
+
+
 def test_rows_that_are_not_frame_stacks_are_kept_whole():
     rng = np.random.default_rng(1)
     obs, new_obs = _stacked_episodes(rng, [6, 6])

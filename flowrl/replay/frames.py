@@ -45,6 +45,17 @@ def is_frame_stack(obs: np.ndarray, new_obs: np.ndarray) -> bool:
             and bool(np.array_equal(new_obs[:, :-1], obs[:, 1:])))
 
 
+def _same_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per row ``i``, whether ``a[i]`` equals ``b[i]`` (also for no rows).
+
+    >>> _same_rows(np.zeros((2, 3)), np.array([[0, 0, 0], [0, 1, 0]])).tolist()
+    [True, False]
+    >>> _same_rows(np.zeros((0, 3)), np.zeros((0, 3))).shape
+    (0,)
+    """
+    return np.all(a == b, axis=tuple(range(1, a.ndim)))
+
+
 class FrameStackColumns:
     """The ``obs`` and ``new_obs`` columns of a ring of ``capacity`` slots; see the
     module docstring. ``write(slots, row_ids, obs, new_obs)`` stores rows written in
@@ -142,7 +153,7 @@ class FrameStackColumns:
             if waiting is not None and np.array_equal(waiting, obs[0, -1]):
                 del self.next_frames[prev_slot]
         follows = np.zeros(len(slots), bool)
-        follows[1:] = np.all((obs[1:, :-1] == obs[:-1, 1:]).reshape(len(slots) - 1, -1), axis=1)
+        follows[1:] = _same_rows(obs[1:, :-1], obs[:-1, 1:])
         if first_prev is not None:
             follows[0] = bool(np.array_equal(obs[0, :-1], first_prev[1:]))
         depth = np.zeros(len(slots), np.int64)
@@ -155,14 +166,13 @@ class FrameStackColumns:
         self.row_ids[slots] = row_ids
         for i in np.flatnonzero(depth < self.stack - 1).tolist():
             self.anchors[int(slots[i])] = obs[i].copy()
-        shifted = np.all((new_obs[:, :-1] == obs[:, 1:]).reshape(len(slots), -1), axis=1)
+        shifted = _same_rows(new_obs[:, :-1], obs[:, 1:])
         for i in np.flatnonzero(~shifted).tolist():
             self.next_anchors[int(slots[i])] = new_obs[i].copy()
         # a next frame the next slot holds is not kept again (the last row's next slot
         # is written by the next write, if that continues the episode)
         held = np.zeros(len(slots), bool)
-        held[:-1] = np.all((new_obs[:-1, -1] == obs[1:, -1]).reshape(len(slots) - 1, -1),
-                           axis=1)
+        held[:-1] = _same_rows(new_obs[:-1, -1], obs[1:, -1])
         for i in np.flatnonzero(shifted & ~held).tolist():
             self.next_frames[int(slots[i])] = new_obs[i, -1].copy()
 
@@ -190,8 +200,8 @@ class FrameStackColumns:
         self.anchors, self.next_anchors = kept("anchor"), kept("next_anchor")
         if "next_frame" in state:   # a checkpoint from before one frame per row
             following = (np.arange(n) + 1) % self.capacity
-            held = (self.row_ids[following] == self.row_ids[:n] + 1) & np.all(
-                (state["next_frame"] == self.frame[following]).reshape(n, -1), axis=1)
+            held = (self.row_ids[following] == self.row_ids[:n] + 1) & _same_rows(
+                state["next_frame"], self.frame[following])
             self.next_frames = {s: state["next_frame"][s].copy()
                                 for s in np.flatnonzero(~held).tolist()}
         else:
