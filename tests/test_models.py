@@ -405,7 +405,7 @@ def test_a_replay_buffer_larger_than_memory_is_refused_at_build_time(monkeypatch
     import flowrl.replay.frames as frames
     monkeypatch.setattr(frames, "available_memory", lambda: 2**25)
     with pytest.raises(ConfigError, match=r"DQNConfig\.buffer_size=100000: the replay buffer "
-                                          r"needs about 43 MiB \(456 bytes a row\), more "
+                                          r"needs about 34 MiB \(356 bytes a row\), more "
                                           r"than the 32 MiB of memory available; use "
-                                          r"buffer_size <= 73,584"):
+                                          r"buffer_size <= 94,254"):
         DQN(DQNConfig(env="flowrl/MinAtarBreakout-v0", buffer_size=100_000))

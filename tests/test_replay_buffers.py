@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import math
 
+import gymnasium as gym
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
@@ -12,6 +13,7 @@ from hypothesis import given, settings, strategies as st
 from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
 from flowrl.replay import MinTree, PrioritizedReplayBuffer, ReplayBuffer, SumTree
+from flowrl.replay.frames import OTHER_COLUMNS_BYTES, row_bytes
 
 SETTINGS = settings(max_examples=30, deadline=None)
 
@@ -291,6 +293,90 @@ def test_frame_stacks_added_one_row_at_a_time(cls):
         got = buf.sample(40)
         np.testing.assert_array_equal(got["obs"], obs[got["t"]])
         np.testing.assert_array_equal(got["new_obs"], new_obs[got["t"]])
+
+
+@pytest.mark.parametrize("cls", [ReplayBuffer, PrioritizedReplayBuffer])
+def test_n_step_rows_are_stored_one_frame_a_row_too(cls):
+    # Ape-X's rows: new_obs is the stack 3 steps on (fewer at an episode's or a
+    # fragment's end), from fragments of 20 steps of two envs, env-major
+    from flowrl.policies.dqn import n_step_transitions
+    rng = np.random.default_rng(4)
+    size, frag = 30, 20
+    frame = size * size
+    envs = [_stacked_episodes(rng, lengths, size=size) for lengths in ([70, 50], [45, 75])]
+    ends = [np.isin(np.arange(120), np.cumsum(lengths) - 1) for lengths in ([70, 50], [45, 75])]
+    buf = cls(100, seed=0)
+    want_obs, want_new = [], []
+    for lo in range(0, 120, frag):
+        parts = []
+        for (obs, new_obs), end in zip(envs, ends):
+            _, last, _ = n_step_transitions(np.zeros(frag), end[lo:lo + frag],
+                                            np.zeros(frag, bool), n=3, gamma=0.99)
+            parts.append((obs[lo:lo + frag], new_obs[lo:lo + frag][last]))
+        obs = np.concatenate([p[0] for p in parts])
+        new_obs = np.concatenate([p[1] for p in parts])
+        first = len(want_obs)
+        want_obs.extend(obs)
+        want_new.extend(new_obs)
+        buf.add(SampleBatch(obs=obs, new_obs=new_obs, t=np.arange(first, len(want_obs))))
+        got = buf.sample(200)
+        np.testing.assert_array_equal(got["obs"], np.stack(want_obs)[got["t"]])
+        np.testing.assert_array_equal(got["new_obs"], np.stack(want_new)[got["t"]])
+    # a frame a row, and per fragment the whole stacks of its first 3 rows and the
+    # next frame of its last one (8 frames a row stored whole): what the build-time
+    # memory check counts for fragments of 20 from several envs
+    space = gym.spaces.Box(0, 255, (4, size, size), np.uint8)
+    assert row_bytes(space, run_length=frag) - OTHER_COLUMNS_BYTES \
+        < buf.stats()["bytes_per_row"] < row_bytes(space, run_length=frag) < 2 * frame
+    assert not buf._frames.next_anchors
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**16), n=st.integers(1, 5), capacity=st.integers(1, 40),
+       frag=st.integers(1, 12), values=st.integers(1, 3))
+def test_frame_stack_storage_is_exact_for_any_episodes_n_and_ring(seed, n, capacity, frag,
+                                                                  values):
+    # frames of 2 pixels from a tiny alphabet, so unrelated stacks often look alike
+    from flowrl.policies.dqn import n_step_transitions
+    rng = np.random.default_rng(seed)
+    lengths = rng.integers(1, 15, size=4).tolist()
+    obs, new_obs = _stacked_episodes(rng, lengths, k=3, size=1)
+    obs, new_obs = obs % values, new_obs % values
+    end = np.isin(np.arange(len(obs)), np.cumsum(lengths) - 1)
+    buf = ReplayBuffer(capacity, seed=0)
+    want_new = []
+    for lo in range(0, len(obs), frag):
+        _, last, _ = n_step_transitions(np.zeros(len(end[lo:lo + frag])), end[lo:lo + frag],
+                                        np.zeros(len(end[lo:lo + frag]), bool), n=n,
+                                        gamma=0.9)
+        want_new.extend(new_obs[lo:lo + frag][last])
+        hi = len(want_new)
+        buf.add(SampleBatch(obs=obs[lo:hi], new_obs=np.stack(want_new[lo:]),
+                            t=np.arange(lo, hi)))
+        if buf._frames is None:
+            continue   # the first batch held no one-frame shift: stored whole
+        slots = np.arange(len(buf))
+        got_obs, got_new = buf._frames.read(slots)
+        t = buf._columns["t"][slots]
+        np.testing.assert_array_equal(got_obs, obs[t])
+        np.testing.assert_array_equal(got_new, np.stack(want_new)[t])
+
+
+def test_the_memory_check_counts_whole_stacks_where_envs_take_turns():
+    from flowrl.algorithms.apex import ApeXConfig
+    from flowrl.algorithms.dqn import DQNConfig, replay_run_length
+    from flowrl.replay.frames import check_replay_memory
+    one_env = DQNConfig(env="CartPole-v1", rollout_fragment_length=4)
+    apex = ApeXConfig(env="CartPole-v1", num_workers=2, num_envs_per_worker=4,
+                      rollout_fragment_length=20)
+    assert replay_run_length(one_env) is None and replay_run_length(apex) == 20
+    pong = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    with pytest.raises(ConfigError, match=r"ApeXConfig\.buffer_size=500000: the replay buffer "
+                                          r"needs about 5\.5 GiB \(11,899 bytes a row\)"):
+        check_replay_memory("ApeXConfig.buffer_size", 500_000, [pong], available=5 * 2**30,
+                            run_length=replay_run_length(apex))
+    assert check_replay_memory("DQNConfig.buffer_size", 500_000, [pong], available=5 * 2**30,
+                               run_length=replay_run_length(one_env)) == 500_000 * 7312
 
 
 def test_rows_that_are_not_frame_stacks_are_kept_whole():

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from flowrl.algorithms.base import Algorithm, _int_ge, _num
-from flowrl.algorithms.dqn import (DQN, DQNConfig, indexed_exploration_states, replay_spaces,
-                                   restore_exploration)
+from flowrl.algorithms.dqn import (DQN, DQNConfig, indexed_exploration_states, replay_run_length,
+                                   replay_spaces, restore_exploration)
 from flowrl.errors import ConfigError
 from flowrl.graph.stream import Concurrently, LocalStream
 from flowrl.metrics import (LEARNER_INFO, STEPS_TRAINED_COUNTER, WORKER_UPDATE_TIMER,
@@ -263,7 +263,7 @@ class ApeX(DQN):
         workers.foreach_worker(lambda w: _set_apex_epsilon(w, n))
         shards = config.num_replay_buffer_shards
         check_replay_memory(f"{type(config).__name__}.buffer_size", config.buffer_size,
-                            replay_spaces(workers, config))
+                            replay_spaces(workers, config), run_length=replay_run_length(config))
         actors = create_replay_actors(
             shards, capacity=config.buffer_size // shards, backend=workers.backend,
             prioritized=config.prioritized_replay, alpha=config.prioritized_replay_alpha,

@@ -169,6 +169,13 @@ def replay_spaces(workers, config: DQNConfig) -> list:
     return [p.observation_space for p in policies.values()]
 
 
+def replay_run_length(config: DQNConfig) -> int | None:
+    """How many rows stored in a row continue each other: a rollout fragment where
+    several envs take turns, else None (one env: whole episodes)."""
+    envs = max(1, config.num_workers) * config.num_envs_per_worker
+    return config.rollout_fragment_length if envs > 1 else None
+
+
 class DQN(Algorithm):
     """Deep Q-learning; see the module docstring. ``algo.local_replay_buffer`` is the
     buffer the plan stores into."""
@@ -182,7 +189,8 @@ class DQN(Algorithm):
 
         def plan(workers, config):
             check_replay_memory(f"{type(config).__name__}.buffer_size", config.buffer_size,
-                                replay_spaces(workers, config))
+                                replay_spaces(workers, config),
+                                run_length=replay_run_length(config))
             self.local_replay_buffer = make_buffer(config)
             return type(self).execution_plan(workers, config,
                                              local_buffer=self.local_replay_buffer)
@@ -287,4 +295,4 @@ def _set_own_exploration(by_index: dict, worker) -> None:
 
 
 __all__ = ["DQN", "DQNConfig", "round_robin_weights", "make_buffer", "exploration_states",
-           "indexed_exploration_states", "restore_exploration"]
+           "indexed_exploration_states", "restore_exploration", "replay_run_length"]

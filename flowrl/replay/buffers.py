@@ -21,10 +21,11 @@ Adding, sampling and updating a batch of ``n`` rows is a fixed number of numpy
 calls (tree updates are one call per tree level), never a Python loop per row.
 
 Frame-stacked image observations (uint8 ``obs``/``new_obs`` of ``(K, H, W)``, each
-``new_obs`` its ``obs`` shifted by one frame: Atari's) are stored one frame per
-row and rebuilt on sampling (:mod:`flowrl.replay.frames`), unless the buffer is
-built with ``dedup_frames=False``; ``stats()["bytes_per_row"]`` says what a stored
-row costs either way.
+``new_obs`` its ``obs`` shifted by one frame, or by up to ``K - 1`` for n-step rows:
+Atari's) are stored one frame per row and rebuilt on sampling
+(:mod:`flowrl.replay.frames`), unless the buffer is built with
+``dedup_frames=False``; ``stats()["bytes_per_row"]`` says what a stored row costs
+either way.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import numpy as np
 
 from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
-from flowrl.replay.frames import FrameStackColumns, is_frame_stack
+from flowrl.replay.frames import FrameStackColumns, holds_frame_stacks
 from flowrl.replay.segment_tree import MinTree, SumTree
 
 #: Column of sampled prioritized batches: the importance weight of each row.
@@ -117,7 +118,7 @@ class ReplayBuffer:
         obs, new_obs = SampleBatch.OBS, SampleBatch.NEXT_OBS
         if self._columns is None:
             if self.dedup_frames and obs in batch and new_obs in batch \
-                    and is_frame_stack(batch[obs], batch[new_obs]):
+                    and holds_frame_stacks(batch[obs], batch[new_obs]):
                 self._frames = FrameStackColumns(self.capacity, batch[obs].shape[1:])
             self._columns = {k: np.zeros((self.capacity, *v.shape[1:]), dtype=v.dtype)
                              for k, v in batch.items()

@@ -2,21 +2,27 @@
 
 An Atari observation is a stack of the last ``K`` frames, ``(K, H, W)`` uint8, and
 consecutive steps share ``K - 1`` of them; ``new_obs`` is ``obs`` shifted by one
-frame. Storing both columns as they are keeps every frame ``2K`` times.
-:class:`FrameStackColumns` keeps, per ring slot, the newest frame of ``obs``
-(``H x W`` bytes per row), and rebuilds the stacks on sampling:
+frame (or, for n-step rows, the stack ``n`` steps on). Storing both columns as they
+are keeps every frame ``2K`` times. :class:`FrameStackColumns` keeps, per ring
+slot, the newest frame of ``obs`` (``H x W`` bytes per row), and rebuilds the
+stacks on sampling:
 
 - ``obs`` of a row whose ``K - 1`` previous slots hold its predecessors (each
   row's stack is the one before it shifted by one frame) is those slots' newest
   frames and its own. Every other row (the first ``K - 1`` steps after an episode
   starts or a break between batches) keeps its whole stack (an *anchor*).
-- ``new_obs`` is ``obs[1:]`` plus the next frame, which is the frame of the next
-  slot where the row written after this one holds it (it continues the episode).
-  A row whose next frame is not there (the last of an episode, or the newest row
-  until the next write) keeps that frame beside the ring, and a row whose
-  ``new_obs`` is not ``obs`` shifted keeps its whole ``new_obs``.
+- A row's *next stack* is its ``obs`` shifted by one frame plus its next frame,
+  which is the frame of the next slot where the row written after it holds it (it
+  continues the episode). A row whose next frame is not there (the last of an
+  episode, or the newest row until the next write) keeps that frame beside the
+  ring.
+- ``new_obs`` is the next stack of the row itself or of one a few slots on, in the
+  same write (``ahead``: n-step rows bootstrap from the stack ``n`` steps on, which
+  is the next stack of the row ``n - 1`` slots on). A row whose ``new_obs`` is
+  neither keeps it whole.
 - Before a write overwrites slots that surviving rows rebuild from, those rows
-  (at most ``K - 1``) become anchors.
+  (at most ``K - 1``) become anchors. Rows only read from slots after their own,
+  which the ring overwrites after theirs.
 
 So storage is exact for any data (tests compare every sampled row with what was
 added) and deduplicated when the data has the frame-stack structure.
@@ -24,12 +30,16 @@ added) and deduplicated when the data has the frame-stack structure.
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
 import numpy as np
 
 from flowrl.errors import ConfigError
+
+#: How many slots on a row's ``new_obs`` may be found (n-step returns up to this n).
+MAX_AHEAD = 16
 
 
 def is_frame_stack(obs: np.ndarray, new_obs: np.ndarray) -> bool:
@@ -43,6 +53,28 @@ def is_frame_stack(obs: np.ndarray, new_obs: np.ndarray) -> bool:
     return (obs.dtype == np.uint8 and obs.ndim == 4 and obs.shape[1] > 1
             and new_obs.shape == obs.shape and new_obs.dtype == obs.dtype
             and bool(np.array_equal(new_obs[:, :-1], obs[:, 1:])))
+
+
+def holds_frame_stacks(obs: np.ndarray, new_obs: np.ndarray) -> bool:
+    """Whether a replay buffer should store ``obs``/``new_obs`` with
+    :class:`FrameStackColumns`: uint8 ``(N, K, H, W)`` with ``K > 1``, every
+    ``new_obs`` its ``obs`` shifted by 1 to ``K - 1`` frames (n-step rows bootstrap
+    from the stack n steps on, fewer at the end of an episode or batch).
+
+    >>> def stacks(*rows):
+    ...     return np.array(rows, np.uint8)[:, :, None, None]
+    >>> obs = stacks((0, 1, 2), (1, 2, 3), (2, 3, 4))
+    >>> two_step = stacks((2, 3, 4), (3, 4, 5), (3, 4, 5))  # the last row: batch end
+    >>> holds_frame_stacks(obs, two_step), holds_frame_stacks(obs, stacks(*[(7, 7, 7)] * 3))
+    (True, False)
+    """
+    if not (obs.dtype == np.uint8 and obs.ndim == 4 and obs.shape[1] > 1
+            and new_obs.shape == obs.shape and new_obs.dtype == obs.dtype):
+        return False
+    k, shifted = obs.shape[1], np.zeros(len(obs), bool)
+    for s in range(1, k):
+        shifted |= _same_rows(new_obs[:, :k - s], obs[:, s:])
+    return bool(shifted.all())
 
 
 def _same_rows(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -77,6 +109,8 @@ class FrameStackColumns:
         self.frame = np.zeros((capacity, *frame), np.uint8)
         #: Earlier frames of a row's stack that the slots before it hold (0 .. K-1).
         self.depth = np.zeros(capacity, np.int64)
+        #: Slots on to the row whose next stack is this row's ``new_obs`` (0: its own).
+        self.ahead = np.zeros(capacity, np.int8)
         self.row_ids = np.full(capacity, -1, np.int64)
         self.anchors: dict[int, np.ndarray] = {}       # slot -> whole obs
         self.next_anchors: dict[int, np.ndarray] = {}  # slot -> whole new_obs
@@ -91,8 +125,8 @@ class FrameStackColumns:
         """Bytes held: the frame ring, the per-slot bookkeeping, the anchors and the
         next frames kept beside the ring."""
         kept = (*self.anchors.values(), *self.next_anchors.values(), *self.next_frames.values())
-        return int(self.frame.nbytes + self.depth.nbytes + self.row_ids.nbytes
-                   + sum(a.nbytes for a in kept))
+        return int(self.frame.nbytes + self.depth.nbytes + self.ahead.nbytes
+                   + self.row_ids.nbytes + sum(a.nbytes for a in kept))
 
     def _stacks(self, slots: np.ndarray) -> np.ndarray:
         k = self.stack
@@ -108,10 +142,16 @@ class FrameStackColumns:
         """``(obs, new_obs)`` of ``slots``, ``(n, K, H, W)`` each."""
         slots = np.asarray(slots, np.int64)
         obs = self._stacks(slots)
-        following = self.frame[(slots + 1) % self.capacity]
-        new_obs = np.concatenate([obs[:, 1:], following[:, None]], axis=1)
-        for i, slot in enumerate(slots.tolist()):
-            frame = self.next_frames.get(slot)
+        ahead = self.ahead[slots]
+        source = (slots + ahead) % self.capacity  # whose next stack is new_obs
+        source_obs, on = obs, np.flatnonzero(ahead)
+        if len(on):
+            source_obs = obs.copy()
+            source_obs[on] = self._stacks(source[on])
+        following = self.frame[(source + 1) % self.capacity]
+        new_obs = np.concatenate([source_obs[:, 1:], following[:, None]], axis=1)
+        for i, (slot, src) in enumerate(zip(slots.tolist(), source.tolist())):
+            frame = self.next_frames.get(src)
             if frame is not None:
                 new_obs[i, -1] = frame
             anchor = self.next_anchors.get(slot)
@@ -138,6 +178,7 @@ class FrameStackColumns:
               new_obs: np.ndarray) -> None:
         """Store rows ``row_ids`` (consecutive, in order) at ``slots``."""
         slots = np.asarray(slots, np.int64)
+        n = len(slots)
         self._anchor_dependents(slots)
         for slot in slots.tolist():
             self.anchors.pop(slot, None)
@@ -152,34 +193,56 @@ class FrameStackColumns:
             waiting = self.next_frames.get(prev_slot)
             if waiting is not None and np.array_equal(waiting, obs[0, -1]):
                 del self.next_frames[prev_slot]
-        follows = np.zeros(len(slots), bool)
+        follows = np.zeros(n, bool)
         follows[1:] = _same_rows(obs[1:, :-1], obs[:-1, 1:])
         if first_prev is not None:
             follows[0] = bool(np.array_equal(obs[0, :-1], first_prev[1:]))
-        depth = np.zeros(len(slots), np.int64)
+        depth = np.zeros(n, np.int64)
         last = int(self.depth[prev_slot]) if first_prev is not None else -1
-        for i in range(len(slots)):
-            last = min(self.stack - 1, last + 1) if follows[i] else 0
+        deepest = min(self.stack, self.capacity) - 1  # a ring smaller than a stack anchors all
+        for i in range(n):
+            last = min(deepest, last + 1) if follows[i] else 0
             depth[i] = last
+        # nor from slots that this write's later rows overwrite (it nearly fills the ring)
+        depth = np.minimum(depth, np.arange(n) + self.capacity - n)
+        # next frames: the next row's own frame where it continues the episode, else
+        # the last frame of the row's own new_obs (the end of an episode or batch)
+        held = np.zeros(n, bool)
+        held[:-1] = follows[1:]
+        next_frame = np.where(held[:, None, None], np.roll(obs[:, -1], -1, axis=0),
+                              new_obs[:, -1])
+        next_stack = np.concatenate([obs[:, 1:], next_frame[:, None]], axis=1)
+        # new_obs: the next stack of the row itself or of one up to MAX_AHEAD slots on
+        # along an unbroken episode (n-step rows)
+        ahead = np.full(n, -1, np.int64)
+        unbroken = np.ones(n, bool)
+        for a in range(min(n, MAX_AHEAD)):
+            if a:
+                unbroken[:n - a] &= held[a - 1:n - 1]
+                unbroken[n - a:] = False
+            todo = np.flatnonzero((ahead < 0) & unbroken)
+            if not len(todo):
+                break
+            found = todo[_same_rows(next_stack[todo + a], new_obs[todo])]
+            ahead[found] = a
+        used = np.zeros(n, bool)
+        used[(np.arange(n) + ahead)[ahead >= 0]] = True
         self.frame[slots] = obs[:, -1]
         self.depth[slots] = depth
+        self.ahead[slots] = np.maximum(ahead, 0)
         self.row_ids[slots] = row_ids
         for i in np.flatnonzero(depth < self.stack - 1).tolist():
             self.anchors[int(slots[i])] = obs[i].copy()
-        shifted = _same_rows(new_obs[:, :-1], obs[:, 1:])
-        for i in np.flatnonzero(~shifted).tolist():
+        for i in np.flatnonzero(ahead < 0).tolist():
             self.next_anchors[int(slots[i])] = new_obs[i].copy()
-        # a next frame the next slot holds is not kept again (the last row's next slot
-        # is written by the next write, if that continues the episode)
-        held = np.zeros(len(slots), bool)
-        held[:-1] = _same_rows(new_obs[:-1, -1], obs[1:, -1])
-        for i in np.flatnonzero(shifted & ~held).tolist():
-            self.next_frames[int(slots[i])] = new_obs[i, -1].copy()
+        for i in np.flatnonzero(used & ~held).tolist():
+            self.next_frames[int(slots[i])] = next_frame[i].copy()
 
     def get_state(self, n: int) -> dict[str, Any]:
         """The first ``n`` slots' contents as arrays (for checkpoints)."""
         state = {"stack": self.stack, "frame": self.frame[:n].copy(),
-                 "depth": self.depth[:n].copy(), "row_ids": self.row_ids[:n].copy()}
+                 "depth": self.depth[:n].copy(), "ahead": self.ahead[:n].copy(),
+                 "row_ids": self.row_ids[:n].copy()}
         for name, kept in (("anchor", self.anchors), ("next_anchor", self.next_anchors),
                            ("next_frame", self.next_frames)):
             keys = sorted(s for s in kept if s < n)
@@ -191,6 +254,7 @@ class FrameStackColumns:
         n = len(state["depth"])
         self.frame[:n], self.depth[:n] = state["frame"], state["depth"]
         self.row_ids[:n] = state["row_ids"]
+        self.ahead[:n] = state.get("ahead", 0)   # 0 in checkpoints from before n-step rows
 
         def kept(name: str) -> dict[int, np.ndarray]:
             values = state[f"{name}s"]
@@ -213,19 +277,26 @@ class FrameStackColumns:
 OTHER_COLUMNS_BYTES = 256
 
 
-def row_bytes(observation_space) -> int:
-    """The bytes a replay row of ``observation_space`` observations takes: one frame
-    for frame-stacked uint8 images (see the module docstring), else ``obs`` and
-    ``new_obs`` whole, plus :data:`OTHER_COLUMNS_BYTES`.
+def row_bytes(observation_space, run_length: int | None = None) -> int:
+    """The bytes a replay row of ``observation_space`` observations takes, plus
+    :data:`OTHER_COLUMNS_BYTES`. Frame-stacked uint8 images take one frame (see the
+    module docstring) and, where rows arrive in runs of ``run_length`` that do not
+    continue each other (several envs' rollout fragments in turn), each run's first
+    ``K - 1`` whole stacks and one next frame spread over its rows. Other
+    observations take ``obs`` and ``new_obs`` whole.
 
     >>> import gymnasium as gym
-    >>> row_bytes(gym.spaces.Box(0, 255, (4, 84, 84), np.uint8))
-    7312
+    >>> pong = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+    >>> row_bytes(pong), row_bytes(pong, run_length=20)
+    (7312, 11899)
     """
     shape = tuple(getattr(observation_space, "shape", None) or (1,))
     dtype = np.dtype(getattr(observation_space, "dtype", None) or np.float32)
     if dtype == np.uint8 and len(shape) == 3 and shape[0] > 1:
-        return shape[1] * shape[2] + OTHER_COLUMNS_BYTES
+        frame = shape[1] * shape[2]
+        per_run = ((shape[0] - 1) * shape[0] + 1) * frame
+        return frame + (math.ceil(per_run / run_length) if run_length else 0) \
+            + OTHER_COLUMNS_BYTES
     return 2 * int(np.prod(shape)) * dtype.itemsize + OTHER_COLUMNS_BYTES
 
 
@@ -243,10 +314,11 @@ def available_memory() -> int:
 
 
 def check_replay_memory(where: str, capacity: int, observation_spaces: list,
-                        available: int | None = None) -> int:
+                        available: int | None = None, run_length: int | None = None) -> int:
     """The bytes ``capacity`` rows need in each of the buffers whose observations are
-    ``observation_spaces`` (one per buffer: one per trained policy; :func:`row_bytes`);
-    a ConfigError naming ``where`` when that exceeds the memory available.
+    ``observation_spaces`` (one per buffer: one per trained policy; :func:`row_bytes`
+    with ``run_length``); a ConfigError naming ``where`` when that exceeds the memory
+    available.
 
     >>> import gymnasium as gym
     >>> check_replay_memory("DQNConfig.buffer_size", 10**6,
@@ -255,7 +327,7 @@ def check_replay_memory(where: str, capacity: int, observation_spaces: list,
     ...
     flowrl.errors.ConfigError: DQNConfig.buffer_size=1000000: the replay buffer needs about 6.8 GiB (7,312 bytes a row), more than the 3.7 GiB of memory available; use buffer_size <= 547,045
     """
-    per_row = sum(row_bytes(space) for space in observation_spaces)
+    per_row = sum(row_bytes(space, run_length) for space in observation_spaces)
     need = per_row * capacity
     available = available_memory() if available is None else available
     if need > available:
@@ -274,5 +346,5 @@ def _human(n: int) -> str:
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.0f} MiB"
 
 
-__all__ = ["FrameStackColumns", "is_frame_stack", "row_bytes", "check_replay_memory",
+__all__ = ["FrameStackColumns", "is_frame_stack", "holds_frame_stacks", "row_bytes", "check_replay_memory",
            "available_memory"]
