@@ -369,3 +369,33 @@ def test_exploration_states_are_restored_by_worker_index_not_position():
         assert ws.remote_workers()[1].get_policy().fixed_epsilon == 0.9
     finally:
         ws.stop()
+
+
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_pong_trains_alike_with_frames_stored_once_or_whole(monkeypatch, n_step):
+    # The replay buffer's frame store only saves memory: DQN on Pong (n-step rows
+    # from two envs taking turns, prioritized) learns the same weights either way.
+    pytest.importorskip("ale_py")
+    import flowrl.replay.buffers as buffers
+
+    def train() -> tuple[list[np.ndarray], dict]:
+        algo = DQN(DQNConfig(env="ALE/Pong-v5", seed=0, n_step=n_step, num_envs_per_worker=2,
+                             rollout_fragment_length=20, prioritized_replay=True,
+                             learning_starts=200, timesteps_per_iteration=400,
+                             train_batch_size=16, buffer_size=1000, hiddens=[32],
+                             model={"conv_filters": [[8, 8, 4], [8, 4, 2]]}))
+        try:
+            for _ in range(2):
+                algo.train()
+            (weights,) = algo.workers.local_worker().get_weights().values()
+            return [weights[k] for k in sorted(weights)], algo.local_replay_buffer.stats()
+        finally:
+            algo.stop()
+
+    once, once_stats = train()
+    monkeypatch.setattr(buffers, "holds_frame_stacks", lambda obs, new_obs: False)
+    whole, whole_stats = train()
+    assert once_stats["num_sampled"] == whole_stats["num_sampled"] >= 10 * 16  # 10+ updates
+    assert once_stats["bytes_per_row"] < whole_stats["bytes_per_row"] / 3
+    for a, b in zip(once, whole):
+        np.testing.assert_array_equal(a, b)

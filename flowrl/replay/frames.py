@@ -203,7 +203,7 @@ class FrameStackColumns:
         for i in range(n):
             last = min(deepest, last + 1) if follows[i] else 0
             depth[i] = last
-        # nor from slots that this write's later rows overwrite (it nearly fills the ring)
+        # never from slots that this write's later rows overwrite (it nearly fills the ring)
         depth = np.minimum(depth, np.arange(n) + self.capacity - n)
         # next frames: the next row's own frame where it continues the episode, else
         # the last frame of the row's own new_obs (the end of an episode or batch)
