@@ -23,6 +23,7 @@ from flowrl.models.recurrent import LSTMWrapper
 from flowrl.models.sequences import (SEQ_BOOTSTRAP_VALUE, SEQ_LENS, SEQ_MASK, cut_sequences,
                                      pad_sequences, sequence_mask)
 from flowrl.policies import IMPALAPolicy, PPOPolicy
+from flowrl.replay.frames import OTHER_COLUMNS_BYTES, row_bytes
 from flowrl.workers import RolloutWorker
 
 RAY = pytest.param("ray", marks=pytest.mark.ray)
@@ -290,7 +291,13 @@ def test_dqn_takes_a_cnn_and_refuses_use_lstm():
                          rollout_fragment_length=16, train_batch_size=16,
                          timesteps_per_iteration=64, buffer_size=1000))
     algo.train()
-    assert type(algo.workers.local_worker().get_policy().model.torso).__name__ == "_ImageTorso"
+    policy = algo.workers.local_worker().get_policy()
+    assert type(policy.model.torso).__name__ == "_ImageTorso"
+    # MinAtar's channel images are not frame stacks: stored whole, and the build-time
+    # memory check counts them whole (not as one frame a row)
+    held = algo.local_replay_buffer.stats()["bytes_per_row"]
+    assert row_bytes(policy.observation_space) - OTHER_COLUMNS_BYTES < held \
+        <= row_bytes(policy.observation_space)
     algo.stop()
     with pytest.raises(ConfigError, match=r"DQNConfig\.model\.use_lstm=True: not supported"):
         DQNConfig(env="CartPole-v1", model={"use_lstm": True})
@@ -405,7 +412,13 @@ def test_a_replay_buffer_larger_than_memory_is_refused_at_build_time(monkeypatch
     import flowrl.replay.frames as frames
     monkeypatch.setattr(frames, "available_memory", lambda: 2**25)
     with pytest.raises(ConfigError, match=r"DQNConfig\.buffer_size=100000: the replay buffer "
-                                          r"needs about 34 MiB \(356 bytes a row\), more "
+                                          r"needs about 101 MiB \(1,056 bytes a row\), more "
                                           r"than the 32 MiB of memory available; use "
-                                          r"buffer_size <= 94,254"):
+                                          r"buffer_size <= 31,775"):
         DQN(DQNConfig(env="flowrl/MinAtarBreakout-v0", buffer_size=100_000))
+    # Pong under the DeepMind preprocessing gives frame stacks: one frame a row
+    pytest.importorskip("ale_py")
+    with pytest.raises(ConfigError, match=r"DQNConfig\.buffer_size=100000: the replay buffer "
+                                          r"needs about 697 MiB \(7,312 bytes a row\).*"
+                                          r"use buffer_size <= 4,588"):
+        DQN(DQNConfig(env="ALE/Pong-v5", buffer_size=100_000))

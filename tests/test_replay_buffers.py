@@ -326,8 +326,8 @@ def test_n_step_rows_are_stored_one_frame_a_row_too(cls):
     # next frame of its last one (8 frames a row stored whole): what the build-time
     # memory check counts for fragments of 20 from several envs
     space = gym.spaces.Box(0, 255, (4, size, size), np.uint8)
-    assert row_bytes(space, run_length=frag) - OTHER_COLUMNS_BYTES \
-        < buf.stats()["bytes_per_row"] < row_bytes(space, run_length=frag) < 2 * frame
+    counted = row_bytes(space, run_length=frag, frame_stacks=True)
+    assert counted - OTHER_COLUMNS_BYTES < buf.stats()["bytes_per_row"] < counted < 2 * frame
     assert not buf._frames.next_anchors
 
 
@@ -374,9 +374,10 @@ def test_the_memory_check_counts_whole_stacks_where_envs_take_turns():
     with pytest.raises(ConfigError, match=r"ApeXConfig\.buffer_size=500000: the replay buffer "
                                           r"needs about 5\.5 GiB \(11,899 bytes a row\)"):
         check_replay_memory("ApeXConfig.buffer_size", 500_000, [pong], available=5 * 2**30,
-                            run_length=replay_run_length(apex))
+                            run_length=replay_run_length(apex), frame_stacks=True)
     assert check_replay_memory("DQNConfig.buffer_size", 500_000, [pong], available=5 * 2**30,
-                               run_length=replay_run_length(one_env)) == 500_000 * 7312
+                               run_length=replay_run_length(one_env),
+                               frame_stacks=True) == 500_000 * 7312
 
 
 def test_rows_that_are_not_frame_stacks_are_kept_whole():

@@ -40,8 +40,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from flowrl.algorithms.base import Algorithm, _int_ge, _num
-from flowrl.algorithms.dqn import (DQN, DQNConfig, indexed_exploration_states, replay_run_length,
-                                   replay_spaces, restore_exploration)
+from flowrl.algorithms.dqn import (DQN, DQNConfig, check_replay_fits, indexed_exploration_states,
+                                   restore_exploration)
 from flowrl.errors import ConfigError
 from flowrl.graph.stream import Concurrently, LocalStream
 from flowrl.metrics import (LEARNER_INFO, STEPS_TRAINED_COUNTER, WORKER_UPDATE_TIMER,
@@ -50,7 +50,6 @@ from flowrl.ops import (Dequeue, Enqueue, LearnerThread, LearningStarts, Paralle
                         StandardMetricsReporting, StoreToReplayBuffer, UpdateReplayPriorities,
                         UpdateTargetNetwork)
 from flowrl.ops.train_ops import policy_batches
-from flowrl.replay.frames import check_replay_memory
 from flowrl.replay import ReplayCalls, create_replay_actors
 from flowrl.runtime.calls import calls_for
 
@@ -262,8 +261,7 @@ class ApeX(DQN):
         n = config.num_workers
         workers.foreach_worker(lambda w: _set_apex_epsilon(w, n))
         shards = config.num_replay_buffer_shards
-        check_replay_memory(f"{type(config).__name__}.buffer_size", config.buffer_size,
-                            replay_spaces(workers, config), run_length=replay_run_length(config))
+        check_replay_fits(workers, config)
         actors = create_replay_actors(
             shards, capacity=config.buffer_size // shards, backend=workers.backend,
             prioritized=config.prioritized_replay, alpha=config.prioritized_replay_alpha,

@@ -38,6 +38,7 @@ from flowrl.ops import (LearningStarts, ParallelRollouts, Replay, StandardMetric
 from flowrl.policies.dqn import DEFAULT_EXPLORATION, DQNPolicy
 from flowrl.replay import PrioritizedReplayBuffer, ReplayBuffer
 from flowrl.replay.frames import check_replay_memory
+from flowrl.workers.rollout_worker import stacks_frames
 
 
 @dataclass
@@ -176,6 +177,17 @@ def replay_run_length(config: DQNConfig) -> int | None:
     return config.rollout_fragment_length if envs > 1 else None
 
 
+def check_replay_fits(workers, config: DQNConfig) -> int:
+    """The bytes the replay buffers of ``config`` need (:func:`check_replay_memory`:
+    one buffer per trained policy, rows arriving in :func:`replay_run_length` runs,
+    one frame a row where the env gives frame stacks); a ConfigError naming
+    ``buffer_size`` when they exceed the memory available."""
+    return check_replay_memory(f"{type(config).__name__}.buffer_size", config.buffer_size,
+                               replay_spaces(workers, config),
+                               run_length=replay_run_length(config),
+                               frame_stacks=stacks_frames(config.env, config.preprocessor_pref))
+
+
 class DQN(Algorithm):
     """Deep Q-learning; see the module docstring. ``algo.local_replay_buffer`` is the
     buffer the plan stores into."""
@@ -188,9 +200,7 @@ class DQN(Algorithm):
         self.local_replay_buffer = None
 
         def plan(workers, config):
-            check_replay_memory(f"{type(config).__name__}.buffer_size", config.buffer_size,
-                                replay_spaces(workers, config),
-                                run_length=replay_run_length(config))
+            check_replay_fits(workers, config)
             self.local_replay_buffer = make_buffer(config)
             return type(self).execution_plan(workers, config,
                                              local_buffer=self.local_replay_buffer)
@@ -295,4 +305,5 @@ def _set_own_exploration(by_index: dict, worker) -> None:
 
 
 __all__ = ["DQN", "DQNConfig", "round_robin_weights", "make_buffer", "exploration_states",
-           "indexed_exploration_states", "restore_exploration", "replay_run_length"]
+           "indexed_exploration_states", "restore_exploration", "replay_run_length",
+           "check_replay_fits"]

@@ -277,22 +277,28 @@ class FrameStackColumns:
 OTHER_COLUMNS_BYTES = 256
 
 
-def row_bytes(observation_space, run_length: int | None = None) -> int:
+def row_bytes(observation_space, run_length: int | None = None, *,
+              frame_stacks: bool = False) -> int:
     """The bytes a replay row of ``observation_space`` observations takes, plus
-    :data:`OTHER_COLUMNS_BYTES`. Frame-stacked uint8 images take one frame (see the
-    module docstring) and, where rows arrive in runs of ``run_length`` that do not
-    continue each other (several envs' rollout fragments in turn), each run's first
-    ``K - 1`` whole stacks and one next frame spread over its rows. Other
-    observations take ``obs`` and ``new_obs`` whole.
+    :data:`OTHER_COLUMNS_BYTES`. Where the env gives frame stacks (``frame_stacks``,
+    as :func:`flowrl.workers.rollout_worker.stacks_frames` says: the sampler then
+    drops ``new_obs`` and the buffer keeps one frame a row, see the module
+    docstring), a uint8 ``(K, H, W)`` row takes one frame and, where rows arrive in
+    runs of ``run_length`` that do not continue each other (several envs' rollout
+    fragments in turn), each run's first ``K - 1`` whole stacks and one next frame
+    spread over its rows. Other observations (channel images such as MinAtar's
+    among them) take ``obs`` and ``new_obs`` whole.
 
     >>> import gymnasium as gym
     >>> pong = gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
-    >>> row_bytes(pong), row_bytes(pong, run_length=20)
+    >>> row_bytes(pong, frame_stacks=True), row_bytes(pong, run_length=20, frame_stacks=True)
     (7312, 11899)
+    >>> row_bytes(gym.spaces.Box(0, 255, (4, 10, 10), np.uint8))  # MinAtar Breakout
+    1056
     """
     shape = tuple(getattr(observation_space, "shape", None) or (1,))
     dtype = np.dtype(getattr(observation_space, "dtype", None) or np.float32)
-    if dtype == np.uint8 and len(shape) == 3 and shape[0] > 1:
+    if frame_stacks and dtype == np.uint8 and len(shape) == 3 and shape[0] > 1:
         frame = shape[1] * shape[2]
         per_run = ((shape[0] - 1) * shape[0] + 1) * frame
         return frame + (math.ceil(per_run / run_length) if run_length else 0) \
@@ -314,20 +320,23 @@ def available_memory() -> int:
 
 
 def check_replay_memory(where: str, capacity: int, observation_spaces: list,
-                        available: int | None = None, run_length: int | None = None) -> int:
+                        available: int | None = None, run_length: int | None = None, *,
+                        frame_stacks: bool = False) -> int:
     """The bytes ``capacity`` rows need in each of the buffers whose observations are
     ``observation_spaces`` (one per buffer: one per trained policy; :func:`row_bytes`
-    with ``run_length``); a ConfigError naming ``where`` when that exceeds the memory
-    available.
+    with ``run_length`` and ``frame_stacks``); a ConfigError naming ``where`` when that
+    exceeds the memory available.
 
     >>> import gymnasium as gym
     >>> check_replay_memory("DQNConfig.buffer_size", 10**6,
-    ...                     [gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)], available=4 * 10**9)
+    ...                     [gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)], available=4 * 10**9,
+    ...                     frame_stacks=True)
     Traceback (most recent call last):
     ...
     flowrl.errors.ConfigError: DQNConfig.buffer_size=1000000: the replay buffer needs about 6.8 GiB (7,312 bytes a row), more than the 3.7 GiB of memory available; use buffer_size <= 547,045
     """
-    per_row = sum(row_bytes(space, run_length) for space in observation_spaces)
+    per_row = sum(row_bytes(space, run_length, frame_stacks=frame_stacks)
+                  for space in observation_spaces)
     need = per_row * capacity
     available = available_memory() if available is None else available
     if need > available:
