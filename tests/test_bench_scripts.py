@@ -188,6 +188,48 @@ def test_dqn_pong_reports_score_speed_and_replay_memory_per_system(capsys):
     assert "100.0" in sb3   # minutes from start
 
 
+def test_dqn_pong_runs_continue_from_their_newest_complete_checkpoint(tmp_path):
+    import os
+    import signal
+    args = argparse.Namespace(resume_dir=str(tmp_path), child="sb3", seed=1,
+                              checkpoint_every=3600.0)
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        scores = dqn_pong.Scores(30.0)
+        run = dqn_pong.Resume(args, scores)
+        assert not run.due() and not run.restore(lambda d: pytest.fail("nothing to restore"))
+        scores.add([-21.0, -20.0])
+        run.save(100, lambda d: (d / "model").write_text("100"))
+        scores.add([-19.0])
+        scores.point(200)
+        run.save(200, lambda d: (d / "model").write_text("200"))
+        trained = run.train_s
+        run.save(200, lambda d: pytest.fail("saved twice at the same steps"))
+
+        def fails(d):
+            (d / "model").write_text("half")
+            raise OSError("disk full")
+        with pytest.raises(OSError):
+            run.save(300, fails)   # the checkpoint at 200 stays in charge
+        again = dqn_pong.Scores(30.0)
+        resumed = dqn_pong.Resume(args, again)
+        loaded = []
+        assert resumed.restore(lambda d: loaded.append((d / "model").read_text()))
+        assert loaded == ["200"] and list(again.window) == [-21.0, -20.0, -19.0]
+        assert again.curve == scores.curve and again.seconds() >= scores.curve[-1][0]
+        assert [r[0] for r in resumed.resumed] == [200]
+        assert resumed.trained_s() >= trained > 0 and run.trained_s() > trained
+        # SIGTERM asks for a checkpoint now, and the run stops after it
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert resumed.due()
+        with pytest.raises(SystemExit, match="stopped by SIGTERM at 400 agent steps"):
+            resumed.save(400, lambda d: (d / "model").write_text("400"))
+        run_dir = tmp_path / "sb3-seed1"
+        assert sorted(p.name for p in run_dir.iterdir()) == ["at-000000400", "latest"]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def test_profile_impala_pong_gives_each_part_its_share_of_a_step(capsys):
     parts = dict(ale_us=400.0, preprocess_us=150.0, forward_us=300.0, sampler_us=100.0,
                  serialize_us=30.0, concat_us=20.0)
