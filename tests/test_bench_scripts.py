@@ -27,6 +27,7 @@ import compiled_graph  # noqa: E402
 import ddppo_cartpole  # noqa: E402
 import dqn_cartpole  # noqa: E402
 import dqn_pong  # noqa: E402
+import gpu_learner  # noqa: E402
 import mujoco_ppo  # noqa: E402
 import profile_impala_pong  # noqa: E402
 import ray_overhead  # noqa: E402
@@ -230,6 +231,17 @@ def test_dqn_pong_runs_continue_from_their_newest_complete_checkpoint(tmp_path):
         signal.signal(signal.SIGTERM, previous)
 
 
+def test_gpu_learner_checks_pass_on_two_cpu_towers(monkeypatch):
+    pytest.importorskip("ale_py")
+    monkeypatch.setattr(gpu_learner, "CHECKS", [])
+    gpu_learner.check_training("ppo", 1, 0, cuda=False, num_gpus=2, num_workers=1,
+                               num_envs_per_worker=2, rollout_fragment_length=25,
+                               train_batch_size=50, sgd_minibatch_size=25, num_sgd_iter=1)
+    status = {c["check"]: c["status"] for c in gpu_learner.CHECKS}
+    assert status.pop("ppo: the learner's tower is on CUDA") == "skipped"
+    assert len(status) == 3 and set(status.values()) == {"ok"}, gpu_learner.CHECKS
+
+
 def test_profile_impala_pong_gives_each_part_its_share_of_a_step(capsys):
     parts = dict(ale_us=400.0, preprocess_us=150.0, forward_us=300.0, sampler_us=100.0,
                  serialize_us=30.0, concat_us=20.0)
@@ -246,7 +258,8 @@ def test_run_all_knows_every_benchmark_script():
     listed = subprocess.run(["bash", str(ROOT / "benchmarks" / "run_all.sh"), "--list"],
                             capture_output=True, text=True, check=True).stdout.split()
     stems = {name.split("-")[0] for name in listed}
-    scripts = {p.stem for p in (ROOT / "benchmarks").glob("*.py")} - {"harness"}
+    # gpu_learner checks the GPU learner path on a machine with a GPU: no benchmark
+    scripts = {p.stem for p in (ROOT / "benchmarks").glob("*.py")} - {"harness", "gpu_learner"}
     assert scripts <= stems, f"run_all.sh misses {sorted(scripts - stems)}"
 
 

@@ -672,6 +672,12 @@ class TorchPolicy(Postprocessing):
         """How many towers each SGD step splits its minibatch over (see :meth:`set_towers`)."""
         return len(self._towers)
 
+    @property
+    def towers(self) -> list[tuple[nn.Module, torch.device]]:
+        """The ``(model, device)`` of each tower (see :meth:`set_towers`); one CPU
+        tower is :attr:`model` itself."""
+        return list(self._towers)
+
     def load_batch(self, batch: SampleBatch) -> LoadedBatch:
         """``batch`` as tensors on every tower's device (the "loading" a multi-GPU
         learner does ahead of SGD; a CPU tower shares the host tensors)."""
