@@ -18,7 +18,8 @@
 # estimated from one run's own CPU seconds per system, about 18 min flowrl and 30 min
 # SB3, not yet timed idle), about 45 min for atari_throughput (9 systems x 3 seeds;
 # not yet timed idle), about 5 min for profile_impala_pong, about 25 min for torch_threads (6 systems x 3 seeds), dqn_pong (2 systems x 3
-# seeds x 2M frames; not yet timed: at least 4 h) and up to 4 h 30 min for atari_learning (3 seeds x a 90 min
+# seeds x 2M frames, one core a run at about 53 agent steps/s alone: about 2.6 h a run, 16 h in all;
+# its --resume-dir lets runs continue across sittings) and up to 4 h 30 min for atari_learning (3 seeds x a 90 min
 # budget; less for runs that reach +18); loc (lines of code, last) takes seconds.
 # Idle waits add to it on a machine that is not idle.
 # --quick --no-idle-wait (a smoke run of every script, results under
