@@ -22,25 +22,26 @@ steps/s, the replay buffer's bytes per stored transition (flowrl:
 ``stats()["bytes_per_row"]``; SB3: its buffer arrays' bytes over its capacity) and
 so GB per million transitions, and the process's peak resident memory.
 
-A 2M-frame run takes hours on this machine (about 45 agent steps/s for either
-system on one core), longer than one sitting. With ``--resume-dir DIR`` each run
-checkpoints itself there every ``--checkpoint-every`` seconds and on SIGTERM (the
-model, its optimizer, the replay buffer, the counters, the last 100 scores and the
-curve; about 1 GB for flowrl, 3 GB for SB3), and the same command run again
-continues each unfinished run from its checkpoint (a finished run's checkpoint is
-kept, so its result can be reported again). A resumed run starts new games (the
-game in progress when it stopped is not counted) and its exploration, replay and
-counters carry on; its ``resumed`` lists ``[agent steps, seconds]`` where it
-continued, its seconds (the curve's, ``from_start_s``) add up the sittings, its
-speed counts only the seconds spent training, and its peak resident memory is the
-last sitting's (loading SB3's pickled buffer raises it by about the buffer's size). SB3's memory-
-optimised buffer reads a row's next frame from the next row, so the one row
-stored last before a stop gets the new game's first frame as its next frame.
+A 2M-frame run takes hours on this machine (once replay starts, about 53 agent
+steps/s for either system on one core alone, 44 beside a second run), longer than
+one sitting. With ``--resume-dir DIR`` each run checkpoints itself there every
+``--checkpoint-every`` seconds and on SIGTERM (the model, its optimizer, the replay
+buffer, the counters, the last 100 scores and the curve; about 1 GB for flowrl, 3
+GB for SB3), and the same command run again continues each unfinished run from its
+checkpoint (a finished run's checkpoint is kept, so its result can be reported
+again). A resumed run starts new games (the game in progress when it stopped is
+not counted) and its exploration, replay and counters carry on; its ``resumed``
+lists ``[agent steps, seconds]`` where it continued, its seconds (the curve's,
+``from_start_s``) add up the sittings, its speed counts only the seconds spent
+training, and its peak resident memory is the last sitting's (loading SB3's
+pickled buffer raises it by about the buffer's size). SB3's memory-optimised
+buffer reads a row's next frame from the next row, so the one row stored last
+before a stop gets the new game's first frame as its next frame.
 
     python benchmarks/dqn_pong.py                        # 2 systems x 3 seeds x 2M frames
     python benchmarks/dqn_pong.py --systems flowrl --seeds 1 --frames 400000
     python benchmarks/dqn_pong.py --quick --no-idle-wait   # smoke: 1 seed, 3,000 steps
-    python benchmarks/dqn_pong.py --systems sb3 --seeds 1 --resume-dir /work/dqn-pong-runs
+    python benchmarks/dqn_pong.py --systems sb3 --seeds 1 --resume-dir runs/dqn-pong
 """
 
 from __future__ import annotations
