@@ -122,9 +122,9 @@ class Resume:
         """Continue from the newest complete checkpoint, if there is one:
         ``load(directory)`` restores the system's state; the scores, seconds trained
         and resume points come from its progress. Whether there was one."""
-        name = self.dir / "latest" if self.dir else None
-        if name is None or not name.exists():
+        if self.dir is None or not (self.dir / "latest").exists():
             return False
+        name = self.dir / "latest"
         where = self.dir / name.read_text().strip()
         progress = json.loads((where / "progress.json").read_text())
         harness.progress(f"resuming from {where} at {progress['steps']:,} agent steps")
@@ -143,9 +143,10 @@ class Resume:
     def save(self, steps: int, write) -> None:
         """A checkpoint at ``steps`` (unless there is no directory or the newest one
         is at ``steps``): ``write(directory)`` stores the system's state."""
-        where = self.dir / f"at-{steps:09d}" if self.dir else None
-        latest = self.dir / "latest" if self.dir else None
-        if where is None or (latest.exists() and latest.read_text().strip() == where.name):
+        if self.dir is None:
+            return
+        where, latest = self.dir / f"at-{steps:09d}", self.dir / "latest"
+        if latest.exists() and latest.read_text().strip() == where.name:
             return
         self.train_s = self.trained_s()
         try:

@@ -59,6 +59,8 @@ def build(algo_name: str, num_gpus: float, seed: int, **overrides):
 
 
 def weights_of(module) -> dict:
+    """A tower model's weights as numpy copies (``TorchPolicy.get_weights`` reads only
+    the policy's own model)."""
     return {k: v.detach().cpu().numpy().copy() for k, v in module.state_dict().items()}
 
 
@@ -85,7 +87,7 @@ def check_training(algo_name: str, iters: int, seed: int, cuda: bool, num_gpus: 
             loads.append((obs.device.type, obs.dtype))
             return loaded
         policy.load_batch = recording_load
-        before = weights_of(policy.model)
+        before = policy.get_weights()
         losses = []
         for _ in range(iters):
             info = algo.train()["info"]["learner"]
@@ -99,10 +101,10 @@ def check_training(algo_name: str, iters: int, seed: int, cuda: bool, num_gpus: 
               f"{len(loads)} loads, (device, obs dtype): {kinds}")
         check(f"{algo_name}: losses finite and weights moved",
               bool(losses) and all(map(math.isfinite, losses))
-              and not same(before, weights_of(policy.model)),
+              and not same(before, policy.get_weights()),
               f"{len(losses)} losses, last {losses[-1] if losses else None}")
         algo.workers.sync_weights()
-        learner = weights_of(policy.model)
+        learner = policy.get_weights()
         towers = [weights_of(model) for model, _ in policy.towers]
         workers = algo.workers.foreach_worker(lambda w: w.get_policy().get_weights())
         check(f"{algo_name}: learner, tower and rollout workers hold the same weights",
@@ -166,11 +168,9 @@ def main(argv=None) -> int:
                   f"{type(e).__name__}: {e}")
     timing = time_learner(args.steps, args.seed, cuda)
     cpu, gpu = timing["cpu_rows_per_s"], timing.get("cuda_rows_per_s", math.nan)
+    versus = f"CUDA {gpu:,.0f} rows/s ({gpu / cpu:.1f}x)" if cuda else "no CUDA to compare"
     print(f"\nIMPALA learner on a {timing['rows']}-row Pong batch: CPU "
-          f"({timing['torch_threads']} torch threads) {cpu:,.0f} rows/s, CUDA "
-          f"{gpu:,.0f} rows/s ({gpu / cpu:.1f}x)" if cuda else
-          f"\nIMPALA learner on a {timing['rows']}-row Pong batch: CPU "
-          f"({timing['torch_threads']} torch threads) {cpu:,.0f} rows/s; no CUDA to compare")
+          f"({timing['torch_threads']} torch threads) {cpu:,.0f} rows/s; {versus}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump({"cuda": cuda, "device": torch.cuda.get_device_name(0) if cuda else None,
