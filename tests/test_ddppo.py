@@ -49,8 +49,9 @@ def _weights(worker):
 
 
 @pytest.mark.ray
-def test_ddppo_workers_stay_identical_and_train(ray_session):
-    algo = DDPPO(DDPPOConfig(**QUICK))
+@pytest.mark.parametrize("standardize", ["batch", "minibatch"])
+def test_ddppo_workers_stay_identical_and_train(ray_session, standardize):
+    algo = DDPPO(DDPPOConfig(**QUICK, standardize_advantages=standardize))
     try:
         start = algo.get_policy().get_weights()
         for _ in range(2):

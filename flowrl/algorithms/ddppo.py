@@ -1,8 +1,9 @@
 """DD-PPO (Wijmans et al. 2020): decentralized PPO, gradients all-reduced among workers.
 
 There is no learner on the driver. Every Ray rollout worker samples its own
-batch, standardizes its advantages and runs ``num_sgd_iter`` epochs of minibatch
-SGD on PPO's clipped surrogate; after each minibatch's backward pass the workers
+batch, standardizes its advantages (each minibatch's with
+``standardize_advantages="minibatch"``) and runs ``num_sgd_iter`` epochs of
+minibatch SGD on PPO's clipped surrogate; after each minibatch's backward pass the workers
 average their gradients with ``torch.distributed.all_reduce`` (gloo backend) and
 take the same optimizer step. Starting from the same weights with the same
 optimizer state, the workers therefore stay identical, step after step.
@@ -41,8 +42,7 @@ from flowrl.errors import ConfigError, FlowError, WorkerError
 from flowrl.graph.stream import LocalStream
 from flowrl.metrics import (AGENT_STEPS_SAMPLED_COUNTER, LEARNER_INFO, STEPS_SAMPLED_COUNTER,
                             STEPS_TRAINED_COUNTER, get_metrics)
-from flowrl.ops import StandardMetricsReporting, rollout_shards
-from flowrl.ops.rollout_ops import standardized
+from flowrl.ops import StandardizeFields, StandardMetricsReporting, rollout_shards
 from flowrl.policies.sgd import mean_stats
 from flowrl.runtime.backend import lost_reason
 from flowrl.workers import WorkerSet
@@ -158,9 +158,11 @@ def allreduce_mean(grads: list[np.ndarray]) -> list[np.ndarray]:
 class _DDPPOTrain:
     """Shard-side: one DD-PPO round on the hosting worker's own batch."""
 
-    def __init__(self, num_sgd_iter: int, sgd_minibatch_size: int, seed: int | None):
+    def __init__(self, num_sgd_iter: int, sgd_minibatch_size: int, seed: int | None,
+                 standardize_advantages: str = "batch"):
         self.num_sgd_iter, self.sgd_minibatch_size, self.seed = (num_sgd_iter,
                                                                    sgd_minibatch_size, seed)
+        self.per_minibatch = standardize_advantages == "minibatch"
         self.rng: np.random.Generator | None = None
 
     def __call__(self, batch: SampleBatch) -> tuple[dict, int]:
@@ -173,13 +175,17 @@ class _DDPPOTrain:
             raise ConfigError("DDPPO: workers sampled a MultiAgentBatch; DD-PPO supports "
                               "single-agent envs")
         (pid,) = worker.policies_to_train
+        standardize = StandardizeFields([SB.ADVANTAGES])
         policy = worker.get_policy(pid)
-        batch = batch.with_columns(**{SB.ADVANTAGES: standardized(batch[SB.ADVANTAGES])})
+        if not self.per_minibatch:
+            batch = standardize(batch)
         size = min(self.sgd_minibatch_size or batch.count, batch.count)
         stats: list[dict] = []
         for _ in range(self.num_sgd_iter):
             stats = []
             for mb in batch.minibatches(size, seed=self.rng, shuffle=size < batch.count):
+                if self.per_minibatch:  # each worker's own minibatch, as it computes its gradient
+                    mb = standardize(mb)
                 grads, s = policy.compute_gradients(mb)
                 policy.apply_gradients(allreduce_mean(grads))
                 stats.append(s)
@@ -285,7 +291,8 @@ class DDPPO(PPO):
     @staticmethod
     def execution_plan(workers, config: DDPPOConfig) -> LocalStream:
         train = rollout_shards(workers, name="ddppo/rollouts").for_each(
-            _DDPPOTrain(config.num_sgd_iter, config.sgd_minibatch_size, config.seed),
+            _DDPPOTrain(config.num_sgd_iter, config.sgd_minibatch_size, config.seed,
+                        config.standardize_advantages),
             name="ddppo/train")
         rounds = train.gather_sync(name="ddppo/gather").batch(
             len(workers.remote_workers()), name="ddppo/round").for_each(

@@ -21,13 +21,16 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from flowrl.algorithms.base import (Algorithm, AlgorithmConfig, _int_ge, _LazyClass,
-                                    _lr_schedule, _num, _or_none)
+                                    _lr_schedule, _num, _one_of, _or_none)
 from flowrl.errors import ConfigError
 from flowrl.graph.stream import LocalStream
 from flowrl.ops import (ConcatBatches, MultiGPUTrainOneStep, ParallelRollouts,
                         StandardizeFields, StandardMetricsReporting, TrainOneStep, UpdateKL,
                         UpdateLR)
 from flowrl.ops.train_ops import piecewise_lr
+
+# The policy's choices, spelled out here so that a config validates without torch.
+STANDARDIZE_ADVANTAGES = ("batch", "minibatch")
 
 
 @dataclass
@@ -39,6 +42,10 @@ class PPOConfig(AlgorithmConfig):
     piecewise-linear rate over env steps sampled, ``[[0, lr_0], [t_1, lr_1], ...]``,
     applied before each training step (:class:`~flowrl.ops.UpdateLR`).
     ``adam_epsilon`` is Adam's ``eps`` (torch's 1e-8; CleanRL's Atari PPO uses 1e-5).
+    ``standardize_advantages``: ``"batch"`` (RLlib 1.x) standardizes the advantages
+    of each train batch in the plan, ``"minibatch"`` (CleanRL) those of each SGD
+    minibatch in the policy, over the whole minibatch before any split over GPU
+    towers.
     ``python benchmarks/ppo_cartpole.py --tuned`` measures how fast they reach a
     train mean of 450 (and ``--matched`` against other libraries at equal work).
 
@@ -66,6 +73,7 @@ class PPOConfig(AlgorithmConfig):
     kl_target: float = 0.01
     grad_clip: float | None = 0.5
     lr_schedule: list | None = None
+    standardize_advantages: str = "batch"
 
     checks: ClassVar[dict[str, tuple]] = {
         "sgd_minibatch_size": _int_ge(0), "num_sgd_iter": _int_ge(1),
@@ -74,6 +82,7 @@ class PPOConfig(AlgorithmConfig):
         "vf_clip_param": _num(0, open_lo=True), "vf_loss_coeff": _num(0),
         "entropy_coeff": _num(0), "kl_coeff": _num(0), "kl_target": _num(0, open_lo=True),
         "grad_clip": _or_none(_num(0, open_lo=True)), "lr_schedule": _or_none(_lr_schedule()),
+        "standardize_advantages": _one_of(STANDARDIZE_ADVANTAGES),
     }
 
     def __post_init__(self) -> None:
@@ -101,7 +110,8 @@ class PPO(Algorithm):
                 "vf_loss_coeff": config.vf_loss_coeff, "entropy_coeff": config.entropy_coeff,
                 "kl_coeff": config.kl_coeff, "kl_target": config.kl_target,
                 "grad_clip": config.grad_clip, "num_sgd_iter": config.num_sgd_iter,
-                "sgd_minibatch_size": config.sgd_minibatch_size or None}
+                "sgd_minibatch_size": config.sgd_minibatch_size or None,
+                "standardize_advantages": config.standardize_advantages}
 
     @staticmethod
     def execution_plan(workers, config: PPOConfig) -> LocalStream:
@@ -110,11 +120,12 @@ class PPO(Algorithm):
                    sgd_minibatch_size=config.sgd_minibatch_size, seed=config.seed)
         train_step = (MultiGPUTrainOneStep(workers, num_gpus=config.num_gpus, **sgd)
                       if config.num_gpus > 0 else TrainOneStep(workers, **sgd))
-        train_op = (rollouts
-                    .combine(ConcatBatches(min_batch_size=config.train_batch_size),
-                             name="ppo/concat_batches")
-                    .for_each(StandardizeFields(["advantages"]), name="ppo/standardize")
-                    .for_each(train_step, name="ppo/train")
+        train_op = rollouts.combine(ConcatBatches(min_batch_size=config.train_batch_size),
+                                    name="ppo/concat_batches")
+        if config.standardize_advantages == "batch":  # else the policy does, per minibatch
+            train_op = train_op.for_each(StandardizeFields(["advantages"]),
+                                         name="ppo/standardize")
+        train_op = (train_op.for_each(train_step, name="ppo/train")
                     .for_each(UpdateKL(workers), name="ppo/update_kl"))
         if config.lr_schedule:
             train_op = train_op.for_each(UpdateLR(workers, schedule=config.lr_schedule),

@@ -8,16 +8,22 @@ With ``r_t = π(a|s) / π_old(a|s)`` (π_old from the batch's ``action_logp`` an
     - c_ent H(π)
 
 The KL coefficient β adapts between training steps through :meth:`PPOPolicy.update_kl`.
+With ``standardize_advantages="minibatch"`` (CleanRL's Atari and MuJoCo PPO) each SGD
+step first standardizes Â over its whole minibatch, before any split over towers;
+with ``"batch"`` (RLlib 1.x) the plan has already standardized the train batch.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
+from flowrl.algorithms.ppo import STANDARDIZE_ADVANTAGES
 from flowrl.batch import SampleBatch as SB
 from flowrl.errors import ConfigError
+from flowrl.models.sequences import SEQ_MASK
 from flowrl.policies.adaptive_kl import AdaptiveKL
-from flowrl.policies.torch_policy import TorchPolicy
+from flowrl.policies.torch_policy import LoadedBatch, TorchPolicy
 
 
 class PPOPolicy(AdaptiveKL, TorchPolicy):
@@ -26,7 +32,9 @@ class PPOPolicy(AdaptiveKL, TorchPolicy):
     ``clip_param`` (ε), ``vf_clip_param``, ``vf_loss_coeff``, ``entropy_coeff``,
     ``kl_coeff`` (initial β), ``kl_target``; ``num_sgd_iter`` epochs over
     minibatches of ``sgd_minibatch_size`` rows per ``learn_on_batch``, whose stats
-    include the mean ``kl`` to feed :meth:`update_kl`.
+    include the mean ``kl`` to feed :meth:`update_kl`. ``standardize_advantages``:
+    ``"batch"`` leaves the advantages as given (the PPO plan standardizes each
+    train batch), ``"minibatch"`` standardizes them in every :meth:`sgd_step`.
 
     >>> import gymnasium as gym
     >>> p = PPOPolicy(gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2), kl_target=0.01)
@@ -41,7 +49,11 @@ class PPOPolicy(AdaptiveKL, TorchPolicy):
                  clip_param: float = 0.3, vf_clip_param: float = 10.0,
                  vf_loss_coeff: float = 1.0, entropy_coeff: float = 0.0,
                  kl_coeff: float = 0.2, kl_target: float = 0.01,
-                 num_sgd_iter: int = 30, sgd_minibatch_size: int | None = 128, **kwargs):
+                 num_sgd_iter: int = 30, sgd_minibatch_size: int | None = 128,
+                 standardize_advantages: str = "batch", **kwargs):
+        if standardize_advantages not in STANDARDIZE_ADVANTAGES:
+            raise ConfigError(f"PPOPolicy(standardize_advantages={standardize_advantages!r}): "
+                              f"must be one of {list(STANDARDIZE_ADVANTAGES)}")
         for field, value in (("clip_param", clip_param), ("vf_clip_param", vf_clip_param),
                              ("kl_target", kl_target)):
             if not value > 0:
@@ -53,7 +65,14 @@ class PPOPolicy(AdaptiveKL, TorchPolicy):
         self.clip_param, self.vf_clip_param = clip_param, vf_clip_param
         self.vf_loss_coeff, self.entropy_coeff = vf_loss_coeff, entropy_coeff
         self.kl_coeff, self.kl_target = kl_coeff, kl_target
+        self.standardize_advantages = standardize_advantages
 
+    def sgd_step(self, minibatch):
+        if self.standardize_advantages == "minibatch":
+            loaded = (minibatch if isinstance(minibatch, LoadedBatch)
+                      else self.load_batch(minibatch))
+            minibatch = standardize_advantages(loaded)
+        return super().sgd_step(minibatch)
 
     def loss(self, train):
         inputs, value = self.model_out(train)
@@ -81,4 +100,34 @@ class PPOPolicy(AdaptiveKL, TorchPolicy):
                        "cur_kl_coeff": torch.tensor(self.kl_coeff)}
 
 
-__all__ = ["PPOPolicy"]
+def standardize_advantages(loaded: LoadedBatch) -> LoadedBatch:
+    """``loaded`` with its advantages ``(Â - mean) / (std + 1e-8)`` over its own real
+    rows (sequence padding left out), the rule of
+    :func:`~flowrl.ops.rollout_ops.standardized`; one row or none passes unchanged.
+
+    >>> lb = LoadedBatch([{SB.ADVANTAGES: torch.tensor([1.0, 2.0, 3.0, 9.0])}], 4,
+    ...                  rows=np.array([0, 2]))
+    >>> standardize_advantages(lb).copies[0][SB.ADVANTAGES].tolist()
+    [-1.0, 0.0, 1.0, 7.0]
+    """
+    first = loaded.copies[0]
+    adv = first[SB.ADVANTAGES]
+    mask = first.get(SEQ_MASK)
+    if loaded.rows is not None:
+        index = torch.as_tensor(loaded.rows, device=adv.device)
+        adv, mask = adv[index], None if mask is None else mask[index]
+    real = (adv if mask is None else adv[mask.bool()]).double()
+    if real.numel() <= 1:
+        return loaded
+    mean, scale = real.mean(), real.std(unbiased=False) + 1e-8
+    copies, done = [], {}
+    for copy_ in loaded.copies:  # towers on one device share one copy
+        if id(copy_) not in done:
+            col = copy_[SB.ADVANTAGES]
+            done[id(copy_)] = {**copy_, SB.ADVANTAGES: ((col.double() - mean.to(col.device))
+                                                        / scale.to(col.device)).float()}
+        copies.append(done[id(copy_)])
+    return LoadedBatch(copies, loaded.count, source=loaded.source, rows=loaded.rows)
+
+
+__all__ = ["PPOPolicy", "standardize_advantages"]
