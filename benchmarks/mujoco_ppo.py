@@ -23,12 +23,13 @@ a value clip of 0.2; flowrl's loss has no 1/2, so ``vf_loss_coeff=0.25`` and
 copy from CleanRL (``vf_coef=0.5``, SB3's default of no value clipping), which
 weighs its unclipped squared error twice as much as CleanRL's.
 
-Known differences from CleanRL on flowrl's side (its policy code, not this
-script): hidden layers keep torch's default init (CleanRL and SB3: orthogonal,
-gain sqrt(2), zero bias); advantages are standardized per 2048-row train batch
-(CleanRL and SB3: per 64-row minibatch); Adam's eps is 1e-8 (CleanRL and SB3:
-1e-5); a time-limit truncation bootstraps from V(s_T) (CleanRL: treated as a
-termination; SB3: bootstraps too).
+flowrl runs CleanRL's initialisation (hidden layers orthogonal with gain
+sqrt(2) and zero biases: ``model.orthogonal_init``), Adam eps 1e-5
+(``adam_epsilon``) and advantages standardized per 64-row minibatch
+(``standardize_advantages="minibatch"``), as SB3 does too. Runs saved at commits
+up to 7f0e5a3 used torch's default init, eps 1e-8 and per-batch
+standardization. One known difference remains: a time-limit truncation
+bootstraps from V(s_T) (CleanRL: treated as a termination; SB3: bootstraps too).
 
 Score: the mean raw return of the last 100 completed training episodes (as
 CleanRL's and SB3's logs report them), read after every rollout+SGD iteration.
@@ -169,7 +170,8 @@ def child_flowrl(args, seed: int) -> dict:
         lambda_=m["lam"], clip_param=m["clip"], vf_clip_param=m["vf_clip"],
         vf_loss_coeff=0.5 * m["vf_coef"],  # CleanRL's 0.5 * vf_coef (see the docstring)
         entropy_coeff=m["ent_coef"], kl_coeff=0.0, grad_clip=m["grad_clip"],
-        model=m["hidden"], torch_threads=1)
+        adam_epsilon=1e-5, standardize_advantages="minibatch",
+        model={"fcnet_hiddens": m["hidden"], "orthogonal_init": True}, torch_threads=1)
     t = time.time()
     algo = PPO(config)
     build_s = time.time() - t
