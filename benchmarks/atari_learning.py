@@ -27,6 +27,13 @@ and 11M steps; CleanRL's PPO takes about 80 minutes for 10M steps on a GPU box.
     python benchmarks/atari_learning.py                          # IMPALA, 3 seeds, <= 90 min each
     python benchmarks/atari_learning.py --algo impala appo ppo --seeds 1
     python benchmarks/atari_learning.py --quick --no-idle-wait   # smoke: 1 seed, 1 min budget
+
+``--compare A.json B.json ...`` trains nothing: it prints the score each saved run
+had at equal env steps (``--at-steps``, millions) and at equal minutes from process
+start (``--at-min``), the comparison that holds when env steps/s differ between
+sessions.
+
+    python benchmarks/atari_learning.py --compare results/atari_learning-2026*.json
 """
 
 from __future__ import annotations
@@ -37,6 +44,7 @@ import math
 import os
 import sys
 import time
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (stdlib only)
@@ -182,6 +190,53 @@ def report(runs: list[dict], target: float, budget_min: float) -> None:
                               "[min-max] (targets: >= 0 within 45 min, >= +18 within 90)")
 
 
+def score_at(curve: list, index: int, at: float, end: float | None = None) -> float | None:
+    """The score of the last curve point whose ``curve[i][index]`` (0: seconds from
+    start, 1: env steps) is ``<= at``; None before the first score or past ``end``
+    (the run's last seconds or env steps; default its last curve point), as a run
+    that stopped earlier has no score there.
+
+    >>> curve = [[10.0, 1000, None, 0], [20.0, 2000, -20.0, 3], [30.0, 3000, -19.0, 8]]
+    >>> [score_at(curve, 1, s) for s in (1500, 2000, 2999, 3000, 3001)]
+    [None, -20.0, -20.0, -19.0, None]
+    >>> score_at(curve, 0, 35.0, end=36.0)
+    -19.0
+    """
+    end = curve[-1][index] if end is None and curve else end
+    if not curve or at > end:
+        return None
+    before = [p for p in curve if p[index] <= at]
+    return before[-1][2] if before else None
+
+
+def compare(paths: list[str], at_steps: list[float], at_min: list[float]) -> None:
+    import json
+    rows = []
+    for path in paths:
+        saved = json.loads(Path(path).read_text())
+        for r in saved["runs"]:
+            res = r.get("result") or {}
+            if not res.get("curve"):
+                continue
+            curve = res["curve"]
+            name = f"{Path(path).name} {r['system']} seed {r['seed']}" + \
+                ("" if r.get("valid") else " (invalid)")
+            cells = [f"{saved.get('commit', '?')[:7]}"]
+            for m in at_steps:
+                cells.append(fmt_score(score_at(curve, 1, m * 1e6, res.get("env_steps"))))
+            for m in at_min:
+                cells.append(fmt_score(score_at(curve, 0, m * 60, res.get("from_start_s"))))
+            rows.append([name, *cells])
+    harness.print_table(["run", "commit", *[f"{m:g}M steps" for m in at_steps],
+                         *[f"{m:g} min" for m in at_min]], rows,
+                        title="Pong, 100-game mean at equal env steps and at equal minutes "
+                              "from process start (-: before the first game or past the run)")
+
+
+def fmt_score(v: float | None) -> str:
+    return "-" if v is None else f"{v:+.1f}"
+
+
 def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--algo", nargs="+", default=["impala"], choices=ALGOS)
@@ -193,8 +248,18 @@ def parse(argv=None) -> argparse.Namespace:
                    help="wall budget per run, minutes from process start")
     p.add_argument("--curve-every", type=float, default=10.0,
                    help="seconds between two points of the saved curve")
+    p.add_argument("--compare", nargs="+", metavar="JSON", default=None,
+                   help="train nothing: the scores of these saved runs at --at-steps and "
+                        "--at-min")
+    p.add_argument("--at-steps", type=float, nargs="+", default=[1.0, 1.5, 2.0, 2.5, 3.0],
+                   metavar="M", help="env steps, in millions, for --compare")
+    p.add_argument("--at-min", type=float, nargs="+", default=[45.0, 90.0], metavar="MIN",
+                   help="minutes from process start, for --compare")
     harness.add_arguments(p, default_seeds=3)
     args = p.parse_args(argv)
+    for path in args.compare or []:
+        if not os.path.exists(path):
+            p.error(f"--compare {path}: no such file")
     if args.budget_min <= 0 or args.curve_every <= 0:
         p.error("--budget-min and --curve-every must be > 0")
     if args.config and len(args.algo) != 1:
@@ -212,6 +277,9 @@ def parse(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> None:
     args = parse(argv)
+    if args.compare:
+        compare(args.compare, args.at_steps, args.at_min)
+        return
     if args.child:
         child(args)
         return

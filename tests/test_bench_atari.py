@@ -7,6 +7,7 @@ machine).
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import queue
 import subprocess
@@ -209,3 +210,30 @@ def test_every_pong_spec_exists_and_a_curve_without_games_has_no_score():
     empty = curve.result()
     assert math.isnan(empty["best_score"]) and not empty["reached"]
     assert empty["curve"][0][1:] == [10, None, 0]
+
+
+@pytest.mark.timeout(30)
+def test_compare_reads_saved_runs_at_equal_steps_and_minutes(tmp_path, capsys):
+    def saved(name, curve, env_steps, from_start_s, valid=True):
+        run = {**_run("flowrl-ppo", 0, curve=curve, env_steps=env_steps,
+                      from_start_s=from_start_s), "valid": valid}
+        path = tmp_path / name
+        path.write_text(json.dumps({"commit": "abcdef1234", "runs": [run]}))
+        return str(path)
+
+    fast = saved("fast.json", [[600.0, 500_000, -20.0, 10], [1500.0, 1_000_000, -15.0, 90],
+                               [2690.0, 2_000_000, -4.0, 400]], 2_010_000, 2700.5)
+    short = saved("short.json", [[600.0, 400_000, None, 0], [2000.0, 1_200_000, -19.0, 60]],
+                  1_200_000, 2000.0, valid=False)
+    atari_learning.main(["--compare", fast, short, "--at-steps", "0.5", "1.1", "2",
+                         "--at-min", "45"])
+    lines = capsys.readouterr().out.splitlines()
+    fast_row = next(ln for ln in lines if ln.startswith("fast.json"))
+    short_row = next(ln for ln in lines if ln.startswith("short.json"))
+    assert [c.strip() for c in fast_row.split("|")[1:]] == ["abcdef1", "-20.0", "-15.0",
+                                                            "-4.0", "-4.0"]
+    # no game before 1.2M steps there, and it ended before 2M steps and 45 minutes
+    assert "(invalid)" in short_row
+    assert [c.strip() for c in short_row.split("|")[1:]] == ["abcdef1", "-", "-", "-", "-"]
+    with pytest.raises(SystemExit):
+        atari_learning.parse(["--compare", str(tmp_path / "missing.json")])
