@@ -118,12 +118,13 @@ class Resume:
     def _stop(self, *_) -> None:
         self.stop = True
 
-    def restore(self, load) -> bool:
+    def restore(self, load) -> int:
         """Continue from the newest complete checkpoint, if there is one:
         ``load(directory)`` restores the system's state; the scores, seconds trained
-        and resume points come from its progress. Whether there was one."""
+        and resume points come from its progress. The agent steps restored (0: none),
+        so that a run whose last checkpoint is its end trains no further."""
         if self.dir is None or not (self.dir / "latest").exists():
-            return False
+            return 0
         name = self.dir / "latest"
         where = self.dir / name.read_text().strip()
         progress = json.loads((where / "progress.json").read_text())
@@ -134,7 +135,7 @@ class Resume:
         self.train_s = progress["train_s"]
         self.resumed = progress["resumed"] + [[progress["steps"], progress["wall_s"]]]
         self.started = time.perf_counter()
-        return True
+        return int(progress["steps"])
 
     def due(self) -> bool:
         return self.dir is not None and (
@@ -198,9 +199,8 @@ def child_flowrl(args) -> dict:
     scores = Scores(args.curve_every)
     spy_episodes(algo, scores.add)
     resume = Resume(args, scores)
-    steps = 0
     try:
-        resume.restore(lambda d: algo.restore(str(d / "flowrl")))
+        steps = resume.restore(lambda d: algo.restore(str(d / "flowrl")))
         while steps < args.frames // FRAME_SKIP:
             steps = int(algo.train()["timesteps_total"])
             scores.point(steps)

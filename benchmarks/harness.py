@@ -611,6 +611,20 @@ def _git_commit() -> str | None:
         return None
 
 
+def reserve_path(results_dir: Path, name: str, stamp: str) -> Path:
+    """A new results file ``NAME-STAMP.json``, created empty so that no other run takes
+    it: two runs of one script started in the same second get ``NAME-STAMP.json`` and
+    ``NAME-STAMP-2.json`` (each writes over its own file only)."""
+    path, n = results_dir / f"{name}-{stamp}.json", 1
+    while True:
+        try:
+            with open(path, "x"):
+                return path
+        except FileExistsError:
+            n += 1
+            path = results_dir / f"{name}-{stamp}-{n}.json"
+
+
 def run_all(name: str, script: str, systems: Sequence[str], s: Settings,
             child_args: Sequence[str] = (), meta: dict | None = None) -> tuple[list[dict], Path]:
     """Run every (system, seed) interleaved; returns the run records and the JSON path.
@@ -628,7 +642,7 @@ def run_all(name: str, script: str, systems: Sequence[str], s: Settings,
         return doc["runs"], Path(s.report_from)
     s.results_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    path = s.results_dir / f"{name}-{stamp}.json"
+    path = reserve_path(s.results_dir, name, stamp)
     doc = {"benchmark": name, "started_utc": stamp, "argv": sys.argv, "commit": _git_commit(),
            "host": {"cpus": os.cpu_count(), "platform": platform.platform(),
                     "python": platform.python_version()},

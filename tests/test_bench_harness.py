@@ -168,6 +168,17 @@ def test_a_count_that_would_run_nothing_is_refused_by_name(argv, capsys):
     assert harness.settings_from(p.parse_args(["--seeds", "1"])).seeds == [0]
 
 
+def test_runs_started_in_the_same_second_get_their_own_results_files(tmp_path):
+    # Two side-by-side runs of dqn_pong once wrote one file, the second over the first.
+    first = harness.reserve_path(tmp_path, "dqn_pong", "20261203T205344Z")
+    second = harness.reserve_path(tmp_path, "dqn_pong", "20261203T205344Z")
+    third = harness.reserve_path(tmp_path, "dqn_pong", "20261203T205344Z")
+    assert [p.name for p in (first, second, third)] == [
+        "dqn_pong-20261203T205344Z.json", "dqn_pong-20261203T205344Z-2.json",
+        "dqn_pong-20261203T205344Z-3.json"]
+    assert all(p.exists() for p in (first, second, third))
+
+
 def test_run_all_records_a_failed_child_and_a_good_one(tmp_path, capsys):
     script = tmp_path / "bench.py"
     script.write_text(

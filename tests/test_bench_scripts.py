@@ -198,7 +198,7 @@ def test_dqn_pong_runs_continue_from_their_newest_complete_checkpoint(tmp_path):
     try:
         scores = dqn_pong.Scores(30.0)
         run = dqn_pong.Resume(args, scores)
-        assert not run.due() and not run.restore(lambda d: pytest.fail("nothing to restore"))
+        assert not run.due() and run.restore(lambda d: pytest.fail("nothing to restore")) == 0
         scores.add([-21.0, -20.0])
         run.save(100, lambda d: (d / "model").write_text("100"))
         scores.add([-19.0])
@@ -215,7 +215,7 @@ def test_dqn_pong_runs_continue_from_their_newest_complete_checkpoint(tmp_path):
         again = dqn_pong.Scores(30.0)
         resumed = dqn_pong.Resume(args, again)
         loaded = []
-        assert resumed.restore(lambda d: loaded.append((d / "model").read_text()))
+        assert resumed.restore(lambda d: loaded.append((d / "model").read_text())) == 200
         assert loaded == ["200"] and list(again.window) == [-21.0, -20.0, -19.0]
         assert again.curve == scores.curve and again.seconds() >= scores.curve[-1][0]
         assert [r[0] for r in resumed.resumed] == [200]
