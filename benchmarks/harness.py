@@ -649,6 +649,7 @@ def run_all(name: str, script: str, systems: Sequence[str], s: Settings,
            "settings": {k: (str(v) if isinstance(v, Path) else v)
                         for k, v in asdict(s).items()},
            "systems": list(systems), "meta": meta or {}, "runs": []}
+    path.write_text(json.dumps(doc, indent=1, default=float))  # no runs yet, but valid JSON
     order = interleaved_order(systems, s.seeds)
     if not s.idle_wait:
         print("NOTE: --no-idle-wait: overlapped runs are kept; these figures are not valid "
