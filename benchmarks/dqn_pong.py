@@ -123,10 +123,10 @@ class Resume:
         ``load(directory)`` restores the system's state; the scores, seconds trained
         and resume points come from its progress. The agent steps restored (0: none),
         so that a run whose last checkpoint is its end trains no further."""
-        if self.dir is None or not (self.dir / "latest").exists():
+        latest = self.dir / "latest" if self.dir else None
+        if latest is None or not latest.exists():
             return 0
-        name = self.dir / "latest"
-        where = self.dir / name.read_text().strip()
+        where = self.dir / latest.read_text().strip()
         progress = json.loads((where / "progress.json").read_text())
         harness.progress(f"resuming from {where} at {progress['steps']:,} agent steps")
         load(where)

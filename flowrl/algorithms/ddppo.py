@@ -163,6 +163,7 @@ class _DDPPOTrain:
         self.num_sgd_iter, self.sgd_minibatch_size, self.seed = (num_sgd_iter,
                                                                    sgd_minibatch_size, seed)
         self.per_minibatch = standardize_advantages == "minibatch"
+        self.standardize = StandardizeFields([SB.ADVANTAGES])
         self.rng: np.random.Generator | None = None
 
     def __call__(self, batch: SampleBatch) -> tuple[dict, int]:
@@ -175,17 +176,16 @@ class _DDPPOTrain:
             raise ConfigError("DDPPO: workers sampled a MultiAgentBatch; DD-PPO supports "
                               "single-agent envs")
         (pid,) = worker.policies_to_train
-        standardize = StandardizeFields([SB.ADVANTAGES])
         policy = worker.get_policy(pid)
         if not self.per_minibatch:
-            batch = standardize(batch)
+            batch = self.standardize(batch)
         size = min(self.sgd_minibatch_size or batch.count, batch.count)
         stats: list[dict] = []
         for _ in range(self.num_sgd_iter):
             stats = []
             for mb in batch.minibatches(size, seed=self.rng, shuffle=size < batch.count):
                 if self.per_minibatch:  # each worker's own minibatch, as it computes its gradient
-                    mb = standardize(mb)
+                    mb = self.standardize(mb)
                 grads, s = policy.compute_gradients(mb)
                 policy.apply_gradients(allreduce_mean(grads))
                 stats.append(s)
