@@ -20,7 +20,7 @@
 # not yet timed idle), about 5 min for profile_impala_pong, about 25 min for torch_threads (6 systems x 3 seeds), dqn_pong (2 systems x 3
 # seeds x 2M frames, one core a run at about 53 agent steps/s alone: about 2.6 h a run, 16 h in all;
 # its --resume-dir lets runs continue across sittings) and up to 4 h 30 min for atari_learning (3 seeds x a 90 min
-# budget; less for runs that reach +18); loc (lines of code, last) takes seconds.
+# budget; less for runs that reach +18); pong_ball and loc (lines of code, last) take seconds.
 # Idle waits add to it on a machine that is not idle.
 # --quick --no-idle-wait (a smoke run of every script, results under
 # benchmarks/results/smoke/) takes about 25 min.
@@ -74,6 +74,7 @@ BENCHMARKS=(
   "torch_threads|torch_threads"
   "dqn_pong|dqn_pong"
   "atari_learning|atari_learning"
+  "pong_ball|pong_ball"  # the ball's contrast in resized frames: seconds, times nothing
   "loc|loc"  # counts lines, times nothing: a few seconds
 )
 

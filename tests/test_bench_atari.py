@@ -1,7 +1,7 @@
 """The Atari benchmarks' own logic, in seconds: ``atari_throughput``'s window, its
-equal model, its skip reasons and table, and ``atari_learning``'s 100-game score
-curve and table. No timing is asserted; the runs themselves are the lead's (idle
-machine).
+equal model, its skip reasons and table, ``atari_learning``'s 100-game score curve
+and table, and ``pong_ball``'s contrast of the ball. No timing is asserted; the
+runs themselves are the lead's (idle machine).
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import atari_learning  # noqa: E402
 import atari_throughput  # noqa: E402
+import pong_ball  # noqa: E402
 
 
 def _run(system: str, seed: int = 0, **result) -> dict:
@@ -237,3 +238,20 @@ def test_compare_reads_saved_runs_at_equal_steps_and_minutes(tmp_path, capsys):
     assert [c.strip() for c in short_row.split("|")[1:]] == ["abcdef1", "-", "-", "-", "-"]
     with pytest.raises(SystemExit):
         atari_learning.parse(["--compare", str(tmp_path / "missing.json")])
+
+
+@pytest.mark.timeout(60)
+def test_pong_ball_contrast_is_full_in_the_raw_screen_and_fades_with_the_frame_side(
+        tmp_path, capsys):
+    pytest.importorskip("ale_py")
+    pong_ball.main(["--quick", "--seeds", "1", "--sizes", "84", "42", "--results-dir",
+                    str(tmp_path)])
+    doc = json.loads(next(tmp_path.glob("pong_ball-*.json")).read_text())
+    found = doc["contrast"]
+    assert doc["seeds"] == [0] and len(found["raw"]) >= 5
+    # the ball (grey 236 in RGB) stands 149 grey levels above Pong's background
+    assert set(found["raw"]) == {149}
+    assert len(found["84"]) == len(found["42"]) == len(found["raw"])
+    assert all(0 < c <= 149 for c in found["84"] + found["42"])
+    assert sorted(found["42"])[len(found["42"]) // 2] < sorted(found["84"])[len(found["84"]) // 2]
+    assert "42x42 |" in capsys.readouterr().out
