@@ -40,7 +40,7 @@ def contrasts(sizes: list[int], frames: int, every: int, seed: int) -> dict[str,
     import gymnasium as gym
     gym.register_envs(ale_py)
     env = gym.make("ALE/Pong-v5", frameskip=1, repeat_action_probability=0.0, obs_type="rgb")
-    rgb, _ = env.reset(seed=seed)
+    env.reset(seed=seed)
     rng = np.random.default_rng(seed)
     out: dict[str, list[int]] = {"raw": [], **{str(s): [] for s in sizes}}
     for t in range(frames):
