@@ -13,6 +13,21 @@ is saved with the run in the results JSON (``result.curve``). A run stops when t
 score reaches ``--target`` (default +18) or at the ``--budget-min`` wall budget from
 process start (default 90).
 
+``--algo sb3-ppo`` is the reference at equal settings (``pip install
+flowrl[bench]``): Stable-Baselines3 PPO configured from the PPO spec
+(``ppo-pong.yaml`` or ``--config``): its env count (workers x envs per worker),
+fragment, minibatch, epochs, lr schedule, gamma, lambda, clip, value clip,
+entropy and value weights, gradient clip, Adam epsilon, torch threads and frame
+side, and the spec's CNN (flowrl's trunk as SB3's features extractor; heads
+initialised as flowrl's: orthogonal, gain 0.01 for the logits and 1 for the
+value). What SB3 does its own way: advantages standardized per minibatch, the
+value loss on the clipped value alone (flowrl: the larger of clipped and
+unclipped), a FIRE press after resets (its ``AtariWrapper``), and its envs stepped
+in one process (``DummyVecEnv``), so compare it with flowrl at equal env steps
+(``--compare``), not by minutes. Specs it cannot express (a KL term, an LSTM, a
+custom model, separate value layers, a train batch other than envs x fragment)
+are refused.
+
 Before 100 games have ended the curve's score is the mean of those there are; the
 times to 0 and to the target count only full 100-game windows.
 
@@ -26,6 +41,7 @@ and 11M steps; CleanRL's PPO takes about 80 minutes for 10M steps on a GPU box.
 
     python benchmarks/atari_learning.py                          # IMPALA, 3 seeds, <= 90 min each
     python benchmarks/atari_learning.py --algo impala appo ppo --seeds 1
+    python benchmarks/atari_learning.py --algo ppo sb3-ppo --budget-min 45
     python benchmarks/atari_learning.py --quick --no-idle-wait   # smoke: 1 seed, 1 min budget
 
 ``--compare A.json B.json ...`` trains nothing: it prints the score each saved run
@@ -51,6 +67,7 @@ import harness  # noqa: E402  (stdlib only)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALGOS = ["impala", "appo", "ppo"]
+SB3_PPO = "sb3-ppo"
 WINDOW = 100
 PROGRESS_EVERY_S = 60.0  # a line on the run's log (its path is printed as it starts)
 
@@ -107,18 +124,35 @@ class Curve:
                 "to_target_steps": target_steps, "curve": self.points}
 
 
+def system_name(algo: str) -> str:
+    return algo if algo == SB3_PPO else f"flowrl-{algo}"
+
+
+def spec_algo(algo: str) -> str:
+    """The algorithm whose spec ``algo`` trains (SB3's PPO trains the PPO spec)."""
+    return "ppo" if algo == SB3_PPO else algo
+
+
+def load(args, algo_name: str):
+    """``(spec, config)`` of the run: the spec file with the run's seed."""
+    from flowrl.experiment import load_spec, make_config
+    spec = load_spec(spec_path(args, algo_name))
+    return spec, make_config(spec["algo"], {"env": spec["env"], **spec["config"],
+                                            "seed": args.seed})
+
+
 def child(args) -> None:
+    if args.child == SB3_PPO:
+        return child_sb3_ppo(args)
     algo_name = args.child.removeprefix("flowrl-")
     if algo_name not in ALGOS:
         raise SystemExit(f"unknown system {args.child!r}; choose from "
-                         f"{['flowrl-' + a for a in ALGOS]}")
+                         f"{[system_name(a) for a in ALGOS + [SB3_PPO]]}")
     import torch
     torch.set_num_threads(1)
-    from flowrl.experiment import algorithm_class, load_spec, make_config
+    from flowrl.experiment import algorithm_class
     from impala_throughput import spy_episodes
-    spec = load_spec(spec_path(args, algo_name))
-    fields = {"env": spec["env"], **spec["config"], "seed": args.seed}
-    config = make_config(spec["algo"], fields)
+    spec, config = load(args, algo_name)
     out = {"spec": spec_path(args, algo_name),
            "screen_size": config.env_config.get("screen_size", 84),
            "conv_filters": config.model.conv_filters}
@@ -146,9 +180,96 @@ def child(args) -> None:
     if curve.episodes == 0 and not seen[0] and harness.since_start() > 600:
         raise RuntimeError("no completed episode reached the benchmark in 10 minutes: "
                            "spy_episodes no longer matches how flowrl reports episodes")
+    write_result(out, curve, steps, train_s, budget_s)
+
+
+def write_result(out: dict, curve: Curve, steps: int, train_s: float, budget_s: float) -> None:
     harness.write_result({**out, **curve.result(), "env_steps": steps, "train_s": train_s,
                           "steps_per_s": steps / train_s if train_s > 0 else math.nan,
                           "from_start_s": harness.since_start(), "budget_s": budget_s})
+
+
+# -- Stable-Baselines3 PPO at the spec's settings ----------------------------------------
+def sb3_ppo(config, seed: int, total_timesteps: int):
+    """SB3 ``PPO`` on Pong with the settings of ``config`` (a flowrl ``PPOConfig``;
+    see the module docstring), its lr schedule laid over ``total_timesteps``."""
+    import gymnasium as gym
+    from stable_baselines3 import PPO as SB3PPO
+    from stable_baselines3.common.env_util import make_atari_env
+    from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+    from stable_baselines3.common.vec_env import VecFrameStack
+
+    from atari_throughput import sb3_pong
+    from flowrl.models.base import orthogonal_init
+    from flowrl.models.visionnet import VisionNetwork
+    from flowrl.ops.train_ops import piecewise_lr
+    m = config.model
+    n_envs = max(1, config.num_workers) * config.num_envs_per_worker
+    batch = n_envs * config.rollout_fragment_length
+    refused = {"kl_coeff": config.kl_coeff != 0, "model.use_lstm": m.use_lstm,
+               "model.custom_model": m.custom_model is not None,
+               "model.vf_share_layers": not m.vf_share_layers,
+               "train_batch_size": config.train_batch_size != batch}
+    if any(refused.values()):
+        raise SystemExit(f"{SB3_PPO} cannot train this spec: "
+                         f"{', '.join(k for k, v in refused.items() if v)} (module docstring)")
+    env = VecFrameStack(make_atari_env(
+        sb3_pong, n_envs=n_envs, seed=seed,
+        wrapper_kwargs={"screen_size": config.env_config.get("screen_size", 84)},
+        env_kwargs={"frameskip": 1, "repeat_action_probability": 0.0}), 4)
+
+    class Trunk(BaseFeaturesExtractor):
+        """The spec's CNN trunk (convolutions, then ``post_fcnet_hiddens``)."""
+
+        def __init__(self, space):
+            net = VisionNetwork(space, gym.spaces.Discrete(1), None, m, "sb3")
+            super().__init__(space, net.num_outputs)
+            self.trunk = net.trunk
+
+        def forward(self, obs):  # SB3 has scaled the uint8 frames to [0, 1] already
+            return self.trunk(obs)
+
+    schedule = config.lr_schedule
+    lr = (lambda left: piecewise_lr(schedule, (1.0 - left) * total_timesteps)) \
+        if schedule else config.lr
+    algo = SB3PPO("CnnPolicy", env, learning_rate=lr, n_steps=config.rollout_fragment_length,
+                  batch_size=config.sgd_minibatch_size, n_epochs=config.num_sgd_iter,
+                  gamma=config.gamma, gae_lambda=config.lambda_, clip_range=config.clip_param,
+                  clip_range_vf=config.vf_clip_param, ent_coef=config.entropy_coeff,
+                  vf_coef=config.vf_loss_coeff, max_grad_norm=config.grad_clip or math.inf,
+                  seed=seed, device="cpu", verbose=0,
+                  policy_kwargs={"features_extractor_class": Trunk, "net_arch": [],
+                                 "ortho_init": False,
+                                 "optimizer_kwargs": {"eps": config.adam_epsilon}})
+    orthogonal_init(algo.policy.action_net, 0.01)
+    orthogonal_init(algo.policy.value_net, 1.0)
+    return algo
+
+
+def child_sb3_ppo(args) -> None:
+    import torch
+    from stable_baselines3.common.callbacks import BaseCallback
+    spec, config = load(args, spec_algo(SB3_PPO))
+    torch.set_num_threads(config.torch_threads or 1)
+    total = int(spec.get("stop", {}).get("timesteps_total", 10_000_000))
+    algo = sb3_ppo(config, args.seed, total)
+    out = {"spec": spec_path(args, spec_algo(SB3_PPO)),
+           "screen_size": config.env_config.get("screen_size", 84),
+           "conv_filters": config.model.conv_filters, "startup_s": harness.since_start()}
+    budget_s = args.budget_min * 60.0
+    curve = Curve(args.target, args.curve_every)
+
+    class Track(BaseCallback):
+        def _on_step(self) -> bool:
+            curve.add(i["episode"]["r"] for i in self.locals["infos"] if "episode" in i)
+            curve.update(self.num_timesteps)
+            return harness.since_start() < budget_s and curve.at_target is None
+
+    t_train = time.perf_counter()
+    algo.learn(total_timesteps=total, callback=Track())
+    curve.update(algo.num_timesteps, force=True)
+    algo.get_env().close()
+    write_result(out, curve, algo.num_timesteps, time.perf_counter() - t_train, budget_s)
 
 
 KEYS = ["to_zero_s", "to_target_s", "to_zero_steps", "to_target_steps", "final_score",
@@ -239,7 +360,8 @@ def fmt_score(v: float | None) -> str:
 
 def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--algo", nargs="+", default=["impala"], choices=ALGOS)
+    p.add_argument("--algo", nargs="+", default=["impala"], choices=ALGOS + [SB3_PPO],
+                   help=f"flowrl algorithms, or {SB3_PPO}: SB3 at the PPO spec's settings")
     p.add_argument("--config", default=None, metavar="FILE.yaml",
                    help="a spec to train instead of tuned_examples/<algo>-pong.yaml "
                         "(give one --algo)")
@@ -262,8 +384,8 @@ def parse(argv=None) -> argparse.Namespace:
             p.error(f"--compare {path}: no such file")
     if args.budget_min <= 0 or args.curve_every <= 0:
         p.error("--budget-min and --curve-every must be > 0")
-    if args.config and len(args.algo) != 1:
-        p.error("--config trains one spec: give one --algo")
+    if args.config and len({spec_algo(a) for a in args.algo}) != 1:
+        p.error(f"--config trains one spec: give one --algo (or ppo and {SB3_PPO})")
     if args.config and not os.path.exists(args.config):
         p.error(f"--config {args.config}: no such file")
     if args.quick:
@@ -288,9 +410,9 @@ def main(argv=None) -> None:
                   "--curve-every", str(args.curve_every)]
     if args.config:
         child_args += ["--config", os.path.abspath(args.config)]
-    systems = [f"flowrl-{a}" for a in args.algo]
+    systems = [system_name(a) for a in args.algo]
     meta = {"env": "ALE/Pong-v5", "target": args.target, "budget_min": args.budget_min,
-            "specs": {a: spec_path(args, a) for a in args.algo}}
+            "specs": {a: spec_path(args, spec_algo(a)) for a in args.algo}}
     runs, _ = harness.run_all("atari_learning", os.path.abspath(__file__), systems, s,
                               child_args, meta)
     if args.report:

@@ -255,3 +255,67 @@ def test_pong_ball_contrast_is_full_in_the_raw_screen_and_fades_with_the_frame_s
     assert all(0 < c <= 149 for c in found["84"] + found["42"])
     assert sorted(found["42"])[len(found["42"]) // 2] < sorted(found["84"])[len(found["84"]) // 2]
     assert "42x42 |" in capsys.readouterr().out
+
+
+TINY_PPO = """algo: ppo
+env: ALE/Pong-v5
+stop: {timesteps_total: 1000}
+config:
+  num_workers: 1
+  num_envs_per_worker: 2
+  rollout_fragment_length: 16
+  train_batch_size: 32
+  sgd_minibatch_size: 16
+  num_sgd_iter: 3
+  lr_schedule: [[0, 0.0004], [1000, 0.0]]
+  clip_param: 0.1
+  vf_clip_param: 0.2
+  vf_loss_coeff: 0.25
+  entropy_coeff: 0.01
+  grad_clip: 0.7
+  adam_epsilon: 1.0e-5
+  env_config: {screen_size: 42}
+  model: {conv_filters: [[16, 4, 2], [32, 4, 2]], post_fcnet_hiddens: [64],
+          vf_share_layers: true}
+"""
+
+
+@pytest.mark.timeout(120)
+def test_sb3_ppo_takes_every_setting_and_the_cnn_from_the_ppo_spec(tmp_path):
+    pytest.importorskip("ale_py")
+    pytest.importorskip("stable_baselines3")
+    import torch
+
+    from flowrl.models.visionnet import VisionNetwork
+    spec = tmp_path / "ppo.yaml"
+    spec.write_text(TINY_PPO)
+    args = argparse.Namespace(config=str(spec), seed=0)
+    _, config = atari_learning.load(args, "ppo")
+    algo = atari_learning.sb3_ppo(config, 0, 1000)
+    assert (algo.n_envs, algo.n_steps, algo.batch_size, algo.n_epochs) == (2, 16, 16, 3)
+    assert (algo.clip_range(1.0), algo.clip_range_vf(1.0)) == (0.1, 0.2)
+    assert (algo.vf_coef, algo.ent_coef, algo.max_grad_norm) == (0.25, 0.01, 0.7)
+    assert algo.policy.optimizer.defaults["eps"] == 1e-5
+    # the spec's schedule over env steps: progress 0.75 left is step 250 of 1,000
+    assert algo.lr_schedule(0.75) == pytest.approx(3e-4)
+    assert algo.observation_space.shape == (4, 42, 42)
+    flowrl_net = VisionNetwork(algo.observation_space, algo.action_space, 6, config.model, "f")
+    layers = [type(x).__name__ + str(getattr(x, "weight", torch.empty(0)).shape)
+              for x in flowrl_net.trunk]
+    assert [type(x).__name__ + str(getattr(x, "weight", torch.empty(0)).shape)
+            for x in algo.policy.features_extractor.trunk] == layers
+    for head, gain in ((algo.policy.action_net, 0.01), (algo.policy.value_net, 1.0)):
+        w = head.weight.detach()  # orthogonal rows of norm ``gain``, as flowrl's heads
+        assert torch.allclose(w @ w.T, gain ** 2 * torch.eye(w.shape[0]), atol=1e-6)
+        assert not head.bias.detach().any()
+    algo.learn(total_timesteps=64)
+    assert algo.num_timesteps == 64
+    with pytest.raises(SystemExit, match="kl_coeff, model.vf_share_layers"):
+        spec.write_text(TINY_PPO.replace("  clip_param", "  kl_coeff: 0.2\n  clip_param")
+                        .replace("vf_share_layers: true", "vf_share_layers: false"))
+        atari_learning.sb3_ppo(atari_learning.load(args, "ppo")[1], 0, 1000)
+
+
+def test_sb3_ppo_is_a_system_of_its_own_beside_flowrls():
+    args = atari_learning.parse(["--algo", "ppo", "sb3-ppo"])
+    assert [atari_learning.system_name(a) for a in args.algo] == ["flowrl-ppo", "sb3-ppo"]
