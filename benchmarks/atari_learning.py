@@ -141,6 +141,13 @@ def load(args, algo_name: str):
                                             "seed": args.seed})
 
 
+def describe(args, algo_name: str, config) -> dict:
+    """What a run records of its spec: the file, the frame side and the CNN."""
+    return {"spec": spec_path(args, algo_name),
+            "screen_size": config.env_config.get("screen_size", 84),
+            "conv_filters": config.model.conv_filters}
+
+
 def child(args) -> None:
     if args.child == SB3_PPO:
         return child_sb3_ppo(args)
@@ -153,9 +160,7 @@ def child(args) -> None:
     from flowrl.experiment import algorithm_class
     from impala_throughput import spy_episodes
     spec, config = load(args, algo_name)
-    out = {"spec": spec_path(args, algo_name),
-           "screen_size": config.env_config.get("screen_size", 84),
-           "conv_filters": config.model.conv_filters}
+    out = describe(args, algo_name, config)
     if config.backend == "ray":
         import ray
         t = time.time()
@@ -253,9 +258,7 @@ def child_sb3_ppo(args) -> None:
     torch.set_num_threads(config.torch_threads or 1)
     total = int(spec.get("stop", {}).get("timesteps_total", 10_000_000))
     algo = sb3_ppo(config, args.seed, total)
-    out = {"spec": spec_path(args, spec_algo(SB3_PPO)),
-           "screen_size": config.env_config.get("screen_size", 84),
-           "conv_filters": config.model.conv_filters, "startup_s": harness.since_start()}
+    out = {**describe(args, spec_algo(SB3_PPO), config), "startup_s": harness.since_start()}
     budget_s = args.budget_min * 60.0
     curve = Curve(args.target, args.curve_every)
 
