@@ -235,6 +235,25 @@ def test_envpool_resets_in_the_step_that_ends_and_reports_whole_games():
 
 
 @pytest.mark.timeout(120)
+def test_envpool_without_a_seed_draws_fresh_noop_starts_and_with_one_repeats():
+    # Breakout's first frames show how many no-ops the start took; pools made with
+    # one seed would all start alike, as every worker's did with seed=None
+    pytest.importorskip("envpool")
+    from flowrl.envs.envpool_env import EnvPoolVectorEnv
+
+    def first_obs(seed=None):
+        venv = EnvPoolVectorEnv("ALE/Breakout-v5", 4, training=True, num_threads=1)
+        try:
+            return venv.reset(seed=seed)[0]
+        finally:
+            venv.close()
+
+    unseeded = [first_obs().tobytes() for _ in range(4)]
+    assert len(set(unseeded)) > 1
+    assert np.array_equal(first_obs(seed=5), first_obs(seed=5))
+
+
+@pytest.mark.timeout(120)
 def test_a_worker_samples_pong_through_envpool():
     pytest.importorskip("envpool")
     w = RolloutWorker("ALE/Pong-v5", policy=PPOPolicy, policy_config={"model": SMALL_CNN},

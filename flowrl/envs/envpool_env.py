@@ -22,9 +22,11 @@ expect:
   the game's own unclipped score, ``"l"`` its steps, ``"_episode"`` the mask) on
   the step it ends, as :mod:`flowrl.envs.atari`'s ``RecordEpisodeStatistics``
   does: a lost life ends a training episode but not the game.
-- Seeding. EnvPool takes its seed when it is made, so the pool is made by the first
-  ``reset`` (again by a reset with a new seed), and EnvPool seeds its envs from
-  that seed.
+- Seeding. EnvPool takes its seed when it is made and seeds its envs from it. The
+  pool is made with a seed drawn from fresh OS entropy, so unseeded pools (every
+  worker's with ``seed=None``, and every run's) draw their own no-op starts, as an
+  unseeded gymnasium env does; a ``reset`` with a seed other than the pool's
+  remakes it from that seed, so seeded runs repeat.
 
 State: the pool, and per env the running game score and length.
 """
@@ -83,6 +85,17 @@ def envpool_task(env_id: Any, env_config: dict, preprocessor_pref: str | None) -
     return env_id[len(ATARI_NAMESPACE):]
 
 
+def fresh_seed(num_envs: int) -> int:
+    """A seed for a pool of ``num_envs`` drawn from fresh OS entropy, as gymnasium
+    draws one for an unseeded env. EnvPool seeds env ``i`` with ``seed + i`` and takes
+    int32 seeds only, so the seed is below ``2**31 - num_envs``.
+
+    >>> 0 <= fresh_seed(8) < 2**31 - 8
+    True
+    """
+    return int(np.random.default_rng().integers(2**31 - num_envs))
+
+
 class EnvPoolVectorEnv(gym.vector.VectorEnv):
     """``num_envs`` copies of ``env_id`` in one EnvPool; see the module docstring.
 
@@ -104,14 +117,14 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
                                 "repeat_action_probability", 0.0),
                             full_action_space=env_config.get("full_action_space", False))
         self.num_envs = num_envs
-        self._pool = self._make(0)
+        self._seeded = fresh_seed(num_envs)
+        self._pool = self._make(self._seeded)
         self.single_observation_space = self._pool.observation_space
         self.single_action_space = self._pool.action_space
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space,
                                                               num_envs)
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, num_envs)
         self.metadata = {"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
-        self._seeded: int | None = 0
         self._score = np.zeros(num_envs, np.float64)
         self._length = np.zeros(num_envs, np.int64)
 
@@ -119,7 +132,8 @@ class EnvPoolVectorEnv(gym.vector.VectorEnv):
         return self._envpool.make(self._task, seed=seed, **self._kwargs)
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
-        """Every env's first observation; a ``seed`` other than the pool's remakes it."""
+        """Every env's first observation; a ``seed`` other than the pool's remakes it
+        (``seed=None`` keeps the pool and its freshly drawn seed)."""
         if seed is not None and seed != self._seeded:
             self._pool.close()
             self._pool, self._seeded = self._make(int(seed)), int(seed)
