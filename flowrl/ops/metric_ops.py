@@ -2,7 +2,7 @@
 ``OncePerTimeInterval`` / ``OncePerTimestepsElapsed`` filters.
 
 A reporting step turns whatever the train op emits into one result dict (the
-keys DESIGN.md names): episode statistics over the last ``smoothing_window``
+keys docs/design.md#results names): episode statistics over the last ``smoothing_window``
 completed episodes of every worker (local and remote), the run's counters,
 learner stats and timer summary, and the iteration count and total time, which
 live in the run's metrics so that ``save``/``restore`` continue them.
