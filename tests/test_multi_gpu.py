@@ -59,3 +59,26 @@ def test_multi_gpu_default_trains_policies_to_train():
         assert not _same(before["a"], after["a"]) and _same(before["b"], after["b"])
     finally:
         ws.stop()
+
+
+def test_recurrent_training_inputs_stay_on_the_towers_device():
+    # A CUDA tower's batch tensors must not go through numpy (which cannot hold
+    # them) nor land on the CPU; the meta device stands in for CUDA here.
+    import gymnasium as gym
+    import torch
+
+    from flowrl.batch import SampleBatch as SB
+    policy = PPOPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), seed=0,
+                       model={"use_lstm": True, "fcnet_hiddens": [8], "lstm_cell_size": 4})
+    policy.model.to("meta")
+    meta = torch.device("meta")
+    train = {SB.OBS: torch.zeros(2, 3, device=meta),
+             SB.PREV_ACTIONS: torch.zeros(2, dtype=torch.int64, device=meta),
+             SB.PREV_REWARDS: torch.zeros(2, device=meta),
+             # one-step sequences: torch cannot pack meta tensors into longer ones
+             "seq_lens": torch.ones(2, dtype=torch.int64)}
+    for i, state in enumerate(policy.get_initial_state()):
+        train[f"state_in_{i}"] = torch.zeros(2, *state.shape, device=meta)
+    dist_inputs, values = policy.model_out(train)
+    assert dist_inputs.device == meta and values.device == meta
+    assert dist_inputs.shape == (2, 2)

@@ -143,6 +143,20 @@ def _to_numpy_tree(x: Any) -> Any:
     return x
 
 
+def _tensor(x: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``x`` as a tensor: a tensor keeps its device (no round trip through numpy,
+    which a CUDA or meta tensor cannot take), anything else becomes a CPU tensor.
+
+    >>> _tensor(torch.zeros(2, device="meta"), torch.float32).device
+    device(type='meta')
+    >>> _tensor([1, 2], torch.float32)
+    tensor([1., 2.])
+    """
+    if isinstance(x, torch.Tensor):
+        return x if dtype is None else x.to(dtype)
+    return torch.as_tensor(np.asarray(x), dtype=dtype)
+
+
 def _to_torch_tree(x: Any) -> Any:
     if isinstance(x, np.ndarray):
         return torch.tensor(x)
@@ -406,12 +420,15 @@ class TorchPolicy(Postprocessing):
 
     def _input_dict(self, obs: torch.Tensor, prev_actions=None,
                     prev_rewards=None, training: bool = False) -> dict[str, Any]:
+        """The model's input dict. ``prev_actions`` and ``prev_rewards`` are arrays
+        when acting and tensors when training; tensors stay on their device (a
+        tower's), arrays become CPU tensors."""
         out: dict[str, Any] = {SB.OBS: obs, "is_training": training}
         if not self._image_obs:
             out["obs_flat"] = obs
         if prev_actions is not None:
-            out[SB.PREV_ACTIONS] = torch.as_tensor(np.asarray(prev_actions))
-            out[SB.PREV_REWARDS] = torch.as_tensor(np.asarray(prev_rewards, np.float32))
+            out[SB.PREV_ACTIONS] = _tensor(prev_actions)
+            out[SB.PREV_REWARDS] = _tensor(prev_rewards, torch.float32)
         return out
 
     def _forward(self, obs_batch, state_batches, prev_actions,
