@@ -131,6 +131,32 @@ def test_save_restore_keeps_rngs_extra_state_and_remote_worker_rngs(tmp_path):
         a.stop()
 
 
+@pytest.mark.parametrize("algorithm", ["pg", "a3c"])
+def test_a_restored_run_reports_on_the_saved_runs_step_boundaries(tmp_path, algorithm):
+    """With timesteps_per_iteration=1000 and fragments of 100, every iteration of a
+    restored run spans 1000 steps, the first included: the reporting filter measures
+    from the step counter as restored, not from 0 (which made the first restored
+    iteration 100 steps and shifted every later boundary by 100)."""
+    from flowrl.experiment import algorithm_class
+    cls = algorithm_class(algorithm)
+    kw = dict(env="CartPole-v1", timesteps_per_iteration=1000, rollout_fragment_length=100,
+              train_batch_size=100, seed=0)
+    if algorithm == "a3c":
+        kw.update(num_workers=1, backend="local")
+    with cls(**kw) as algo:
+        saved_at = algo.train()["timesteps_total"]
+        algo.save(str(tmp_path / "ck"))
+    with cls(**kw) as fresh:
+        fresh.restore(str(tmp_path / "ck"))
+        results = [fresh.train() for _ in range(2)]
+    # A3C's gradients arrive asynchronously, so its iterations may overshoot 1000.
+    assert all(r["timesteps_this_iter"] >= 1000 for r in results)
+    if algorithm == "pg":
+        assert saved_at == 1000
+        assert [r["timesteps_total"] for r in results] == [2000, 3000]
+        assert [r["timesteps_this_iter"] for r in results] == [1000, 1000]
+
+
 def optimizer_lrs(algo) -> set[float]:
     return {group["lr"] for group in algo.get_policy().optimizer.param_groups}
 

@@ -26,6 +26,7 @@ TRAINING_ITERATION = "training_iteration"
 EPISODES_TOTAL = "episodes_total"
 TIME_TOTAL_S = "time_total_s"
 LAST_REPORT_STEPS = "timesteps_at_last_report"
+LAST_PASS_STEPS = "steps_at_last_pass"
 
 
 class OncePerTimeInterval:
@@ -57,6 +58,12 @@ class OncePerTimestepsElapsed:
     (or ``STEPS_TRAINED_COUNTER`` with ``by_steps_trained``) grew by at least ``n``
     since the last item it passed; ``n <= 0`` passes everything. Reads counters.
 
+    The counter's value at the last pass lives in the run's metrics
+    (``info["steps_at_last_pass"]``, keyed ``"<counter>/<n>"``), not in the filter,
+    so it survives save/restore: a restored run measures from the counters as
+    restored, and its reporting boundaries continue where the saved run's were.
+    Two filters on the same counter with the same ``n`` in one run share it.
+
     >>> import flowrl
     >>> from flowrl.metrics import STEPS_SAMPLED_COUNTER
     >>> def count(x):
@@ -70,14 +77,16 @@ class OncePerTimestepsElapsed:
     def __init__(self, n: int, by_steps_trained: bool = False):
         self.n = n
         self.counter = STEPS_TRAINED_COUNTER if by_steps_trained else STEPS_SAMPLED_COUNTER
-        self._last = 0
+        self.key = f"{self.counter}/{n}"
 
     def __call__(self, item: Any) -> bool:
         if self.n <= 0:
             return True
-        now = get_metrics().counters[self.counter]
-        if now - self._last >= self.n:
-            self._last = now
+        metrics = get_metrics()
+        now = metrics.counters[self.counter]
+        marks = metrics.info.setdefault(LAST_PASS_STEPS, {})
+        if now - marks.get(self.key, 0) >= self.n:
+            marks[self.key] = now
             return True
         return False
 
