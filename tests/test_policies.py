@@ -269,3 +269,45 @@ def test_learning_imports_no_torch_dynamo():
                          timeout=300)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False", "learning imported torch._dynamo"
+
+
+class _MatrixActions(gym.Env):
+    """Rewards actions near a fixed 2x2 matrix; records the shape of every action it gets."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Box(-1.0, 1.0, (2, 2), np.float32)
+    target = np.array([[0.5, -0.5], [0.25, 0.0]], np.float32)
+    shapes: list = []
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action):
+        type(self).shapes.append(np.shape(action))
+        self.t += 1
+        reward = -float(np.square(np.asarray(action) - self.target).sum())
+        return np.full(3, self.t / 8, np.float32), reward, self.t == 8, False, {}
+
+
+def test_ppo_trains_on_a_rank_2_box_action_space():
+    from flowrl.algorithms import PPO, PPOConfig
+    _MatrixActions.shapes = []
+    algo = PPO(PPOConfig(env=lambda cfg: _MatrixActions(), num_workers=1, num_envs_per_worker=2,
+                         rollout_fragment_length=16, train_batch_size=64,
+                         sgd_minibatch_size=32, num_sgd_iter=2, model=(16,), seed=0))
+    try:
+        result = algo.train()
+        policy = algo.get_policy()
+        batch = algo.workers.local_worker().sample()
+    finally:
+        algo.stop()
+    assert result["info"]["num_steps_trained"] == 64
+    assert np.isfinite(result["info"]["learner"]["default_policy"]["total_loss"])
+    assert _MatrixActions.shapes and set(_MatrixActions.shapes) == {(2, 2)}
+    assert batch[SB.ACTIONS].shape == (batch.count, 2, 2)
+    # The learner scores the sampled actions as the acting policy did.
+    dist = policy.dist_class(torch.as_tensor(batch[SB.ACTION_DIST_INPUTS]))
+    np.testing.assert_allclose(dist.logp(torch.as_tensor(batch[SB.ACTIONS])).numpy(),
+                               batch[SB.ACTION_LOGP], rtol=1e-5, atol=1e-5)

@@ -61,9 +61,14 @@ class Categorical:
 
 class DiagGaussian:
     """Diagonal Gaussian; ``inputs`` is ``(B, 2D)``: means then log standard deviations.
+    Samples are ``(B, D)``; ``logp`` takes actions of any shape with ``D`` numbers per
+    row, e.g. ``(B, 2, 2)`` for a ``Box`` of shape ``(2, 2)`` as acting returns them.
 
     >>> d = DiagGaussian(torch.zeros(1, 2))
     >>> round(d.logp(torch.zeros(1, 1)).item(), 4) == round(-_HALF_LOG_2PI, 4)
+    True
+    >>> d = DiagGaussian(torch.zeros(3, 8))
+    >>> bool((d.logp(torch.ones(3, 2, 2)) == d.logp(torch.ones(3, 4))).all())
     True
     """
 
@@ -80,7 +85,7 @@ class DiagGaussian:
         return self.mean
 
     def logp(self, actions: torch.Tensor) -> torch.Tensor:
-        z = (actions - self.mean) / self.std
+        z = (actions.reshape(self.mean.shape) - self.mean) / self.std
         return (-0.5 * z.pow(2) - self.log_std - _HALF_LOG_2PI).sum(-1)
 
     def entropy(self) -> torch.Tensor:
