@@ -32,8 +32,9 @@ actors than cores), ``1cpu`` (2 actors with ``num_cpus=1``, one per core) and
 ``skew`` (like ``1cpu``, but the second actor sleeps 2 ms per item: actors that
 differ in speed, as rollout workers on different envs or machines do).
 
-The hand-written loops do not all keep ``gather_async``'s contract (DESIGN.md:
-keep ``num_async`` requests in flight per shard, yield items as they complete):
+The hand-written loops do not all keep ``gather_async``'s contract
+(docs/design.md#from-parallel-to-local: keep ``num_async`` requests in flight per
+shard, yield items as they complete):
 ``hand-rr`` blocks on one actor while the others' results wait, and
 ``hand-nret`` leaves finished requests unreplaced until as many results as
 actors are ready. Both save driver wake-ups when actors run in lockstep; the

@@ -1,7 +1,7 @@
 """Conformance suite: every backend must pass these; the local backend is the reference.
 
-Each normative example of DESIGN.md is a test here. Unordered results are compared
-as multisets with per-shard order checked, never by timing.
+Each normative example of docs/design.md is a test here. Unordered results are
+compared as multisets with per-shard order checked, never by timing.
 """
 
 from __future__ import annotations
@@ -117,7 +117,7 @@ class Paced(flowrl.ShardHost):
 
 
 def test_gather_async_is_fair_under_a_slow_consumer(backend):
-    """DESIGN "Gathers are fair": among results ready together the least recently
+    """docs/design.md#fair-gathers: among results ready together the least recently
     served shard goes first, so no shard is starved by faster ones.
 
     The consumer is slower than every shard by construction, not by timing: on Ray,
