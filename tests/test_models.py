@@ -422,3 +422,56 @@ def test_a_replay_buffer_larger_than_memory_is_refused_at_build_time(monkeypatch
                                           r"needs about 697 MiB \(7,312 bytes a row\).*"
                                           r"use buffer_size <= 4,588"):
         DQN(DQNConfig(env="ALE/Pong-v5", buffer_size=100_000))
+
+
+# -- calling a model as RLlib's ModelV2.__call__ does --------------------------------
+class Recorder(TorchModelV2):
+    """Records the ``obs`` and ``obs_flat`` its forward gets."""
+
+    def __init__(self, obs_space, action_space, num_outputs, model_config, name):
+        super().__init__(obs_space, action_space, num_outputs, model_config, name)
+        self.pi = nn.Linear(int(np.prod(obs_space.shape)), num_outputs)
+        self.seen = None
+
+    def forward(self, input_dict, state, seq_lens):
+        self.seen = input_dict
+        return self.pi(input_dict["obs_flat"]), state
+
+    def value_function(self):
+        return torch.zeros(len(self.seen["obs_flat"]))
+
+
+@pytest.mark.parametrize("config", [
+    {"fcnet_hiddens": (8,)}, {"fcnet_hiddens": (8,), "vf_share_layers": True},
+    {"fcnet_hiddens": (8,), "use_lstm": True, "lstm_cell_size": 4}],
+    ids=["mlp", "shared-mlp", "lstm"])
+def test_a_model_called_with_only_obs_fills_obs_flat_as_rllib_does(config):
+    torch.manual_seed(0)
+    matrix = gym.spaces.Box(-1, 1, (2, 3), np.float32)
+    model = get_model(matrix, TWO, 2, config)
+    x = torch.randn(5, 2, 3)
+    state = [torch.as_tensor(s)[None].repeat(5, 1) for s in model.get_initial_state()]
+    seq_lens = torch.ones(5, dtype=torch.int64) if state else None
+    with torch.no_grad():
+        out, state_out = model({"obs": x}, state, seq_lens)
+        values = model.value_function()
+        rows = x.reshape(5, 6)  # what a policy gives: float32 rows, obs_flat filled in
+        ref, ref_state = model({"obs": rows, "obs_flat": rows}, state, seq_lens)
+        torch.testing.assert_close(out, ref)
+        torch.testing.assert_close(values, model.value_function())
+        assert [s.shape for s in state_out] == [s.shape for s in ref_state]
+
+
+def test_the_model_sees_obs_in_its_spaces_dimensions_and_obs_flat_as_rows():
+    matrix = gym.spaces.Box(-1, 1, (2, 3), np.float32)
+    model = Recorder(matrix, TWO, 2, {}, "recorder")
+    x = torch.randn(4, 2, 3)
+    given = {"obs": x.reshape(4, 6)}
+    out, _ = model(given, [], None)
+    assert model.seen["obs"].shape == (4, 2, 3) and torch.equal(model.seen["obs"], x)
+    assert torch.equal(model.seen["obs_flat"], x.reshape(4, 6))
+    assert sorted(given) == ["obs"]  # the caller's dict is left as it was
+    image = gym.spaces.Box(0, 255, (4, 42, 42), np.uint8)
+    cnn = get_model(image, TWO, 2, {})
+    frames = torch.zeros(3, 4, 42, 42, dtype=torch.uint8)
+    assert cnn({"obs": frames}, [], None)[0].shape == (3, 2)

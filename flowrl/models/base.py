@@ -4,15 +4,19 @@ A model is a ``torch.nn.Module`` built as ``cls(obs_space, action_space,
 num_outputs, model_config, name)``:
 
 - ``forward(input_dict, state, seq_lens) -> (outputs, state_out)``: ``input_dict``
-  holds ``obs`` (the observation batch as a tensor: float32 rows for flat
-  observations, the image's own dtype, e.g. uint8, for images), ``obs_flat``
-  (float32 rows), ``is_training``, and ``prev_actions``/``prev_rewards`` for
-  recurrent policies. ``outputs`` is ``(rows, num_outputs)``: the action
-  distribution's inputs. A recurrent model gets ``B * T`` rows, ``B`` sequences
+  holds ``obs`` (the observation batch as a tensor in the observation space's
+  dimensions ``(rows, *obs_space.shape)``: float32 for flat observations, the
+  image's own dtype, e.g. uint8, for images), ``obs_flat`` (``obs`` as rows
+  ``(rows, features)``; float32 for flat observations), ``is_training``, and
+  ``prev_actions``/``prev_rewards`` for recurrent policies. ``outputs`` is
+  ``(rows, num_outputs)``: the action distribution's inputs. A recurrent model gets ``B * T`` rows, ``B`` sequences
   of ``T`` steps (padded), ``seq_lens`` the ``B`` true lengths and ``state`` a
   list of ``(B, ...)`` tensors (the state at each sequence's start); it returns
   the state at each sequence's true end. A non-recurrent model gets
   ``state == []`` and ``seq_lens is None``.
+- ``model(input_dict, state=None, seq_lens=None)`` runs ``forward`` as RLlib's
+  ``ModelV2.__call__`` does (:meth:`TorchModelV2.__call__`): ``{"obs": x}`` alone
+  will do, ``obs_flat`` is filled in.
 - ``value_function() -> (rows,)``: V(s) for the rows of the last ``forward``.
 - ``get_initial_state() -> list[np.ndarray]``: one array per state component for
   one env (empty when not recurrent).
@@ -34,7 +38,7 @@ num_outputs, model_config, name)``:
 ...     def value_function(self):
 ...         return self.vf(self._x).squeeze(-1)
 >>> m = Linear(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), 2, {}, "m")
->>> out, state = m({"obs_flat": torch.zeros(4, 3)}, [], None)
+>>> out, state = m({"obs": torch.zeros(4, 3)}, [], None)
 >>> tuple(out.shape), tuple(m.value_function().shape), m.get_initial_state()
 ((4, 2), (4,), [])
 """
@@ -64,6 +68,37 @@ class TorchModelV2(nn.Module):
         self.num_outputs = num_outputs
         self.model_config = model_config
         self.name = name
+
+    def __call__(self, input_dict: dict[str, Any], state: list[torch.Tensor] | None = None,
+                 seq_lens: torch.Tensor | None = None) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """:meth:`forward` as RLlib's ``ModelV2.__call__`` runs it, through
+        ``nn.Module.__call__`` (hooks run as for any module), on a shallow copy of
+        ``input_dict`` (the caller's dict is left as it is) in which ``obs``, when
+        given, has the observation space's dimensions (flat rows of a ``Box`` of
+        shape ``(2, 3)`` become ``(rows, 2, 3)``) and ``obs_flat``, when not given,
+        is ``obs`` as rows ``(rows, features)`` in ``obs``'s dtype. ``state``
+        defaults to ``[]``.
+
+        >>> import gymnasium as gym
+        >>> class Rows(TorchModelV2):
+        ...     def forward(self, input_dict, state, seq_lens):
+        ...         return input_dict["obs_flat"], state
+        >>> m = Rows(gym.spaces.Box(-1, 1, (2, 3)), gym.spaces.Discrete(6), 6, {}, "rows")
+        >>> tuple(m({"obs": torch.zeros(4, 2, 3)})[0].shape)
+        (4, 6)
+        """
+        restored = dict(input_dict)
+        obs = restored.get("obs")
+        if obs is not None:
+            obs = torch.as_tensor(obs)
+            shape = tuple(getattr(self.obs_space, "shape", None) or ())
+            if obs.dim() > 0 and tuple(obs.shape[1:]) != shape \
+                    and math.prod(obs.shape[1:]) == math.prod(shape):
+                obs = obs.reshape(len(obs), *shape)
+            restored["obs"] = obs
+            if "obs_flat" not in restored and obs.dim() > 0:
+                restored["obs_flat"] = obs if obs.dim() == 2 else obs.reshape(len(obs), -1)
+        return super().__call__(restored, [] if state is None else state, seq_lens)
 
     def forward(self, input_dict: dict[str, Any], state: list[torch.Tensor],
                 seq_lens: torch.Tensor | None) -> tuple[torch.Tensor, list[torch.Tensor]]:
