@@ -35,6 +35,7 @@ same loop on one env beside an algorithm.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import time
 from dataclasses import dataclass
@@ -334,7 +335,8 @@ class Evaluation:
 
 def evaluate_policy(algo, episodes: int, seed: int | None = None,
                     explore: bool = False, max_steps: int = MAX_EPISODE_STEPS) -> dict[str, Any]:
-    """Play ``episodes`` episodes with ``algo``'s learner policy on one new env built
+    """Play ``episodes`` episodes with ``algo``'s learner policy (``algo``: an
+    algorithm, or a :class:`LoadedCheckpoint`) on one new env built
     like the workers' but for evaluation (Atari: whole games, raw scores), with
     :func:`play_episodes` (episode ``i`` resets with ``seed + i``); returns
     ``returns``, ``lengths``, ``mean``, ``std`` (population), ``min``, ``max``. An
@@ -366,40 +368,106 @@ def evaluate_policy(algo, episodes: int, seed: int | None = None,
             "max": float(arr.max())}
 
 
-def load_for_evaluation(path: str, *, allow_pickle: bool = False):
-    """An algorithm rebuilt from the checkpoint at ``path`` (file, checkpoint
-    directory or a directory of checkpoints), local backend, no remote workers and
-    no evaluation workers, with the checkpoint restored. ``allow_pickle`` lets it
-    load the checkpoint's pickled parts (a config holding functions, custom extra
-    state): only for checkpoints you trust. ConfigError (one line) when it cannot be."""
+@dataclass
+class LoadedCheckpoint:
+    """A checkpoint's learner policies, loaded for evaluation (what
+    :func:`load_for_evaluation` returns): ``name`` (the algorithm's), ``config`` (the
+    algorithm's config as saved), ``workers`` (a local WorkerSet of one worker, the
+    driver's, holding the restored policies, its env made for evaluation) and
+    ``metrics`` (the run's counters and info as saved). Nothing trains;
+    :func:`evaluate_policy` takes it as it takes an algorithm. ``stop()`` (or
+    ``with``) closes the worker's env."""
+
+    name: str
+    config: Any
+    workers: Any
+    metrics: Any
+
+    def get_policy(self, policy_id: str = "default_policy"):
+        """The restored policy ``policy_id`` (the driver's worker's)."""
+        return self.workers.local_worker().get_policy(policy_id)
+
+    def stop(self) -> None:
+        """Close the worker's env (idempotent)."""
+        self.workers.stop()
+
+    def __enter__(self) -> "LoadedCheckpoint":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def load_for_evaluation(path: str, *, allow_pickle: bool = False) -> LoadedCheckpoint:
+    """The learner policies of the checkpoint at ``path`` (file, checkpoint directory
+    or a directory of checkpoints), ready to evaluate: the algorithm's config is
+    rebuilt as saved, and from it one worker on the driver (local backend, one env
+    made for evaluation) whose policies get the checkpoint's states, and its
+    exploration state where the checkpoint holds one (DQN, Ape-X). Nothing of the
+    training topology is built (no remote workers, learner threads, replay actors or
+    process groups), so checkpoints of algorithms that need remote workers (IMPALA,
+    APPO, A3C, DD-PPO, Ape-X) load like any other. ``allow_pickle`` lets it load
+    the checkpoint's pickled parts (a config holding functions): only for
+    checkpoints you trust. ConfigError (one line) when it cannot be.
+
+    >>> import tempfile
+    >>> from flowrl.algorithms import PG, PGConfig
+    >>> d = tempfile.mkdtemp()
+    >>> with PG(PGConfig(env="CartPole-v1", train_batch_size=50,
+    ...                  rollout_fragment_length=50, seed=0)) as algo:
+    ...     _ = algo.train(); _ = algo.save(d)
+    >>> with load_for_evaluation(d) as loaded:
+    ...     r = evaluate_policy(loaded, episodes=2, seed=0)
+    >>> loaded.name, loaded.metrics.counters["training_iteration"], len(r["returns"])
+    ('pg', 1, 2)
+    """
     from flowrl import checkpoint
+    from flowrl.algorithms.base import restore_local_worker
+    from flowrl.algorithms.dqn import restore_exploration
     from flowrl.experiment import algorithm_class
+    from flowrl.metrics import MetricsContext
+    from flowrl.workers import WorkerSet
     state = checkpoint.read_checkpoint(path, allow_pickle=allow_pickle)
     cls = algorithm_class(state.get("algorithm"))
     fields = state.get("config")
     if not isinstance(fields, dict):
         raise ConfigError(f"checkpoint {state['path']!r} holds no config (it could not be "
                           "stored when saved); rebuild the algorithm and call restore() instead")
-    pickled = checkpoint.find_pickled(fields)
-    if pickled is not None:
-        raise ConfigError(f"checkpoint {state['path']!r}: its config field {pickled.where} "
-                          f"({pickled.type_name}) was saved with pickle, and unpickling can run "
-                          "any code: pass allow_pickle=True (CLI: --allow-pickle) only for a "
-                          "checkpoint you trust")
+    worker_state = state.get("worker")
+    if not isinstance(worker_state, dict) or "policies" not in worker_state:
+        raise ConfigError(f"checkpoint {state['path']!r} holds no worker.policies; it was not "
+                          "written by Algorithm.save()")
+    for part, value in (("config", fields), ("worker", worker_state)):
+        pickled = checkpoint.find_pickled(value)
+        if pickled is not None:
+            raise ConfigError(f"checkpoint {state['path']!r}: its {part} field {pickled.where} "
+                              f"({pickled.type_name}) was saved with pickle, and unpickling can "
+                              "run any code: pass allow_pickle=True (CLI: --allow-pickle) only "
+                              "for a checkpoint you trust")
     try:
         config = cls.config_class(**fields)
     except (TypeError, FlowError) as e:
         raise ConfigError(f"checkpoint {state['path']!r}: its config cannot be rebuilt here "
                           f"({type(e).__name__}: {e})") from None
-    algo = cls(config.replace(num_workers=0, backend="local", evaluation_interval=None,
-                              evaluation_num_workers=0, evaluation_parallel_to_training=False))
+    policy_class = cls.get_policy_class(config) or cls.policy_class
+    worker_config = dataclasses.replace(cls.worker_config(config, policy_class),
+                                        num_envs_per_worker=1, training=False,
+                                        vector_env="sync")
+    workers = WorkerSet(config.env, policy_class, worker_config, num_workers=0,
+                        backend="local")
     try:
-        algo.restore(state["path"], allow_pickle=allow_pickle)
+        restore_local_worker(workers.local_worker(), worker_state,
+                             f"load_for_evaluation({state['path']!r})")
+        extra = state.get("extra")
+        if isinstance(extra, dict) and extra.get("exploration"):
+            restore_exploration(workers, extra["exploration"])
+        metrics = MetricsContext()
+        metrics.restore(state.get("metrics") or {})
     except BaseException:
-        algo.stop()
+        workers.stop()
         raise
-    return algo
+    return LoadedCheckpoint(cls.name, config, workers, metrics)
 
 
-__all__ = ["evaluate_policy", "load_for_evaluation", "play_episodes", "assign_episodes",
+__all__ = ["evaluate_policy", "load_for_evaluation", "LoadedCheckpoint", "play_episodes", "assign_episodes",
            "summarize_evaluation", "Evaluation", "MAX_EPISODE_STEPS"]

@@ -247,3 +247,52 @@ def test_parallel_evaluation_on_ray(ray_session):
     assert [r.get("evaluation", {}).get("episodes_this_iter") for r in results] == [
         None, 4, None, 4]
     assert [r["timesteps_total"] for r in results] == [100, 200, 300, 400]
+
+
+#: A tiny run of each algorithm whose config rejects num_workers=0.
+REMOTE_ONLY = {
+    "impala": dict(num_workers=1, train_batch_size=50),
+    "appo": dict(num_workers=1, train_batch_size=50),
+    "a3c": dict(num_workers=1),
+    "apex": dict(num_workers=1, learning_starts=50, timesteps_per_iteration=50,
+                 train_batch_size=32),
+    "ddppo": dict(num_workers=1, backend="ray", num_cpus_per_worker=0, sgd_minibatch_size=50,
+                  num_sgd_iter=1),
+}
+
+
+def _evaluate_a_checkpoint_of(name, tmp_path, capsys):
+    from flowrl import checkpoint
+    from flowrl.evaluation import evaluate_policy, load_for_evaluation
+    from flowrl.experiment import algorithm_class
+    fields = {"backend": "local", **REMOTE_ONLY[name]}
+    with algorithm_class(name)(env="CartPole-v1", rollout_fragment_length=50, seed=0,
+                               **fields) as algo:
+        algo.train()
+        algo.save(str(tmp_path / "ck"))
+    state = checkpoint.read_checkpoint(str(tmp_path / "ck"))
+    assert state["config"]["num_workers"] == 1
+    saved = state["worker"]["policies"]["default_policy"]["weights"]
+    with load_for_evaluation(str(tmp_path / "ck")) as loaded:
+        assert loaded.name == name and loaded.config.num_workers == 1
+        assert loaded.workers.remote_workers() == []
+        weights = loaded.get_policy().get_weights()
+        assert sorted(weights) == sorted(saved)
+        for k in saved:
+            np.testing.assert_array_equal(np.asarray(weights[k]), np.asarray(saved[k]))
+        r = evaluate_policy(loaded, episodes=2, seed=0)
+        assert len(r["returns"]) == 2 and all(x > 0 for x in r["returns"])
+    assert main(["evaluate", str(tmp_path / "ck"), "--episodes", "2", "--seed", "0"]) == 0
+    assert f"{name} CartPole-v1: 2 episodes, mean return" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name", ["impala", "appo", "a3c", "apex"])
+def test_checkpoints_of_algorithms_that_need_remote_workers_evaluate(name, tmp_path, capsys):
+    """Evaluation builds the policy from the checkpoint without the training
+    topology, so configs that reject num_workers=0 load (their checkpoints did not)."""
+    _evaluate_a_checkpoint_of(name, tmp_path, capsys)
+
+
+@pytest.mark.ray
+def test_a_ddppo_checkpoint_evaluates(ray_session, tmp_path, capsys):
+    _evaluate_a_checkpoint_of("ddppo", tmp_path, capsys)

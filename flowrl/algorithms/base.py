@@ -580,6 +580,22 @@ def _configured_lr(worker: Any) -> None:
                 group["lr"] = lr
 
 
+def restore_local_worker(local: Any, worker_state: dict[str, Any], where: str) -> None:
+    """Give the driver's worker ``local`` a checkpoint's ``worker`` state (weights,
+    optimizer and RNG states of its policies); a ConfigError naming ``where`` when the
+    checkpoint's policies or model differ from the worker's. :meth:`Algorithm.restore`
+    and :func:`flowrl.evaluation.load_for_evaluation` both use it."""
+    saved_policies = set(worker_state["policies"])
+    if saved_policies != set(local.policy_map):
+        raise ConfigError(f"{where}: the checkpoint has policies {sorted(saved_policies)}, "
+                          f"this algorithm {sorted(local.policy_map)}")
+    try:
+        local.set_state(worker_state)
+    except ConfigError as e:
+        raise ConfigError(f"{where}: the checkpoint's model does not fit this config "
+                          f"({e}); use the model settings it was trained with") from None
+
+
 def _indexed_state(worker) -> tuple[int, dict[str, Any]]:
     """``(worker_index, state)`` of ``worker``: a checkpoint keys workers' states by
     their index, which a restarted or dropped worker does not change."""
@@ -906,16 +922,7 @@ class Algorithm:
                     f"{found.file}, and unpickling can run any code: pass allow_pickle=True "
                     "(CLI: --restore-allow-pickle) only for a checkpoint from a source you "
                     "trust, or make extra_state() return plain data and arrays")
-        local = self.workers.local_worker()
-        saved_policies = set(state["worker"]["policies"])
-        if saved_policies != set(local.policy_map):
-            raise ConfigError(f"{where}: the checkpoint has policies {sorted(saved_policies)}, "
-                              f"this algorithm {sorted(local.policy_map)}")
-        try:
-            local.set_state(state["worker"])
-        except ConfigError as e:
-            raise ConfigError(f"{where}: the checkpoint's model does not fit this config "
-                              f"({e}); use the model settings it was trained with") from None
+        restore_local_worker(self.workers.local_worker(), state["worker"], where)
         self.workers.foreach_worker(functools.partial(_set_indexed_state, remotes))
         unsaved = sorted(set(self.workers.worker_indices()) - set(remotes))
         if unsaved:
