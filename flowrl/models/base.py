@@ -9,11 +9,11 @@ num_outputs, model_config, name)``:
   image's own dtype, e.g. uint8, for images), ``obs_flat`` (``obs`` as rows
   ``(rows, features)``; float32 for flat observations), ``is_training``, and
   ``prev_actions``/``prev_rewards`` for recurrent policies. ``outputs`` is
-  ``(rows, num_outputs)``: the action distribution's inputs. A recurrent model gets ``B * T`` rows, ``B`` sequences
-  of ``T`` steps (padded), ``seq_lens`` the ``B`` true lengths and ``state`` a
-  list of ``(B, ...)`` tensors (the state at each sequence's start); it returns
-  the state at each sequence's true end. A non-recurrent model gets
-  ``state == []`` and ``seq_lens is None``.
+  ``(rows, num_outputs)``: the action distribution's inputs. A recurrent model
+  gets ``B * T`` rows, ``B`` sequences of ``T`` steps (padded), ``seq_lens`` the
+  ``B`` true lengths and ``state`` a list of ``(B, ...)`` tensors (the state at
+  each sequence's start); it returns the state at each sequence's true end. A
+  non-recurrent model gets ``state == []`` and ``seq_lens is None``.
 - ``model(input_dict, state=None, seq_lens=None)`` runs ``forward`` as RLlib's
   ``ModelV2.__call__`` does (:meth:`TorchModelV2.__call__`): ``{"obs": x}`` alone
   will do, ``obs_flat`` is filled in.
