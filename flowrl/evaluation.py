@@ -469,5 +469,5 @@ def load_for_evaluation(path: str, *, allow_pickle: bool = False) -> LoadedCheck
     return LoadedCheckpoint(cls.name, config, workers, metrics)
 
 
-__all__ = ["evaluate_policy", "load_for_evaluation", "LoadedCheckpoint", "play_episodes", "assign_episodes",
-           "summarize_evaluation", "Evaluation", "MAX_EPISODE_STEPS"]
+__all__ = ["evaluate_policy", "load_for_evaluation", "LoadedCheckpoint", "play_episodes",
+           "assign_episodes", "summarize_evaluation", "Evaluation", "MAX_EPISODE_STEPS"]
