@@ -534,3 +534,43 @@ def test_a_replica_resolves_model_and_hidden_sizes_as_the_real_policy_does():
     replica.set_weights(real.get_weights())
     x = observations("box-discrete", 5)
     np.testing.assert_allclose(replica.value(x), real.value(x), rtol=1e-6)
+
+
+@pytest.mark.parametrize("cls, config", [
+    (IMPALAPolicy, {}), (IMPALAPolicy, {"vtrace": False}),
+    (APPOPolicy, {}), (APPOPolicy, {"vtrace": True})],
+    ids=["impala", "impala-no-vtrace", "appo", "appo-vtrace"])
+def test_replica_and_real_policy_workers_give_batches_that_concat(cls, config):
+    # IMPALA and APPO decide per instance whether learning reads new_obs (flat
+    # V-trace does); a replica built from the same config must decide alike, or a
+    # batch from a worker whose real policy took over (get_policy(), a restarted
+    # worker) has other columns than one from a replica, and they do not concat.
+    ws = WorkerSet("CartPole-v1", cls, WorkerConfig(rollout_fragment_length=8, seed=0,
+                                                   policy_config=config),
+                   num_workers=2, backend="local")
+    try:
+        replica_worker, real_worker = ws.remote_workers()
+        real = real_worker.get_policy()  # the real policy takes the replica's place
+        assert type(real) is cls
+        replica = replica_worker.policy_map["default_policy"]
+        assert type(replica) is NumpyActingPolicy and not replica.materialized
+        assert replica.trains_on_new_obs is real.trains_on_new_obs \
+            is cls(BOX4, TWO, **config).trains_on_new_obs
+        batches = [replica_worker.sample(), real_worker.sample(), ws.local_worker().sample()]
+    finally:
+        ws.stop()
+    assert sorted(batches[0]) == sorted(batches[1]) == sorted(batches[2])
+    assert (SB.NEXT_OBS in batches[0]) is real.trains_on_new_obs
+    assert SB.concat_samples(batches).count == sum(b.count for b in batches)
+
+
+def test_a_new_obs_property_that_reads_more_than_the_settings_gets_no_replica():
+    class ReadsItsOptimizer(IMPALAPolicy):
+        numpy_replica = True
+
+        @property
+        def trains_on_new_obs(self):
+            return self.optimizer is not None
+
+    assert acting_replica(ReadsItsOptimizer) is None
+    assert acting_replica(IMPALAPolicy, {"vtrace": False}).trains_on_new_obs is False

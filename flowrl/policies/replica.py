@@ -47,6 +47,7 @@ import dataclasses
 import importlib
 import inspect
 import re
+import types
 from typing import Any
 
 import gymnasium as gym
@@ -82,8 +83,9 @@ class NumpyActing:
     qualname: str
     use_critic: bool
     defaults: tuple  # ((setting, default), ...) of the class's constructor
-    #: The class's ``trains_on_new_obs`` where it is a plain class attribute; True
-    #: where an instance decides (a property), as the real policy may need the column.
+    #: Whether the real policy built from the factory's config reads ``new_obs``
+    #: (:func:`acting_replica` decides it), so that a replica's batches have the
+    #: real policy's columns.
     trains_on_new_obs: bool = True
 
     def __call__(self, observation_space: gym.Space, action_space: gym.Space,
@@ -137,8 +139,10 @@ def replicable_model(config: Any, action_space: gym.Space) -> bool:
             and (config.free_log_std or not isinstance(action_space, gym.spaces.Box)))
 
 
-def acting_replica(policy_class: Any) -> NumpyActing | None:
-    """The replica factory for ``policy_class``, or None when it does not opt in.
+def acting_replica(policy_class: Any, config: dict[str, Any] | None = None
+                   ) -> NumpyActing | None:
+    """The replica factory for ``policy_class`` and the policy ``config`` (keyword
+    arguments) its policies are built with, or None when the class does not opt in.
 
     A class opts in with ``numpy_replica = True`` in its own body (subclasses do not
     inherit it: a subclass may act differently) and must keep
@@ -148,9 +152,20 @@ def acting_replica(policy_class: Any) -> NumpyActing | None:
     reads those from the config, and the parameters from the weights). With
     ``numpy_inference=False`` in the config the factory builds the real policy.
 
-    >>> from flowrl.policies import PPOPolicy, TorchPolicy
+    Whether a replica's batches keep ``new_obs`` is what the real policy built from
+    ``config`` says (``trains_on_new_obs``), so that batches from replicas and from
+    real policies have the same columns: the class attribute, or where the class
+    decides per instance (a property: IMPALA and APPO read ``new_obs`` with flat
+    V-trace), the property evaluated on ``config`` over the class's constructor
+    defaults (:func:`_settings`). A property that reads anything else gets no
+    replica (remote workers then build the real policy).
+
+    >>> from flowrl.policies import APPOPolicy, PPOPolicy, TorchPolicy
     >>> acting_replica(PPOPolicy).qualname, acting_replica(TorchPolicy)
     ('PPOPolicy', None)
+    >>> appo, appo_vtrace = acting_replica(APPOPolicy), acting_replica(APPOPolicy, {"vtrace": True})
+    >>> appo.trains_on_new_obs, appo_vtrace.trains_on_new_obs
+    (False, True)
     """
     if not isinstance(policy_class, type) or vars(policy_class).get("numpy_replica") is not True:
         return None
@@ -163,9 +178,39 @@ def acting_replica(policy_class: Any) -> NumpyActing | None:
     own = inspect.signature(policy_class.__init__).parameters
     defaults = tuple((name, (own.get(name) or params[name]).default) for name in _SETTINGS)
     new_obs = inspect.getattr_static(policy_class, "trains_on_new_obs", True)
+    if isinstance(new_obs, property):
+        try:
+            new_obs = new_obs.fget(_settings(policy_class, config or {}))
+        except AttributeError:  # it reads more than the settings
+            return None
     return NumpyActing(policy_class.__module__, policy_class.__qualname__,
-                       bool(policy_class.use_critic), defaults,
-                       new_obs if isinstance(new_obs, bool) else True)
+                       bool(policy_class.use_critic), defaults, bool(new_obs))
+
+
+def _settings(policy_class: type, config: dict[str, Any]) -> types.SimpleNamespace:
+    """The settings a policy of ``policy_class`` built from ``config`` has, as
+    attributes, for evaluating a property of the class without building the
+    policy: each keyword parameter of its constructors (its own ``__init__``
+    first, then its bases' while ``**kwargs`` passes on; the first default found
+    wins) from ``config`` or its default, and ``is_recurrent=False`` (a replica's
+    model never is).
+
+    >>> from flowrl.policies import APPOPolicy
+    >>> s = _settings(APPOPolicy, {"lr": 0.1})
+    >>> s.lr, s.vtrace, s.gamma, s.is_recurrent
+    (0.1, False, 0.99, False)
+    """
+    values: dict[str, Any] = {}
+    for cls in policy_class.__mro__:
+        if cls is object or "__init__" not in cls.__dict__:
+            continue
+        params = list(inspect.signature(cls.__dict__["__init__"]).parameters.values())[1:]
+        for p in params:
+            if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.default is not p.empty:
+                values.setdefault(p.name, p.default)
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return types.SimpleNamespace(**{**values, **config, "is_recurrent": False})
 
 
 _LAYER_KEY = re.compile(r"(pi|vf)\.(\d+)\.(weight|bias)$")

@@ -593,12 +593,12 @@ def _with_acting_replicas(kwargs: dict) -> dict:
     from flowrl.policies.replica import acting_replica
     out = dict(kwargs)
     if out.get("policy") is not None:
-        out["policy"] = acting_replica(out["policy"]) or out["policy"]
+        out["policy"] = acting_replica(out["policy"], out.get("policy_config")) or out["policy"]
     if out.get("policies") is not None:
         specs = {}
         for pid, value in out["policies"].items():
             spec = as_policy_spec(pid, value)
-            replica = acting_replica(spec.policy_class)
+            replica = acting_replica(spec.policy_class, spec.config)
             specs[pid] = spec if replica is None else dataclasses.replace(spec,
                                                                           policy_class=replica)
         out["policies"] = specs
