@@ -82,3 +82,34 @@ def test_recurrent_training_inputs_stay_on_the_towers_device():
     dist_inputs, values = policy.model_out(train)
     assert dist_inputs.device == meta and values.device == meta
     assert dist_inputs.shape == (2, 2)
+
+
+def _vtrace_weights(batch, towers: int) -> dict:
+    import torch
+
+    from flowrl.policies import IMPALAPolicy
+    from flowrl.workers import RolloutWorker
+
+    worker = RolloutWorker("CartPole-v1", policy=IMPALAPolicy, seed=0)
+    policy = worker.get_policy()
+    policy.set_towers([torch.device("cpu")] * towers)
+    policy.learn_on_batch(batch, num_sgd_iter=2, sgd_minibatch_size=0)
+    worker.stop()
+    return policy.get_weights()
+
+
+def test_towers_split_a_vtrace_batch_on_trajectory_boundaries():
+    # One env, one 75-step fragment: an even split cuts an episode in two, and
+    # V-trace would then cut that trace where single-tower training does not.
+    from flowrl.policies import IMPALAPolicy
+    from flowrl.workers import RolloutWorker
+
+    worker = RolloutWorker("CartPole-v1", policy=IMPALAPolicy, rollout_fragment_length=75,
+                           seed=0)
+    batch = worker.sample()
+    worker.stop()
+    eps = batch["eps_id"]
+    assert batch.count == 75 and eps[36] == eps[37] == eps[38]  # the even split falls mid-episode
+    one, two = _vtrace_weights(batch, 1), _vtrace_weights(batch, 2)
+    for k in one:
+        np.testing.assert_allclose(two[k], one[k], rtol=0, atol=1e-6)

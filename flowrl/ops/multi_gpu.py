@@ -3,8 +3,9 @@
 Policy: each policy the operator trains (``policies``, default the local worker's
 ``policies_to_train``) is given one *tower* (a copy of
 its model) per device through its public ``set_towers(devices)``; from then on
-every SGD step of the policy splits its minibatch across the towers and applies
-the size-weighted mean gradient in one optimizer step (see
+every SGD step of the policy splits its minibatch across the towers, on
+trajectory boundaries so that V-trace (IMPALA, APPO) sees whole traces, and
+applies the size-weighted mean gradient in one optimizer step (see
 :meth:`~flowrl.policies.TorchPolicy.set_towers`). Results therefore equal
 single-tower training up to floating-point rounding. The epochs and minibatches
 are the one loop, :func:`~flowrl.policies.sgd.minibatch_sgd`.

@@ -174,8 +174,9 @@ class LoadedBatch:
     iterates it like a SampleBatch (rows shuffled as ``SampleBatch.minibatches``
     shuffles them, gathered once per epoch; a minibatch is a contiguous view of
     that gather, or a set of row indices when made with ``rows``), and
-    :meth:`tower_shards` splits one (mini)batch's rows contiguously over the towers,
-    so tower training sees exactly the rows single-tower training would.
+    :meth:`tower_shards` splits one (mini)batch's rows into contiguous parts, one
+    per tower, on trajectory boundaries (:func:`tower_bounds`), so tower training
+    sees exactly the rows and traces single-tower training would.
     """
 
     def __init__(self, copies: list[dict[str, torch.Tensor]], count: int,
@@ -216,9 +217,21 @@ class LoadedBatch:
                               stop - start)
 
     def tower_shards(self) -> list[tuple[int, dict[str, torch.Tensor]]]:
-        """``(rows, tensors)`` per tower: contiguous parts of this batch's rows."""
+        """``(rows, tensors)`` per tower: contiguous parts of this batch's rows, as
+        even as :func:`tower_bounds` allows without cutting a trajectory (a tower
+        may get none)."""
         n, towers = self.count, len(self.copies)
-        bounds = np.linspace(0, n, towers + 1).round().astype(int)
+        first = self.copies[0]
+        if towers == 1 or SEQ_LENS in first or SB.EPS_ID not in first or SB.T not in first:
+            starts = None  # one tower, whole sequences, or rows without episode ids
+        else:
+            eps, t = first[SB.EPS_ID], first[SB.T]
+            if self.rows is not None:
+                index = torch.as_tensor(self.rows, device=eps.device)
+                eps, t = eps[index], t[index]
+            follows = (eps[1:] == eps[:-1]) & (t[1:] == t[:-1] + 1)
+            starts = torch.nonzero(~follows).squeeze(-1).cpu().numpy() + 1
+        bounds = tower_bounds(n, towers, starts)
         out = []
         for copy_, a, b in zip(self.copies, bounds[:-1], bounds[1:]):
             if self.rows is None:
@@ -227,6 +240,29 @@ class LoadedBatch:
                 idx = torch.as_tensor(self.rows[a:b])
                 out.append((int(b - a), {k: v[idx.to(v.device)] for k, v in copy_.items()}))
         return out
+
+
+def tower_bounds(n: int, towers: int, starts: np.ndarray | None = None) -> np.ndarray:
+    """``towers + 1`` row bounds that split ``n`` rows over the towers: the even
+    split, each inner bound moved to the nearest trajectory start in ``starts``
+    (sorted row indices where a row does not continue the one before it; None:
+    anywhere). A loss over trajectories (V-trace) then sees on each tower the
+    same traces as on one, so towers change results only by rounding; a batch
+    with fewer trajectories than towers leaves some towers without rows.
+
+    >>> tower_bounds(10, 2).tolist()
+    [0, 5, 10]
+    >>> tower_bounds(10, 2, np.array([3, 8])).tolist()
+    [0, 3, 10]
+    >>> tower_bounds(10, 3, np.array([], int)).tolist()
+    [0, 0, 10, 10]
+    """
+    even = np.linspace(0, n, towers + 1).round().astype(int)
+    if starts is None:
+        return even
+    cuts = np.concatenate([[0], starts, [n]]).astype(int)
+    nearest = [cuts[np.argmin(np.abs(cuts - b))] for b in even[1:-1]]  # ties: the earlier
+    return np.array([0, *nearest, n], dtype=int)
 
 
 def _explained_variance(values: torch.Tensor, targets: torch.Tensor,
@@ -665,7 +701,9 @@ class TorchPolicy(Postprocessing):
         """Train on one *tower* (model copy) per device from now on.
 
         Every SGD step then splits its minibatch into contiguous shards, one per
-        tower; each tower computes the loss gradient on its shard with the current
+        tower, where one trajectory ends and the next begins (:func:`tower_bounds`:
+        as even as that allows; recurrent sequences are never cut); each tower
+        computes the loss gradient on its shard with the current
         weights; the gradients are averaged weighted by shard size (the gradient of
         the whole minibatch, as the loss is a mean over rows), clipped by global norm
         and applied in ONE optimizer step on :attr:`model`; the towers then copy the
@@ -909,4 +947,4 @@ class TorchPolicy(Postprocessing):
         self._asp_base = base
 
 
-__all__ = ["TorchPolicy", "LoadedBatch", "make_adam"]
+__all__ = ["TorchPolicy", "LoadedBatch", "make_adam", "tower_bounds"]
