@@ -48,10 +48,18 @@ def _weights(worker):
     return worker.get_weights()["default_policy"], dist.get_world_size()
 
 
+LSTM = {"use_lstm": True, "fcnet_hiddens": [32], "lstm_cell_size": 16, "max_seq_len": 8}
+
+
 @pytest.mark.ray
-@pytest.mark.parametrize("standardize", ["batch", "minibatch"])
-def test_ddppo_workers_stay_identical_and_train(ray_session, standardize):
-    algo = DDPPO(DDPPOConfig(**QUICK, standardize_advantages=standardize))
+@pytest.mark.parametrize("standardize, model, minibatch", [
+    ("batch", (32,), 64), ("minibatch", (32,), 64), ("minibatch", LSTM, 16)])
+def test_ddppo_workers_stay_identical_and_train(ray_session, standardize, model, minibatch):
+    # With an LSTM, minibatches of 2 sequences: the workers' batches are cut into
+    # different numbers of sequences (seed 0: 20 and 18 in the first round), so
+    # of minibatches, and the workers must still take the same steps.
+    algo = DDPPO(DDPPOConfig(**{**QUICK, "model": model, "sgd_minibatch_size": minibatch},
+                             standardize_advantages=standardize))
     try:
         start = algo.get_policy().get_weights()
         for _ in range(2):
@@ -107,3 +115,47 @@ def test_a_killed_worker_ends_the_run_with_an_error_naming_it(ray_session):
             algo.train()   # the run stays ended
     finally:
         algo.stop()
+
+
+def test_ddppo_trains_a_recurrent_policy_on_whole_sequences_as_ppo_does():
+    # One worker in a one-process group: DD-PPO's round must be PPO's minibatch
+    # SGD (whole sequences shuffled), not SGD over shuffled single rows.
+    import socket
+
+    import torch.distributed as dist
+
+    import flowrl
+    from flowrl.algorithms.ddppo import _DDPPOTrain
+    from flowrl.ops import StandardizeFields
+    from flowrl.policies import PPOPolicy
+    from flowrl.workers import RolloutWorker
+
+    config = {"model": {"use_lstm": True, "fcnet_hiddens": [16], "lstm_cell_size": 8,
+                        "max_seq_len": 8}, "seed": 0, "lr": 1e-2}
+    worker = RolloutWorker("CartPole-v1", policy=PPOPolicy, policy_config=config,
+                           rollout_fragment_length=64, seed=0)
+    reference = RolloutWorker("CartPole-v1", policy=PPOPolicy, policy_config=config, seed=0)
+    batch = worker.sample()
+    start = worker.get_policy().get_weights()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0,
+                            world_size=1)
+    try:
+        train = _DDPPOTrain(num_sgd_iter=2, sgd_minibatch_size=32, seed=0)
+        plan = flowrl.Plan(flowrl.from_iterable(lambda: [batch]).for_each(train))
+        with plan.compile(local_worker=worker) as run:
+            (info, count), = run.take(1)
+    finally:
+        dist.destroy_process_group()
+    reference.get_policy().learn_on_batch(StandardizeFields(["advantages"])(batch),
+                                          num_sgd_iter=2, sgd_minibatch_size=32,
+                                          rng=np.random.default_rng(0))
+    got, want = worker.get_policy().get_weights(), reference.get_policy().get_weights()
+    assert count == 64 and "policy_loss" in info["default_policy"]
+    assert any(not np.allclose(got[k], start[k]) for k in start)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=0, atol=1e-6)
+    worker.stop()
+    reference.stop()

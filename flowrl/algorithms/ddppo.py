@@ -3,10 +3,15 @@
 There is no learner on the driver. Every Ray rollout worker samples its own
 batch, standardizes its advantages (each minibatch's with
 ``standardize_advantages="minibatch"``) and runs ``num_sgd_iter`` epochs of
-minibatch SGD on PPO's clipped surrogate; after each minibatch's backward pass the workers
-average their gradients with ``torch.distributed.all_reduce`` (gloo backend) and
-take the same optimizer step. Starting from the same weights with the same
-optimizer state, the workers therefore stay identical, step after step.
+minibatch SGD on PPO's clipped surrogate, through the one minibatch-SGD loop
+(:func:`~flowrl.policies.sgd.minibatch_sgd`) and PPO's minibatches: shuffled
+rows, or a recurrent model's whole sequences. After each minibatch's backward
+pass the workers average their gradients, each weighted by its minibatch's real
+steps, with ``torch.distributed.all_reduce`` (gloo backend) and take the same
+optimizer step. A worker with fewer minibatches in an epoch (its batch cut into
+fewer sequences) joins the others' remaining steps with no gradient of its own.
+Starting from the same weights with the same optimizer state, the workers
+therefore stay identical, step after step.
 
 Set-up (the ``make_workers`` hook): worker 1 picks its node's address and a free
 port; every worker joins one process group there (rank ``worker_index - 1``).
@@ -15,8 +20,8 @@ The plan: each worker's train step runs shard-side on ``rollout_shards``; a
 counts steps, keeps its local worker's weights equal to worker 1's (for
 ``get_policy`` and checkpoints) and reports.
 
-Needs ``backend="ray"`` and ``num_workers >= 1`` (several processes), and, as each
-worker's batch gives the same number of minibatches, a single-agent env.
+Needs ``backend="ray"`` and ``num_workers >= 1`` (several processes), and a
+single-agent env (each worker trains its one policy).
 
 Worker loss: the process group is formed once, so a replacement worker could
 never join it and the survivors' ``all_reduce`` would wait for the lost rank.
@@ -42,8 +47,9 @@ from flowrl.errors import ConfigError, FlowError, WorkerError
 from flowrl.graph.stream import LocalStream
 from flowrl.metrics import (AGENT_STEPS_SAMPLED_COUNTER, LEARNER_INFO, STEPS_SAMPLED_COUNTER,
                             STEPS_TRAINED_COUNTER, get_metrics)
+from flowrl.models.sequences import SEQ_MASK
 from flowrl.ops import StandardizeFields, StandardMetricsReporting, rollout_shards
-from flowrl.policies.sgd import mean_stats
+from flowrl.policies.sgd import minibatch_sgd
 from flowrl.runtime.backend import lost_reason
 from flowrl.workers import WorkerSet
 
@@ -125,11 +131,25 @@ class _JoinGroup:
         return dist.get_rank()
 
 
-def allreduce_mean(grads: list[np.ndarray]) -> list[np.ndarray]:
-    """The element-wise mean of ``grads`` over every process of the default group
-    (one flat ``all_reduce``; blocks until every rank contributed, at most the
-    group's timeout). Raises ConfigError in a process that joined no group: its
-    local gradients alone would silently turn DD-PPO into independent learners.
+def _require_group(where: str):
+    import torch.distributed as dist
+    if not dist.is_initialized():
+        raise ConfigError(
+            f"{where}: no torch.distributed process group is initialized in this "
+            "process, so there is nothing to average with; call it on DD-PPO workers "
+            "(DDPPO.make_workers joins them into one) or call "
+            "torch.distributed.init_process_group first")
+    return dist
+
+
+def allreduce_mean(grads: list[np.ndarray], *, weight: float = 1.0) -> list[np.ndarray]:
+    """The element-wise mean of ``grads`` over every process of the default group,
+    each process's weighted by its ``weight`` (its minibatch's real steps; 0: it
+    contributes nothing), as ``sum(w_i g_i) / sum(w_i)``; equal weights give the
+    plain mean. One flat ``all_reduce``; it blocks until every rank contributed, at
+    most the group's timeout. Raises ConfigError in a process that joined no
+    group: its local gradients alone would silently turn DD-PPO into independent
+    learners.
 
     >>> try:
     ...     allreduce_mean([np.ones(2)])
@@ -138,21 +158,55 @@ def allreduce_mean(grads: list[np.ndarray]) -> list[np.ndarray]:
     allreduce_mean: no torch.distributed process group is initialized in this process
     """
     import torch
-    import torch.distributed as dist
-    if not dist.is_initialized():
-        raise ConfigError(
-            "allreduce_mean: no torch.distributed process group is initialized in this "
-            "process, so there is nothing to average with; call it on DD-PPO workers "
-            "(DDPPO.make_workers joins them into one) or call "
-            "torch.distributed.init_process_group first")
-    flat = torch.from_numpy(np.concatenate([g.ravel() for g in grads]).astype(np.float32))
-    dist.all_reduce(flat, op=dist.ReduceOp.SUM)
-    flat /= dist.get_world_size()
+    dist = _require_group("allreduce_mean")
+    flat = np.concatenate([np.asarray(g, np.float32).ravel() * np.float32(weight)
+                           for g in grads] + [np.array([weight], np.float32)])
+    total = torch.from_numpy(flat)
+    dist.all_reduce(total, op=dist.ReduceOp.SUM)
+    flat = total[:-1] / total[-1]
     out, start = [], 0
     for g in grads:
         out.append(flat[start:start + g.size].numpy().reshape(g.shape))
         start += g.size
     return out
+
+
+def _allreduce_max(n: int) -> int:
+    """The largest ``n`` over every process of the default group."""
+    import torch
+    dist = _require_group("DDPPO")
+    total = torch.tensor([n], dtype=torch.int64)
+    dist.all_reduce(total, op=dist.ReduceOp.MAX)
+    return int(total)
+
+
+class _AllReduceStep:
+    """:func:`~flowrl.policies.sgd.minibatch_sgd`'s ``step`` on a DD-PPO worker: the
+    worker's (clipped) gradient on its minibatch, averaged over the workers weighted
+    by real steps, in one optimizer step. ``own`` is this worker's minibatches per
+    epoch, ``most`` the largest number any worker has: after its last minibatch of
+    an epoch, a worker takes the others' remaining ``most - own`` steps with weight 0,
+    so every worker makes every ``all_reduce`` and optimizer step."""
+
+    def __init__(self, policy, own: int, most: int, per_minibatch: bool):
+        self.policy, self.own, self.most, self.per_minibatch = policy, own, most, per_minibatch
+        self.steps = 0
+
+    def __call__(self, minibatch) -> dict[str, float]:
+        from flowrl.policies.ppo import standardize_advantages
+
+        if self.per_minibatch:  # each worker's own minibatch, as it computes its gradient
+            minibatch = standardize_advantages(minibatch)
+        mask = minibatch.copies[0].get(SEQ_MASK)
+        real = float(mask.sum()) if mask is not None else float(minibatch.count)
+        grads, stats = self.policy.compute_gradients(minibatch)
+        self.policy.apply_gradients(allreduce_mean(grads, weight=real))
+        self.steps += 1
+        if self.steps % self.own == 0:  # this worker's epoch is over; the others' may not be
+            nothing = [np.zeros_like(g) for g in grads]
+            for _ in range(self.most - self.own):
+                self.policy.apply_gradients(allreduce_mean(nothing, weight=0.0))
+        return stats
 
 
 class _DDPPOTrain:
@@ -170,7 +224,7 @@ class _DDPPOTrain:
         from flowrl.workers import get_global_worker
 
         worker = get_global_worker()
-        if self.rng is None:  # the same shuffles on every worker keep minibatch counts equal
+        if self.rng is None:  # the same shuffles on every worker
             self.rng = np.random.default_rng(self.seed)
         if not isinstance(batch, SampleBatch):
             raise ConfigError("DDPPO: workers sampled a MultiAgentBatch; DD-PPO supports "
@@ -179,17 +233,14 @@ class _DDPPOTrain:
         policy = worker.get_policy(pid)
         if not self.per_minibatch:
             batch = self.standardize(batch)
-        size = min(self.sgd_minibatch_size or batch.count, batch.count)
-        stats: list[dict] = []
-        for _ in range(self.num_sgd_iter):
-            stats = []
-            for mb in batch.minibatches(size, seed=self.rng, shuffle=size < batch.count):
-                if self.per_minibatch:  # each worker's own minibatch, as it computes its gradient
-                    mb = self.standardize(mb)
-                grads, s = policy.compute_gradients(mb)
-                policy.apply_gradients(allreduce_mean(grads))
-                stats.append(s)
-        return {pid: mean_stats(stats)}, batch.count
+        loaded = policy.load_batch(batch)  # rows, or a recurrent policy's sequences
+        size = min(policy.minibatch_units(self.sgd_minibatch_size) or loaded.count,
+                   loaded.count)
+        own = -(-loaded.count // size)
+        step = _AllReduceStep(policy, own, _allreduce_max(own), self.per_minibatch)
+        stats = minibatch_sgd(loaded, num_sgd_iter=self.num_sgd_iter, sgd_minibatch_size=size,
+                              rng=self.rng, step=step)
+        return {pid: stats}, batch.count
 
 
 class _Record:

@@ -3,9 +3,10 @@
 :func:`minibatch_sgd` runs ``num_sgd_iter`` epochs over minibatches of a batch and
 calls ``step(minibatch)`` once per minibatch (one optimizer step). The policy's
 ``learn_on_batch``, :class:`~flowrl.ops.TrainOneStep`,
-:class:`~flowrl.ops.MultiGPUTrainOneStep` and :class:`~flowrl.ops.LearnerThread`
-all call it; they differ only in the ``step`` they pass (one model, or towers on
-several devices) and in where their settings come from.
+:class:`~flowrl.ops.MultiGPUTrainOneStep`, :class:`~flowrl.ops.LearnerThread` and
+DD-PPO's workers all call it; they differ only in the ``step`` they pass (one
+model, towers on several devices, or gradients all-reduced among processes) and
+in where their settings come from.
 """
 
 from __future__ import annotations

@@ -686,9 +686,16 @@ class TorchPolicy(Postprocessing):
                 values, rows[SB.VALUE_TARGETS], rows.get(SEQ_WEIGHTS))}
         return loss, stats
 
-    def _backward(self, batch: SampleBatch) -> dict[str, float]:
+    def _backward(self, batch: "SampleBatch | LoadedBatch") -> dict[str, float]:
         self.model.zero_grad(set_to_none=True)  # not the optimizer's: see `optimizer`
-        loss, stats = self._loss(self._train_tensors(batch))
+        if isinstance(batch, LoadedBatch):
+            train = batch.copies[0]
+            if batch.rows is not None:
+                index = torch.as_tensor(batch.rows)
+                train = {k: v[index.to(v.device)] for k, v in train.items()}
+        else:
+            train = self._train_tensors(batch)
+        loss, stats = self._loss(train)
         loss.backward()
         params = [p for p in self.model.parameters() if p.grad is not None]
         norm = nn.utils.clip_grad_norm_(params, self.grad_clip if self.grad_clip else math.inf)
@@ -844,9 +851,8 @@ class TorchPolicy(Postprocessing):
         custom = learn_callbacks(self, batch.source if isinstance(batch, LoadedBatch)
                                  and batch.rows is None and batch.source is not None else batch)
         loaded = batch if isinstance(batch, LoadedBatch) else self.load_batch(batch)
-        size = self.sgd_minibatch_size if sgd_minibatch_size is None else sgd_minibatch_size
-        if size and self.is_recurrent:
-            size = max(1, size // self.max_seq_len)
+        size = self.minibatch_units(
+            self.sgd_minibatch_size if sgd_minibatch_size is None else sgd_minibatch_size)
         stats = minibatch_sgd(
             loaded, num_sgd_iter=self.num_sgd_iter if num_sgd_iter is None else num_sgd_iter,
             sgd_minibatch_size=size, rng=self._np_rng if rng is None else rng,
@@ -856,11 +862,30 @@ class TorchPolicy(Postprocessing):
             stats["custom_metrics"] = custom
         return stats
 
-    def compute_gradients(self, batch: SampleBatch) -> tuple[list[np.ndarray], dict]:
+    def minibatch_units(self, sgd_minibatch_size: int | None) -> int | None:
+        """What a minibatch of ``sgd_minibatch_size`` rows holds of a loaded batch
+        (:meth:`load_batch`): that many rows, or for a recurrent policy whole
+        sequences, ``sgd_minibatch_size // max_seq_len`` (at least one), as RLlib
+        1.x; 0 or None (the whole batch) stays as it is.
+
+        >>> from flowrl.policies import PGPolicy
+        >>> p = PGPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2),
+        ...              model={"use_lstm": True, "max_seq_len": 20})
+        >>> p.minibatch_units(64), p.minibatch_units(8), p.minibatch_units(0)
+        (3, 1, 0)
+        """
+        if sgd_minibatch_size and self.is_recurrent:
+            return max(1, sgd_minibatch_size // self.max_seq_len)
+        return sgd_minibatch_size
+
+    def compute_gradients(self, batch: "SampleBatch | LoadedBatch"
+                          ) -> tuple[list[np.ndarray], dict]:
         """Gradients of the loss on the whole batch (clipped), one array per parameter.
 
-        The list follows ``model.parameters()`` order; parameters the loss does not
-        touch get zeros. Weights are not changed.
+        ``batch`` is a SampleBatch or a (mini)batch of :meth:`load_batch` (a
+        recurrent policy's minibatches of whole sequences), whose first copy it
+        uses. The list follows ``model.parameters()`` order; parameters the loss
+        does not touch get zeros. Weights are not changed.
         """
         stats = self._backward(batch)
         grads = [(p.grad.numpy().copy() if p.grad is not None else np.zeros(tuple(p.shape), np.float32))
