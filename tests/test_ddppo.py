@@ -117,6 +117,25 @@ def test_a_killed_worker_ends_the_run_with_an_error_naming_it(ray_session):
         algo.stop()
 
 
+def _lr(worker) -> float:
+    return worker.get_policy().optimizer.param_groups[0]["lr"]
+
+
+@pytest.mark.ray
+def test_ddppo_lr_schedule_sets_the_rate_the_workers_train_with(ray_session):
+    algo = DDPPO(DDPPOConfig(**QUICK, lr_schedule=[[0, 1e-3], [200, 1e-9]]))
+    try:
+        first = algo.train()
+        assert algo.workers.foreach_remote_worker(_lr) == pytest.approx([1e-9, 1e-9])
+        second = algo.train()   # sampled from step 256 on: the schedule's last rate
+        assert second["timesteps_total"] == 512
+        assert [r["info"]["learner"]["default_policy"]["cur_lr"]
+                for r in (first, second)] == pytest.approx([1e-3, 1e-9])
+        assert "ddppo/update_lr" in algo.plan.to_dot()
+    finally:
+        algo.stop()
+
+
 def test_ddppo_trains_a_recurrent_policy_on_whole_sequences_as_ppo_does():
     # One worker in a one-process group: DD-PPO's round must be PPO's minibatch
     # SGD (whole sequences shuffled), not SGD over shuffled single rows.

@@ -11,14 +11,15 @@ steps, with ``torch.distributed.all_reduce`` (gloo backend) and take the same
 optimizer step. A worker with fewer minibatches in an epoch (its batch cut into
 fewer sequences) joins the others' remaining steps with no gradient of its own.
 Starting from the same weights with the same optimizer state, the workers
-therefore stay identical, step after step.
+therefore stay identical, step after step. An ``lr_schedule`` sets every
+worker's rate after each round (:class:`~flowrl.ops.UpdateLR`).
 
 Set-up (the ``make_workers`` hook): worker 1 picks its node's address and a free
 port; every worker joins one process group there (rank ``worker_index - 1``).
 The plan: each worker's train step runs shard-side on ``rollout_shards``; a
 ``gather_sync`` collects one ``(info, count)`` per worker per round; the driver
 counts steps, keeps its local worker's weights equal to worker 1's (for
-``get_policy`` and checkpoints) and reports.
+``get_policy`` and checkpoints), sets the scheduled learning rate and reports.
 
 Needs ``backend="ray"`` and ``num_workers >= 1`` (several processes), and a
 single-agent env (each worker trains its one policy).
@@ -48,7 +49,7 @@ from flowrl.graph.stream import LocalStream
 from flowrl.metrics import (AGENT_STEPS_SAMPLED_COUNTER, LEARNER_INFO, STEPS_SAMPLED_COUNTER,
                             STEPS_TRAINED_COUNTER, get_metrics)
 from flowrl.models.sequences import SEQ_MASK
-from flowrl.ops import StandardizeFields, StandardMetricsReporting, rollout_shards
+from flowrl.ops import StandardizeFields, StandardMetricsReporting, UpdateLR, rollout_shards
 from flowrl.policies.sgd import minibatch_sgd
 from flowrl.runtime.backend import lost_reason
 from flowrl.workers import WorkerSet
@@ -63,7 +64,8 @@ class DDPPOConfig(PPOConfig):
     stay 0 (an adaptive coefficient would drift apart between workers), and
     ``recreate_failed_workers`` / ``ignore_worker_failures`` default to and must
     stay False (see the module docstring: a lost worker ends the run).
-    ``gloo_timeout_s`` bounds each collective of the process group.
+    ``gloo_timeout_s`` bounds each collective of the process group. ``lr_schedule``
+    (as PPO's, over env steps sampled by all workers) sets every worker's rate.
 
     >>> DDPPOConfig(env="CartPole-v1", backend="local")
     Traceback (most recent call last):
@@ -240,6 +242,7 @@ class _DDPPOTrain:
         step = _AllReduceStep(policy, own, _allreduce_max(own), self.per_minibatch)
         stats = minibatch_sgd(loaded, num_sgd_iter=self.num_sgd_iter, sgd_minibatch_size=size,
                               rng=self.rng, step=step)
+        stats["cur_lr"] = policy.optimizer.param_groups[0]["lr"]
         return {pid: stats}, batch.count
 
 
@@ -348,6 +351,9 @@ class DDPPO(PPO):
         rounds = train.gather_sync(name="ddppo/gather").batch(
             len(workers.remote_workers()), name="ddppo/round").for_each(
             _Record(workers), name="ddppo/record")
+        if config.lr_schedule:  # the workers train: they get the rate too
+            rounds = rounds.for_each(UpdateLR(workers, schedule=config.lr_schedule,
+                                              remote_learners=True), name="ddppo/update_lr")
         return StandardMetricsReporting(
             rounds, workers, min_time_s_per_reporting=config.min_time_s_per_reporting,
             timesteps_per_iteration=config.timesteps_per_iteration)

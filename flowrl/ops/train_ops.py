@@ -185,7 +185,9 @@ class UpdateLR:
     The rate is :func:`piecewise_lr` of ``schedule`` at the env steps sampled so
     far (``STEPS_SAMPLED_COUNTER``); it is written into every parameter group of
     the optimizer of each trainable policy of the local worker (the learner;
-    remote workers only act). In a bulk-synchronous plan the batch sampled from
+    remote workers only act), and with ``remote_learners=True`` of every remote
+    worker too (DD-PPO, whose remote workers train: one call per worker, each
+    bounded by ``sample_timeout_s``). In a bulk-synchronous plan the batch sampled from
     timestep ``t`` on is trained with the rate at ``t`` (CleanRL's annealing:
     iteration ``i`` uses ``lr * (1 - (i - 1) / N)`` for ``[[0, lr], [N * batch, 0]]``).
     The policy reports the rate it trained with as ``cur_lr``. Reads counters;
@@ -206,21 +208,35 @@ class UpdateLR:
     >>> ws.stop()
     """
 
-    def __init__(self, workers, *, schedule: Sequence[Sequence[float]]):
+    def __init__(self, workers, *, schedule: Sequence[Sequence[float]],
+                 remote_learners: bool = False):
         if not schedule:
             raise ConfigError("UpdateLR(schedule=...): give [[timestep, lr], ...] pairs")
         self.workers = workers
         self.schedule = [(float(t), float(lr)) for t, lr in schedule]
+        self.remote_learners = remote_learners
 
     def __call__(self, item: Any) -> Any:
-        lr = piecewise_lr(self.schedule, get_metrics().counters[STEPS_SAMPLED_COUNTER])
+        set_lr = _SetLR(piecewise_lr(self.schedule, get_metrics().counters[STEPS_SAMPLED_COUNTER]))
+        set_lr(self.workers.local_worker())
+        if self.remote_learners:
+            self.workers.foreach_remote_worker(set_lr)
+        return item
 
+
+class _SetLR:
+    """``fn(worker)``: set the learning rate of the worker's trainable policies
+    (a class, not a closure, so that it pickles to Ray workers)."""
+
+    def __init__(self, lr: float):
+        self.lr = lr
+
+    def __call__(self, worker) -> None:
         def update(policy, pid):
             for group in policy.optimizer.param_groups:
-                group["lr"] = lr
+                group["lr"] = self.lr
 
-        self.workers.local_worker().foreach_trainable_policy(update)
-        return item
+        worker.foreach_trainable_policy(update)
 
 
 __all__ = ["TrainOneStep", "UpdateKL", "UpdateLR", "piecewise_lr", "train_policies",
