@@ -55,7 +55,8 @@ def child(args) -> None:
     backend = args.child.split("-", 1)[1]
     algo = PPO(PPOConfig(env="CartPole-v1", backend=backend, seed=args.seed,
                          rollout_fragment_length=128, train_batch_size=2048,
-                         vf_clip_param=1e6))  # no value clipping; the config takes no inf
+                         vf_clip_param=1e6,  # no value clipping; the config takes no inf
+                         create_env_on_driver=True))  # the driver's worker samples a batch below
     for _ in range(args.warmup):
         algo.train()
     walls, learn, update, steps = [], [], [], []

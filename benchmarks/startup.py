@@ -52,7 +52,10 @@ def child(args) -> None:
         from flowrl.algorithms.base import ensure_ray
         ensure_ray(os.cpu_count() or 1, preload=["flowrl.policies.ppo"])  # as PPO(config)
         out["ray_init_s"] = harness.since_start()
-    algo = PPO(PPOConfig(env="CartPole-v1", backend=backend, seed=args.seed))
+    # create_env_on_driver: first_step_s times the driver's worker sampling, as the saved
+    # runs did before the driver went without env by default
+    algo = PPO(PPOConfig(env="CartPole-v1", backend=backend, seed=args.seed,
+                         create_env_on_driver=True))
     out["build_s"] = harness.since_start()
     algo.workers.local_worker().sample()
     out["first_step_s"] = harness.since_start()

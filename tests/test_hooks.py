@@ -41,9 +41,10 @@ def test_build_algorithm_calls_hooks_in_order():
     algo = MyAlgo(env="CartPole-v1", num_workers=2, rollout_fragment_length=50,
                   train_batch_size=100, seed=0)
     try:
+        # (the driver's worker has no env to validate: create_env_on_driver=False)
         assert EVENTS == ["get_policy_class", "before_init", ("make_workers", "A2CPolicy", 2),
-                          ("validate_env", 0, "TimeLimit"), ("validate_env", 1, "TimeLimit"),
-                          ("validate_env", 2, "TimeLimit"), ("after_init", "my_algo")]
+                          ("validate_env", 1, "TimeLimit"), ("validate_env", 2, "TimeLimit"),
+                          ("after_init", "my_algo")]
         assert type(algo.get_policy()) is A2CPolicy
         assert algo.train()["timesteps_total"] == 100
     finally:

@@ -47,7 +47,8 @@ def test_ppo_lstm_trains_one_iteration_on_cue_recall_with_recurrent_columns(back
                          sgd_minibatch_size=32, num_sgd_iter=2, seed=0,
                          model={"use_lstm": True, "lstm_cell_size": 8, "fcnet_hiddens": [8],
                                 "max_seq_len": 8, "lstm_use_prev_action": True,
-                                "lstm_use_prev_reward": True}))
+                                "lstm_use_prev_reward": True},
+                         create_env_on_driver=True))  # the driver's worker samples below too
     try:
         assert algo._run.backend == backend
         policy = algo.get_policy()
@@ -84,7 +85,8 @@ def test_cnn_policy_acts_and_trains_on_minatar(backend):
     algo = PPO(PPOConfig(env="flowrl/MinAtarBreakout-v0", backend=backend, num_workers=1,
                          num_envs_per_worker=2, rollout_fragment_length=32,
                          train_batch_size=64, sgd_minibatch_size=32, num_sgd_iter=1, seed=0,
-                         model={"conv_filters": [[8, 3, 1]], "post_fcnet_hiddens": [32]}))
+                         model={"conv_filters": [[8, 3, 1]], "post_fcnet_hiddens": [32]},
+                         create_env_on_driver=True))  # the driver's worker acts below too
     try:
         r = algo.train()
         assert r["timesteps_total"] >= 64

@@ -294,9 +294,11 @@ class _MatrixActions(gym.Env):
 def test_ppo_trains_on_a_rank_2_box_action_space():
     from flowrl.algorithms import PPO, PPOConfig
     _MatrixActions.shapes = []
+    # create_env_on_driver: the learner's own worker samples the batch checked below
     algo = PPO(PPOConfig(env=lambda cfg: _MatrixActions(), num_workers=1, num_envs_per_worker=2,
                          rollout_fragment_length=16, train_batch_size=64,
-                         sgd_minibatch_size=32, num_sgd_iter=2, model=(16,), seed=0))
+                         sgd_minibatch_size=32, num_sgd_iter=2, model=(16,), seed=0,
+                         create_env_on_driver=True))
     try:
         result = algo.train()
         policy = algo.get_policy()

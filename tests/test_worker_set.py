@@ -104,3 +104,86 @@ def test_ray_backend_broadcasts_with_one_put(ray_session, monkeypatch):
     finally:
         ws.stop()
     assert ws.remote_workers() == []
+
+
+# -- create_env_on_driver ---------------------------------------------------------------
+
+ENVS_MADE: list[int] = []
+
+
+def counted_cartpole(env_config):
+    import gymnasium as gym
+    ENVS_MADE.append(1)
+    return gym.make("CartPole-v1")
+
+
+class DriverCannotReset:
+    """CartPole whose reset raises in the process that built the algorithm (the
+    driver: ``env_config["driver_pid"]``), as an env needing a simulator or GPU only
+    the workers have would."""
+
+    def __new__(cls, env_config):
+        import os
+
+        import gymnasium as gym
+
+        class Env(gym.Wrapper):
+            def reset(self, **kwargs):
+                if os.getpid() == env_config["driver_pid"]:
+                    raise RuntimeError("no simulator on the driver")
+                return self.env.reset(**kwargs)
+        return Env(gym.make("CartPole-v1"))
+
+
+@pytest.mark.parametrize("policies", [
+    None, {"a": PolicySpec(PGPolicy), "b": PolicySpec(A2CPolicy)}])
+def test_without_env_on_driver_the_local_worker_takes_the_remote_spaces(policies):
+    multi = policies is not None
+    cfg = WorkerConfig(rollout_fragment_length=5, seed=0, create_env_on_driver=False,
+                       policies=policies,
+                       policy_mapping_fn=(lambda agent: "ab"[agent]) if multi else None)
+    env = make_multi_agent("CartPole-v1", 2) if multi else "CartPole-v1"
+    ws = WorkerSet(env, None if multi else PGPolicy, cfg, num_workers=2, backend="local")
+    local, remote = ws.local_worker(), ws.remote_workers()[0]
+    assert local.env is None and local.envs == [] and remote.env is not None
+    assert local.policy_spaces() == remote.policy_spaces()
+    assert sorted(local.policy_spaces()) == (["a", "b"] if multi else ["default_policy"])
+    assert weights_equal(local.get_weights(), remote.get_weights())
+    assert ws.foreach_worker(lambda w: len(w.episode_stats())) == [0, 0, 0]
+    batch = remote.sample()
+    assert local.learn_on_batch(batch)               # the driver's worker still trains
+    with pytest.raises(ConfigError, match=r"RolloutWorker.sample \(worker 0\): this worker has "
+                                          r"no env.*create_env_on_driver=True"):
+        local.sample()
+    ws.stop()
+
+
+@pytest.mark.parametrize("on_driver, made", [(False, 2), (True, 3)])
+def test_algorithms_make_no_env_on_the_driver_unless_asked(on_driver, made):
+    """RLlib 1.x's create_env_on_driver=False by default: two remote workers, two
+    envs; the driver's policy still acts and trains, and evaluation still plays."""
+    from flowrl.algorithms import PG, PGConfig
+    ENVS_MADE.clear()
+    config = PGConfig(env=counted_cartpole, num_workers=2, rollout_fragment_length=25,
+                      train_batch_size=50, seed=0, evaluation_duration=2,
+                      **({} if not on_driver else {"create_env_on_driver": True}))
+    assert PGConfig(env="CartPole-v1").create_env_on_driver is False
+    with PG(config) as algo:
+        assert len(ENVS_MADE) == made
+        assert (algo.workers.local_worker().env is not None) == on_driver
+        assert algo.train()["timesteps_total"] == 50
+        actions, _ = algo.get_policy().compute_actions(np.zeros((3, 4), np.float32), False)
+        assert actions.shape == (3,)
+        assert algo.evaluate()["evaluation"]["episodes_this_iter"] == 2
+
+
+@pytest.mark.ray
+def test_an_env_that_cannot_reset_on_the_driver_trains_on_ray_workers(ray_session):
+    import os
+
+    from flowrl.algorithms import PG, PGConfig
+    config = PGConfig(env=DriverCannotReset, env_config={"driver_pid": os.getpid()},
+                      backend="ray", num_workers=1, num_cpus_per_worker=0,
+                      rollout_fragment_length=25, train_batch_size=25, seed=0)
+    with PG(config) as algo:
+        assert algo.train()["timesteps_total"] == 25

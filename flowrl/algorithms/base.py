@@ -295,6 +295,17 @@ class AlgorithmConfig:
     ``callbacks`` (RLlib 1.x's name): a :class:`~flowrl.callbacks.DefaultCallbacks`
     subclass or a list of them, or None; see :mod:`flowrl.callbacks`.
 
+    ``create_env_on_driver`` (RLlib 1.x's name and default, False): with
+    ``num_workers >= 1`` the driver's worker makes no env (nothing is built or
+    reset on the driver for training); it builds its policies from the spaces
+    remote worker 1 reports, and trains, holds the weights and computes actions
+    as before. True gives it envs as well (they are not sampled while there are
+    remote workers). With ``num_workers=0`` the driver's worker samples, so it
+    always has envs. Evaluation (``evaluation_interval``, :meth:`Algorithm.evaluate`)
+    has its own workers and its driver worker always has an env: it plays the
+    episodes when ``evaluation_num_workers`` is 0, and those of a lost
+    evaluation worker.
+
     Evaluation (RLlib 1.x names; :mod:`flowrl.evaluation`): with
     ``evaluation_interval=N`` (None: off) iterations ``N, 2N, ...`` report
     ``result["evaluation"]`` over exactly ``evaluation_duration`` whole episodes
@@ -338,6 +349,7 @@ class AlgorithmConfig:
     preprocessor_pref: str | None = "deepmind"
     callbacks: Any = None
     vector_env: str = "sync"
+    create_env_on_driver: bool = False
     evaluation_interval: int | None = None
     evaluation_duration: int = 10
     evaluation_num_workers: int = 0
@@ -356,7 +368,7 @@ class AlgorithmConfig:
         "max_worker_restarts": _or_none(_int_ge(0)),
         "sample_timeout_s": _or_none(_num(0, open_lo=True)),
         "preprocessor_pref": _or_none(_one_of(PREPROCESSOR_PREFS)),
-        "vector_env": _one_of(VECTOR_ENVS),
+        "vector_env": _one_of(VECTOR_ENVS), "create_env_on_driver": _BOOL,
         "evaluation_interval": _or_none(_int_ge(1)),
         "evaluation_duration": _int_between(1, MAX_EVALUATION_EPISODES),
         "evaluation_num_workers": _int_ge(0), "evaluation_config": _str_dict(),
@@ -507,7 +519,8 @@ class AlgorithmConfig:
 
 
 def _validate_worker_env(validate: Callable[[Any, int], None], worker) -> None:
-    validate(worker.env, worker.worker_index)
+    if worker.env is not None:  # the driver's worker has none (create_env_on_driver)
+        validate(worker.env, worker.worker_index)
 
 
 class _LazyClass:
@@ -730,7 +743,8 @@ class Algorithm:
     @staticmethod
     def validate_env(env: Any, worker_index: int) -> None:
         """Check each worker's env (``worker.env``) where the worker lives, local worker
-        first then every remote one; raise to reject it. A staticmethod: it runs in
+        first (when it has one: ``create_env_on_driver``) then every remote one; raise
+        to reject it. A staticmethod: it runs in
         the worker's process, without the algorithm."""
 
     def after_init(self) -> None:
@@ -773,7 +787,7 @@ class Algorithm:
             max_worker_restarts=config.max_worker_restarts,
             sample_timeout_s=config.sample_timeout_s,
             preprocessor_pref=config.preprocessor_pref, callbacks=config.callbacks,
-            vector_env=config.vector_env)
+            vector_env=config.vector_env, create_env_on_driver=config.create_env_on_driver)
 
     # -- running -----------------------------------------------------------------
     @property
@@ -785,9 +799,11 @@ class Algorithm:
         """The evaluation step and its own WorkerSet (``evaluation_config`` applied,
         envs made for evaluation); see :class:`~flowrl.evaluation.Evaluation`."""
         config, explore = self.config.for_evaluation()
+        # Evaluation plays its envs one by one; its driver worker plays the episodes of
+        # a lost evaluation worker, so it has envs whatever create_env_on_driver says.
         worker_config = dataclasses.replace(
             self.worker_config(config, self._policy_class), explore=explore, training=False,
-            vector_env="sync")  # evaluation plays its envs one by one
+            vector_env="sync", create_env_on_driver=True)
         workers = WorkerSet(config.env, self._policy_class, worker_config,
                             num_workers=self.config.evaluation_num_workers,
                             backend=self.config.backend)

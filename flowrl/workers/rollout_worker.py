@@ -319,6 +319,13 @@ class RolloutWorker(ShardHost):
     ``"async"`` or ``"envpool"`` the callbacks' ``base_env.get_sub_environments()``
     is empty (the envs live in other processes or in EnvPool).
 
+    ``spaces`` (policy id -> ``(observation_space, action_space)``) makes a worker
+    without an env: its policies are built for those spaces and nothing is made or
+    reset (a driver worker with ``create_env_on_driver=False``, whose remote workers
+    report the spaces: :meth:`policy_spaces`). It trains, computes actions and
+    holds weights like any worker; ``env`` is None, :meth:`sample` and
+    :meth:`play_episodes` are ConfigErrors and :meth:`episode_stats` is empty.
+
     >>> from flowrl.policies import PGPolicy
     >>> w = RolloutWorker("CartPole-v1", policy=PGPolicy, num_envs=2,
     ...                   rollout_fragment_length=10, seed=0)
@@ -336,7 +343,8 @@ class RolloutWorker(ShardHost):
                  num_envs: int = 1, rollout_fragment_length: int = 200,
                  seed: int | None = None, worker_index: int = 0, explore: bool = True,
                  torch_threads: int | None = None, preprocessor_pref: str | None = "deepmind",
-                 training: bool = True, callbacks: Any = None, vector_env: str = "sync"):
+                 training: bool = True, callbacks: Any = None, vector_env: str = "sync",
+                 spaces: dict[str, tuple[gym.Space, gym.Space]] | None = None):
         if vector_env not in VECTOR_ENVS:
             raise ConfigError(f"RolloutWorker(vector_env={vector_env!r}): choose one of "
                               f"{list(VECTOR_ENVS)}")
@@ -368,9 +376,20 @@ class RolloutWorker(ShardHost):
         self.preprocessor_pref = preprocessor_pref
         self.vector_env = vector_env
         create = make_env_creator(env, self.env_config, preprocessor_pref, training=training)
-        first = self.env = build_env_part(env, worker_index, "constructor", create)
+        self._spaces: dict[str, tuple[gym.Space, gym.Space]] = {}  # per policy, as built
+        first = self.env = (None if spaces is not None else
+                            build_env_part(env, worker_index, "constructor", create))
         eps_base = worker_index << 32
-        if isinstance(first, MultiAgentEnv):
+        if first is None:  # no env: the policies take the spaces given
+            self.envs, self.sampler = [], None
+            missing = sorted(set(specs) - set(spaces))
+            if missing:
+                raise ConfigError(f"RolloutWorker(spaces=...): no spaces for policies "
+                                  f"{missing}; give (observation_space, action_space) for "
+                                  f"every policy of {sorted(specs)}")
+            self.policy_map = {pid: self._build_policy(pid, spec, *spaces[pid])
+                               for pid, spec in specs.items()}
+        elif isinstance(first, MultiAgentEnv):
             if vector_env != "sync":
                 raise ConfigError(f"RolloutWorker(vector_env={vector_env!r}): env "
                                   f"{describe_env(env)} is a MultiAgentEnv, whose envs are "
@@ -426,8 +445,28 @@ class RolloutWorker(ShardHost):
     def _build_policy(self, pid: str, spec: PolicySpec, obs_space, act_space):
         kwargs = {"seed": self.seed, **spec.config}
         check_policy_config(spec.policy_class, kwargs, f"RolloutWorker: policies[{pid!r}]")
-        return self._with_callbacks(spec.policy_class(spec.observation_space or obs_space,
-                                                      spec.action_space or act_space, **kwargs))
+        self._spaces[pid] = (spec.observation_space or obs_space, spec.action_space or act_space)
+        return self._with_callbacks(spec.policy_class(*self._spaces[pid], **kwargs))
+
+    def policy_spaces(self) -> dict[str, tuple[gym.Space, gym.Space]]:
+        """``{policy_id: (observation_space, action_space)}``: the spaces each policy
+        was built for (what a worker without an env is built from, as ``spaces=``).
+
+        >>> from flowrl.policies import PGPolicy
+        >>> w = RolloutWorker("CartPole-v1", policy=PGPolicy, rollout_fragment_length=10)
+        >>> bare = RolloutWorker("CartPole-v1", policy=PGPolicy, spaces=w.policy_spaces())
+        >>> bare.env, bare.policy_spaces() == w.policy_spaces(), bare.episode_stats()
+        (None, True, [])
+        >>> w.stop(); bare.stop()
+        """
+        return dict(self._spaces)
+
+    def _require_env(self, method: str) -> None:
+        if self.env is None:
+            raise ConfigError(f"RolloutWorker.{method} (worker {self.worker_index}): this "
+                              "worker has no env (built from spaces: the driver's worker with "
+                              "create_env_on_driver=False and remote workers); sample the "
+                              "remote workers, or set create_env_on_driver=True")
 
     def _with_callbacks(self, policy):
         """``policy``, given the worker's callbacks when they run ``on_learn_on_batch``
@@ -485,7 +524,9 @@ class RolloutWorker(ShardHost):
 
         A :class:`SampleBatch` for single-agent envs, a :class:`MultiAgentBatch`
         for multi-agent envs. Runs the callbacks' ``on_sample_end`` on it.
+        A worker without an env raises ConfigError.
         """
+        self._require_env("sample")
         batch = self.sampler.sample()
         if self._on_sample_end:
             call_hook(self.callbacks, "on_sample_end", worker=self, samples=batch)
@@ -504,6 +545,7 @@ class RolloutWorker(ShardHost):
         sampler's envs directly, so it is for workers that do not :meth:`sample`
         (evaluation workers)."""
         from flowrl.evaluation import MAX_EPISODE_STEPS, play_episodes
+        self._require_env("play_episodes")
         if isinstance(self.env, MultiAgentEnv) or len(self.policy_map) != 1:
             raise ConfigError(f"RolloutWorker.play_episodes (worker {self.worker_index}): "
                               "evaluation plays single-agent envs with one policy; this "
@@ -519,8 +561,9 @@ class RolloutWorker(ShardHost):
 
     def episode_stats(self) -> list[dict]:
         """Completed episodes since the last call: ``episode_reward``, ``episode_len``
-        (and ``policy_rewards`` for multi-agent). Draining: each episode is reported once."""
-        return self.sampler.episode_stats()
+        (and ``policy_rewards`` for multi-agent). Draining: each episode is reported once.
+        Empty for a worker without an env."""
+        return self.sampler.episode_stats() if self.sampler is not None else []
 
     # -- policies ----------------------------------------------------------------
     def get_policy(self, policy_id: str = DEFAULT_POLICY_ID):
@@ -620,7 +663,7 @@ class RolloutWorker(ShardHost):
         is not one of them (``"async"``, ``"envpool"``)."""
         for env in self.envs:
             env.close()
-        if self.vector_env != "sync":
+        if self.vector_env != "sync" and self.env is not None:
             self.env.close()
 
 

@@ -11,7 +11,10 @@ already initialised, else ``"local"``; flowrl never calls ``ray.init()`` for you
 Ray workers are created in parallel: every actor is submitted first, the local
 worker is built while they start, and the constructor returns once all of them
 are ready (a worker that fails to start raises :class:`~flowrl.errors.WorkerError`).
-Remote workers start with the local worker's weights. ``stop()`` releases only the
+With ``create_env_on_driver=False`` and remote workers, the local worker makes no
+env: it waits for the remote workers and builds its policies from the spaces
+remote worker 1 reports (as RLlib 1.x does). Remote workers start with the local
+worker's weights. ``stop()`` releases only the
 workers this set created (not those passed to :meth:`WorkerSet.from_existing`).
 Remote workers of the built-in actor-critic policies act through numpy replicas
 and import torch only when asked for more than acting
@@ -85,6 +88,12 @@ class WorkerConfig:
     of them) travels like ``env_config``: each worker builds its own instance.
     ``vector_env`` (``"sync"`` or ``"async"``) is how each worker steps its envs
     (:func:`~flowrl.workers.rollout_worker.make_vector_env`).
+    ``create_env_on_driver`` (RLlib 1.x's name): whether the local worker makes
+    envs when there are remote workers; with False it has none (its policies take
+    the remote workers' spaces) and cannot sample. True here, so a WorkerSet built
+    by hand keeps a driver worker that samples; algorithms pass their config's
+    (``AlgorithmConfig.create_env_on_driver``, default False as in RLlib 1.x).
+    Without remote workers the local worker always has envs.
 
     >>> WorkerConfig(num_envs_per_worker=0)
     Traceback (most recent call last):
@@ -112,6 +121,7 @@ class WorkerConfig:
     training: bool = True
     callbacks: Any = None
     vector_env: str = "sync"
+    create_env_on_driver: bool = True
 
     @property
     def tolerates_failures(self) -> bool:
@@ -177,11 +187,20 @@ class WorkerSet:
         self._remote_kwargs = _with_acting_replicas(kwargs) if config.numpy_replicas else kwargs
         self._setup(config, calls_for_backend(backend), [], owned=True)
         calls = self.calls
+        env_on_driver = config.create_env_on_driver or num_workers == 0
         try:
-            if calls.remote:  # actors start in parallel with each other and with this build
+            # Actors start in parallel with each other and with the local worker's build;
+            # a local worker without env needs the remote workers' spaces first.
+            remotes_first = calls.remote or not env_on_driver
+            if remotes_first:
                 self._remotes = [self._create(i) for i in range(1, num_workers + 1)]
-            self._local = RolloutWorker(env, worker_index=0, **kwargs)
-            if not calls.remote:
+                self._indices = list(range(1, len(self._remotes) + 1))
+            if env_on_driver:
+                self._local = RolloutWorker(env, worker_index=0, **kwargs)
+            else:
+                self._local = RolloutWorker(env, worker_index=0, spaces=self._remote_spaces(),
+                                            **kwargs)
+            if not remotes_first:
                 self._remotes = [self._create(i) for i in range(1, num_workers + 1)]
             self._indices = list(range(1, len(self._remotes) + 1))
             if self._remotes:
@@ -543,6 +562,14 @@ class WorkerSet:
         return self.calls.create(
             RolloutWorker, self._env, worker_index=worker_index, **self._remote_kwargs, **extra,
             num_cpus=config.num_cpus_per_worker if num_cpus is None else num_cpus)
+
+    def _remote_spaces(self) -> dict:
+        """Remote worker 1's :meth:`~RolloutWorker.policy_spaces`, once every remote
+        worker is built (a worker that fails to start is named as in :meth:`_wait_ready`)."""
+        self._wait_ready()
+        pending = self.calls.call(self._remotes[0], "policy_spaces")
+        return self.calls.get(pending, timeout=self.timeout_s, label="remote worker 1",
+                              setting="sample_timeout_s")
 
     def _wait_ready(self) -> None:
         """Block until every remote worker is built (and has the weights sent before),
