@@ -103,6 +103,71 @@ def test_a_waiting_row_is_carried_not_cut_at_the_fragments_end():
     assert "p1" not in second.policy_batches
 
 
+class _Retire(MultiAgentEnv):
+    """Agents 0 and 1 move in turn; on step 2 agent 0 retires, and that step returns
+    an observation for agent 0 alone (done, no ``"__all__"``), so nobody can act on
+    step 3: the env takes an empty action dict there and gives agent 1 its turn and
+    0.5. Agent 1 then moves twice more and the game ends. The obs is the step count.
+    """
+
+    def __init__(self):
+        self.possible_agents = [0, 1]
+        box = gym.spaces.Box(0.0, 100.0, (1,), np.float32)
+        self.observation_spaces = {0: box, 1: box}
+        self.action_spaces = {0: gym.spaces.Discrete(2), 1: gym.spaces.Discrete(2)}
+        self.seen = []
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return {0: np.zeros(1, np.float32)}, {}
+
+    def step(self, actions):
+        self.seen.append(sorted(actions))
+        mover = {0: 0, 1: 1, 2: 0, 3: None, 4: 1, 5: 1}[self.t]
+        assert set(actions) == ({mover} if mover is not None else set()), (self.t, actions)
+        self.t += 1
+        obs = np.full(1, self.t, np.float32)
+        if self.t == 3:    # agent 0 retires: its final obs only, the game goes on
+            return {0: obs}, {0: 5.0}, {0: True, "__all__": False}, {"__all__": False}, {}
+        if self.t == 4:    # the empty step: agent 1's turn again
+            return {1: obs}, {1: 0.5}, {"__all__": False}, {"__all__": False}, {}
+        last = self.t == 6
+        return ({(1 - mover) if self.t < 3 else 1: obs}, {mover: float(1 + last)},
+                {"__all__": last}, {"__all__": False}, {})
+
+
+# The first episode as rows per agent: (t, obs, reward, new_obs, terminated).
+RETIRE_EXPECTED = {
+    0: [(0, 0, 1, 2, False), (2, 2, 5, 3, True)],
+    1: [(1, 1, 1 + 0.5, 4, False), (4, 4, 1, 5, False), (5, 5, 2, 6, True)],
+}
+
+
+@pytest.mark.parametrize("fragment_length", [1, 2, 3, 4, 6, 7])
+def test_a_step_leaving_only_done_agents_is_followed_by_an_empty_step_that_counts(
+        fragment_length):
+    w = RolloutWorker(lambda cfg: _Retire(), policies={"p0": PGPolicy, "p1": PGPolicy},
+                      policy_mapping_fn=lambda agent, episode: f"p{agent}",
+                      rollout_fragment_length=fragment_length, seed=0)
+    rows, env_steps = {0: [], 1: []}, 0
+    for _ in range(14 // fragment_length + 1):
+        mb = w.sample()
+        env_steps += mb.env_steps()
+        for agent in (0, 1):
+            b = mb.policy_batches.get(f"p{agent}")
+            for i in range(0 if b is None else b.count):
+                if b[SB.EPS_ID][i] == 0:
+                    rows[agent].append((int(b[SB.T][i]), float(b[SB.OBS][i][0]),
+                                        float(b[SB.REWARDS][i]), float(b[SB.NEXT_OBS][i][0]),
+                                        bool(b[SB.TERMINATEDS][i])))
+    assert [a for a in w.env.seen[:6]] == [[0], [1], [0], [], [1], [1]]
+    assert env_steps == len(w.env.seen)    # the empty steps count as env steps, as in RLlib
+    assert {a: sorted(r) for a, r in rows.items()} == RETIRE_EXPECTED
+    first = w.episode_stats()[0]
+    assert first["episode_len"] == 6 and first["agent_rewards"] == {0: ("p0", 6.0),
+                                                                    1: ("p1", 4.5)}
+
+
 def test_tic_tac_toe_games_close_both_players_and_are_zero_sum():
     w = RolloutWorker(TicTacToe, policies={"x": PGPolicy, "o": PGPolicy},
                       policy_mapping_fn=lambda agent, episode: "xo"[agent],

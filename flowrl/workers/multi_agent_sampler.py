@@ -31,7 +31,11 @@ the rows before it end there as a cut trajectory bootstrapping from the carried
 row's ``obs``. ``t`` is the env step at which the agent acted. Rewards for an
 agent before its first action in an episode, or after it is done, belong to no
 row and are dropped (they do not count in ``agent_rewards`` either). An env step
-that returns no observation at all without ending the episode is an
+that returns observations only for agents that are done (and no ``"__all__"``)
+leaves nobody to act: as in RLlib 1.x, the env's next step takes an empty action
+dict, and so on until an agent can act again; such a step counts as an env step
+(in ``episode_len``, ``t`` and the batch's ``env_steps``) like any other. An env
+step that returns no observation at all without ending the episode is an
 OperatorError: nobody could act next.
 
 State kept between calls: each env's current observations (of agents about to
@@ -404,13 +408,13 @@ class MultiAgentSampler:
             open_rows.clear()
             self._reset(k, None)
             return
-        if done_agents:
-            obs = {a: o for a, o in obs.items() if a not in done_agents}
         if not obs:
             raise OperatorError(
                 f"{type(self.envs[k]).__name__}.step returned no observation for any agent "
-                "that is not done, and did not end the episode ('__all__'), so no agent can "
-                "act next; return an observation for the agent(s) whose turn it is")
+                "and did not end the episode ('__all__'), so no agent can act next; return "
+                "an observation for the agent(s) whose turn it is")
+        if done_agents:  # none left (done agents' obs only): the next step is an empty one
+            obs = {a: o for a, o in obs.items() if a not in done_agents}
         self._obs[k] = obs
 
     def _postprocess(self, rows: dict[str, _Rows], trajs: list[_Traj], deferred: set[str],
