@@ -44,7 +44,8 @@ class BuildsOnlyInTheDriver:
 
 
 class SecondBuildFails:
-    """An env creator whose second env fails: the first remote worker's (local backend)."""
+    """An env creator whose second env fails: the second remote worker's (local backend, no
+    env on the driver)."""
 
     def __init__(self):
         self.calls = 0
@@ -62,8 +63,17 @@ def test_an_env_constructor_that_raises_names_the_env_and_the_local_worker(reque
         request.getfixturevalue("ray_session")
     with pytest.raises(EnvError, match=r"^env broken_map raised ValueError in its constructor on "
                                        r"worker 0 \(the local worker\): no such map") as info:
-        PG(PGConfig(env=broken_map, num_workers=1, backend=backend))
+        PG(PGConfig(env=broken_map, num_workers=1, create_env_on_driver=True, backend=backend))
     assert "hook" not in str(info.value) and isinstance(info.value.__cause__, ValueError)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_without_an_env_on_the_driver_the_first_remote_worker_is_named(request, backend):
+    if backend == "ray":
+        request.getfixturevalue("ray_session")
+    with pytest.raises(EnvError, match=r"^env broken_map raised ValueError in its constructor on "
+                                       r"worker 1: no such map"):
+        PG(PGConfig(env=broken_map, num_workers=1, backend=backend))
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -72,12 +82,12 @@ def test_an_env_reset_that_raises_names_the_env_and_the_worker(request, backend)
         request.getfixturevalue("ray_session")
     with pytest.raises(EnvError, match=r"env ResetFails raised RuntimeError in its reset on "
                                        r"worker 0 .*the simulator is not running"):
-        PG(PGConfig(env=ResetFails, num_workers=1, backend=backend))
+        PG(PGConfig(env=ResetFails, num_workers=1, create_env_on_driver=True, backend=backend))
 
 
 def test_a_remote_workers_env_failure_names_that_worker_locally():
     with pytest.raises(EnvError, match=r"env SecondBuildFails raised OSError in its "
-                                       r"constructor on worker 1: license server unreachable"):
+                                       r"constructor on worker 2: license server unreachable"):
         PG(PGConfig(env=SecondBuildFails(), num_workers=2, backend="local"))
 
 
