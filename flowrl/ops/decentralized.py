@@ -28,6 +28,7 @@ from flowrl.metrics import (AGENT_STEPS_SAMPLED_COUNTER, LEARNER_INFO, STEPS_SAM
                             STEPS_TRAINED_COUNTER, WORKER_UPDATE_TIMER, get_metrics)
 from flowrl.ops.rollout_ops import rollout_shards
 from flowrl.ops.train_ops import train_policies
+from flowrl.workers import get_global_worker  # at import, not first use: see gradient_ops
 
 Batch = SampleBatch | MultiAgentBatch
 
@@ -41,8 +42,6 @@ class _LocalTrain:
         self.rngs: dict[int, np.random.Generator] = {}
 
     def __call__(self, samples: Batch) -> tuple[dict, int, int]:
-        from flowrl.workers import get_global_worker
-
         worker = get_global_worker()
         index = worker.worker_index
         if self.num_sgd_iter > 1 or self.sgd_minibatch_size > 0:
@@ -95,8 +94,6 @@ class _ComputeUpdates:
         self.iterations: dict[int, int] = {}
 
     def __call__(self, samples: Batch) -> tuple[dict, dict, int, int]:
-        from flowrl.workers import get_global_worker
-
         worker = get_global_worker()
         _asp(worker)
         info = worker.learn_on_batch(samples)

@@ -27,6 +27,10 @@ from flowrl.metrics import (APPLY_GRADS_TIMER, COMPUTE_GRADS_TIMER, GRAD_WAIT_TI
                             WORKER_UPDATE_TIMER, get_metrics)
 from flowrl.ops.rollout_ops import rollout_shards
 from flowrl.runtime.calls import calls_for
+# Imported here, not on first use: a shard's stage is unpickled at install, which all
+# shards finish before the first pull, so no shard's first gradient waits on this import
+# while another shard's are served (docs/design.md, "Fair gathers").
+from flowrl.workers import get_global_worker
 
 
 class GradientsItem(tuple):
@@ -44,15 +48,10 @@ class GradientsItem(tuple):
 
 def _hosting_worker(fallback) -> Any:
     try:
-        from flowrl.workers import get_global_worker
-    except ImportError:  # the shard-side context is not available in this build
-        get_global_worker = None
-    if get_global_worker is not None:
-        try:
-            return get_global_worker()
-        except FlowError:
-            if fallback is None:
-                raise
+        return get_global_worker()
+    except FlowError:
+        if fallback is None:
+            raise
     if fallback is None:
         raise FlowError("ComputeGradients: no hosting worker here; use it shard-side "
                         "(rollout_shards(workers).for_each(ComputeGradients(workers))) or give "
