@@ -91,7 +91,7 @@ class PolicyMapping(dict):
 def as_mapping_fn(fn: Callable[..., str] | dict | None) -> Callable[[Any, Any], str] | None:
     """``fn`` as a two-argument ``(agent_id, episode)`` mapping.
 
-    Accepts the DESIGN signature ``fn(agent_id, episode)``, the older one-argument
+    Accepts the documented signature ``fn(agent_id, episode)``, the older one-argument
     ``fn(agent_id)`` (as in RLlib 1.x tests) and a ``{agent_id: policy_id}`` dict
     (a :class:`PolicyMapping`).
 
