@@ -28,7 +28,7 @@ from flowrl.metrics import (AGENT_STEPS_SAMPLED_COUNTER, LEARNER_INFO, STEPS_SAM
                             STEPS_TRAINED_COUNTER, WORKER_UPDATE_TIMER, get_metrics)
 from flowrl.ops.rollout_ops import rollout_shards
 from flowrl.ops.train_ops import train_policies
-from flowrl.workers import get_global_worker  # at import, not first use: see gradient_ops
+from flowrl.runtime.global_worker import get_global_worker  # at import: see gradient_ops
 
 Batch = SampleBatch | MultiAgentBatch
 

@@ -28,9 +28,9 @@ from flowrl.metrics import (APPLY_GRADS_TIMER, COMPUTE_GRADS_TIMER, GRAD_WAIT_TI
 from flowrl.ops.rollout_ops import rollout_shards
 from flowrl.runtime.calls import calls_for
 # Imported here, not on first use: a shard's stage is unpickled at install, which all
-# shards finish before the first pull, so no shard's first gradient waits on this import
+# shards finish before the first pull, so no shard's first gradient waits on an import
 # while another shard's are served (docs/design.md, "Fair gathers").
-from flowrl.workers import get_global_worker
+from flowrl.runtime.global_worker import get_global_worker
 
 
 class GradientsItem(tuple):

@@ -1,6 +1,6 @@
 """Rollout workers and worker sets: where experience is collected."""
 
-from flowrl.workers.global_worker import get_global_worker
+from flowrl.runtime.global_worker import get_global_worker
 from flowrl.workers.multi_agent_env import MultiAgentEnv, make_multi_agent
 from flowrl.workers.episode import Episode
 from flowrl.workers.pettingzoo_env import PettingZooEnv
