@@ -90,6 +90,9 @@ class SampleBatch:
     # episode's start); state_in_<i>/state_out_<i> hold the model state.
     PREV_ACTIONS = "prev_actions"
     PREV_REWARDS = "prev_rewards"
+    # The version of the weights that acted (int per row): how many learner
+    # updates the acting policy's weights had seen (RolloutWorker.policy_versions).
+    POLICY_VERSION = "policy_version"
 
     __slots__ = ("_columns", "_count")
 
@@ -204,6 +207,21 @@ class SampleBatch:
         out = SampleBatch()
         out._columns = {k: v[start:end] for k, v in self.items()}
         out._count = len(range(self._count)[start:end])
+        return out
+
+    def select(self, keep) -> "SampleBatch":
+        """The rows where the boolean array ``keep`` is True (copies).
+
+        >>> SampleBatch(t=[0, 1, 2, 3]).select(np.array([True, False, True, False]))["t"].tolist()
+        [0, 2]
+        """
+        keep = np.asarray(keep, dtype=bool)
+        if keep.shape != (self._count,):
+            raise ConfigError(f"SampleBatch.select: keep has shape {keep.shape}, the batch "
+                              f"{self._count} rows; pass one bool per row")
+        out = SampleBatch()
+        out._columns = {k: v[keep] for k, v in self.items()}
+        out._count = int(keep.sum())
         return out
 
     def shuffle(self, seed: Seed = None) -> "SampleBatch":

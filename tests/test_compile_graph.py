@@ -280,7 +280,8 @@ EXPECTED = {
                     ['impala/broadcast_weights',
                      ['impala/record_trained', 'impala/broadcast_weights']],
                     ['report.once_per_interval',
-                     ['report.once_per_timesteps', 'report.once_per_interval']]],
+                     ['report.once_per_timesteps', 'report.once_per_interval']],
+                    ['impala/learner_diagnostics', ['impala/learner_diagnostics']]],
          'segments': [],
          'host_sources': ['impala/rollouts']},
     'impala_tree':
@@ -297,7 +298,8 @@ EXPECTED = {
                     ['impala/broadcast_weights',
                      ['impala/record_trained', 'impala/broadcast_weights']],
                     ['report.once_per_interval',
-                     ['report.once_per_timesteps', 'report.once_per_interval']]],
+                     ['report.once_per_timesteps', 'report.once_per_interval']],
+                    ['impala/learner_diagnostics', ['impala/learner_diagnostics']]],
          'segments': [],
          'host_sources': ['impala/rollouts', 'impala/aggregate']},
 }

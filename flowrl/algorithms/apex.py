@@ -49,7 +49,6 @@ from flowrl.metrics import (LEARNER_INFO, STEPS_TRAINED_COUNTER, WORKER_UPDATE_T
 from flowrl.ops import (Dequeue, Enqueue, LearnerThread, LearningStarts, ParallelRollouts, Replay,
                         StandardMetricsReporting, StoreToReplayBuffer, UpdateReplayPriorities,
                         UpdateTargetNetwork)
-from flowrl.ops.train_ops import policy_batches
 from flowrl.replay import ReplayCalls, create_replay_actors
 from flowrl.runtime.calls import calls_for
 
@@ -163,12 +162,11 @@ class ApeXLearnerThread(LearnerThread):
 
     def _train(self, item: Any) -> tuple[int, dict, Any]:
         count, info, actor = super()._train(item)
-        _, batch = self._split(item)
         worker = self.local_worker
         td = {pid: worker.get_policy(pid).compute_td_error(rows)
-              for pid, rows in policy_batches(worker, batch).items()}
+              for pid, rows in item.per_policy.items()}
         self.weights_version += 1
-        return count, info, (actor, batch, td)
+        return count, info, (actor, item.batch, td)
 
     def __call__(self, item: Any) -> Any:
         if self.ident is None and not self.stopped:
@@ -192,6 +190,7 @@ class UpdateWorkerWeights:
         self.steps: dict[int, int] = {}
         self._version = -1
         self._weights: Any = None
+        self._versions: tuple = ()  # (the weights' versions,) or () for a worker without
 
     def __call__(self, item: tuple) -> Any:
         worker, batch = item
@@ -204,7 +203,9 @@ class UpdateWorkerWeights:
                     self._version = self.learner.weights_version  # before the read, as
                     weights = self.learner.latest_weights()    # a newer update bumps it
                     self._weights = self.workers.calls.put(weights)
-                self.workers.calls.call(worker, "set_weights", self._weights)
+                    versions = self.learner.latest_versions()
+                    self._versions = () if versions is None else (versions,)
+                self.workers.calls.call(worker, "set_weights", self._weights, *self._versions)
             self.steps[key] = 0
             metrics.counters["num_weight_broadcasts"] += 1
         return batch

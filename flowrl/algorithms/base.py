@@ -355,9 +355,14 @@ class AlgorithmConfig:
     evaluation_num_workers: int = 0
     evaluation_config: dict = field(default_factory=lambda: {"explore": False})
     evaluation_parallel_to_training: bool = False
+    #: Drop rows acted by weights more than this many learner updates old (None: off).
+    #: Only algorithms with a learner queue (IMPALA, APPO) have stale rows to drop.
+    max_policy_lag: int | None = None
+    has_learner_queue: ClassVar[bool] = False
 
     checks: ClassVar[dict[str, tuple]] = {
         "num_workers": _int_ge(0), "num_envs_per_worker": _int_ge(1),
+        "max_policy_lag": _or_none(_int_ge(0)),
         "rollout_fragment_length": _int_ge(1), "train_batch_size": _int_ge(1),
         "lr": _num(0, 10, open_lo=True), "gamma": _num(0, 1), "num_gpus": _num(0),
         "num_cpus_per_worker": _num(0), "timesteps_per_iteration": _int_ge(0),
@@ -377,6 +382,11 @@ class AlgorithmConfig:
 
     def __post_init__(self) -> None:
         name = type(self).__name__
+        if self.max_policy_lag is not None and not self.has_learner_queue:
+            raise ConfigError(
+                f"{name}.max_policy_lag={self.max_policy_lag!r}: this algorithm trains "
+                "without a learner queue, so no batch waits to go stale; only IMPALA and "
+                "APPO take max_policy_lag. Remove it")
         for cls in reversed(type(self).__mro__):
             for f, (ok, what) in vars(cls).get("checks", {}).items():
                 value = getattr(self, f)
@@ -794,6 +804,12 @@ class Algorithm:
     def metrics(self):
         """The run's :class:`~flowrl.metrics.MetricsContext` (counters, timers, info)."""
         return self._run.metrics
+
+    def to_dot(self) -> str:
+        """The plan as DOT text with the run's live figures on each node (items/s,
+        busy share, queue depth, and an operator's own figures, such as IMPALA's
+        policy lag): ``Plan.to_dot(run.stats())``."""
+        return self._run.plan.to_dot(self._run.stats())
 
     def _make_evaluation(self) -> Evaluation:
         """The evaluation step and its own WorkerSet (``evaluation_config`` applied,

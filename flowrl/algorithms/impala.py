@@ -21,6 +21,7 @@ concurrently: ``Concurrently([enqueue, dequeue], mode="async", output_indexes=[1
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -57,7 +58,9 @@ class IMPALAConfig(AlgorithmConfig):
     ``num_data_loader_buffers`` (towers and parallel loaders; CPU fake towers
     without a GPU), ``broadcast_interval``. Loss: ``vtrace``,
     ``vtrace_clip_rho_threshold``, ``vtrace_clip_pg_rho_threshold``, ``lr``,
-    ``vf_loss_coeff``, ``entropy_coeff``, ``grad_clip``.
+    ``vf_loss_coeff``, ``entropy_coeff``, ``grad_clip``. ``max_policy_lag`` (None:
+    off): the learner drops rows acted by weights more than this many learner updates
+    old (replayed rows included), see ``result["info"]["policy_lag"]``.
 
     >>> IMPALAConfig(env="CartPole-v1", num_data_loader_buffers=2, minibatch_buffer_size=4)
     Traceback (most recent call last):
@@ -76,6 +79,7 @@ class IMPALAConfig(AlgorithmConfig):
     learner_queue_timeout: float = 300.0
     max_sample_requests_in_flight_per_worker: int = 2
     broadcast_interval: int = 1
+    has_learner_queue: ClassVar[bool] = True
     num_aggregation_workers: int = 0
     replay_proportion: float = 0.0
     replay_buffer_num_slots: int = 0
@@ -218,8 +222,9 @@ class RecordLearnerResult:
     Metrics: ``STEPS_TRAINED_COUNTER`` (and agent steps) grow by each result's
     count; ``info[LEARNER_INFO]`` is its stats; ``LEARN_ON_BATCH_TIMER`` gets the
     learner thread's training time since the previous result (units: steps), so
-    results carry ``learn_time_ms``/``learn_throughput``; ``info["learner_queue"]``
-    holds :meth:`~flowrl.ops.LearnerThread.stats` (queue size, utilization).
+    results carry ``learn_time_ms``/``learn_throughput``. The answer to a batch
+    whose rows were all too stale (``max_policy_lag``) trained nothing and records
+    nothing.
     """
 
     def __init__(self, learner: LearnerThread):
@@ -228,6 +233,8 @@ class RecordLearnerResult:
 
     def __call__(self, item: tuple) -> tuple:
         count, info = item[0], item[1]
+        if not info:
+            return item
         metrics = get_metrics()
         metrics.counters[STEPS_TRAINED_COUNTER] += count
         metrics.counters[AGENT_STEPS_TRAINED_COUNTER] += count
@@ -237,13 +244,14 @@ class RecordLearnerResult:
         timer.push(busy - self._busy)
         timer.push_units_processed(count)
         self._busy = busy
-        metrics.info["learner_queue"] = self.learner.stats()
         return item
 
 
 class BroadcastUpdateLearnerWeights:
     """Driver-side after Dequeue: the producing workers of each trained batch get the
-    learner's weights, a snapshot refreshed every ``broadcast_interval`` updates.
+    learner's weights and their policy versions, a snapshot refreshed every
+    ``broadcast_interval`` updates, and at once after the learner's weights were set
+    from outside (a restore: :attr:`~flowrl.ops.LearnerThread.weights_epoch`).
 
     Metrics: ``WORKER_UPDATE_TIMER``; counters ``num_weight_broadcasts`` (sends) and
     ``num_weight_syncs`` (snapshots taken)."""
@@ -253,22 +261,71 @@ class BroadcastUpdateLearnerWeights:
         self.broadcast_interval = broadcast_interval
         self.since = 0
         self.weights: Any = None
+        self.versions: dict[str, int] | None = None
+        self.epoch = learner.weights_epoch
 
     def __call__(self, item: tuple) -> tuple:
         sources = item[2] if len(item) > 2 else ()
         metrics = get_metrics()
+        learner = self.learner
         self.since += 1
         with metrics.timers[WORKER_UPDATE_TIMER]:
-            if self.weights is None or (self.since >= self.broadcast_interval
-                                        and self.learner.weights_updated):
-                self.learner.weights_updated = False  # before the read: a newer update sets it
-                self.weights = self.learner.latest_weights()  # never waits for an update
+            if (self.weights is None or self.epoch != learner.weights_epoch
+                    or (self.since >= self.broadcast_interval and learner.weights_updated)):
+                learner.weights_updated = False  # before the read: a newer update sets it
+                self.epoch = learner.weights_epoch
+                self.weights = learner.latest_weights()  # never waits for an update
+                self.versions = learner.latest_versions()
                 self.since = 0
                 metrics.counters["num_weight_syncs"] += 1
             if sources:
-                send_weights(self.weights, sources)
+                send_weights(self.weights, sources, self.versions)
                 metrics.counters["num_weight_broadcasts"] += len(sources)
         return item
+
+
+class ReportLearnerDiagnostics:
+    """After the reporting op: each result gets the learner thread's figures since the
+    previous result (:meth:`~flowrl.ops.LearnerThread.diagnostics`) in
+    ``result["info"]``: ``policy_lag``, ``learner_queue``, ``learner_busy_frac``.
+    Dropped rows add up in the counter ``num_policy_lag_dropped``; an iteration that
+    dropped more than half of its rows warns, naming ``max_policy_lag``."""
+
+    def __init__(self, learner: LearnerThread, where: str):
+        self.learner, self.where = learner, where
+        self.last: dict[str, Any] = {}
+
+    def node_stats(self) -> dict[str, str]:
+        """The last result's figures, for ``Run.stats()`` and the plan's DOT."""
+        figures, out = self.last, {}
+        lag = figures.get("policy_lag")
+        if lag is not None:
+            out["policy lag"] = (f"mean {lag['mean']:.1f}, p95 {lag['p95']:.0f}, max "
+                                 f"{lag['max']:.0f} updates; dropped {lag['dropped']}")
+        queue = figures.get("learner_queue")
+        if queue is not None:
+            out["learner queue"] = f"mean {queue['size_mean']:.1f}, max {queue['size_max']}"
+        if "learner_busy_frac" in figures:
+            out["learner busy"] = f"{100 * figures['learner_busy_frac']:.0f}%"
+        return out
+
+    def __call__(self, result: dict) -> dict:
+        figures = self.last = self.learner.diagnostics()
+        lag = figures.get("policy_lag")
+        if lag is not None and lag["dropped"]:
+            counters = get_metrics().counters
+            counters["num_policy_lag_dropped"] += lag["dropped"]
+            result["info"]["num_policy_lag_dropped"] = counters["num_policy_lag_dropped"]
+            taken = lag["dropped"] + lag["rows"]
+            if lag["dropped"] * 2 > taken:
+                logging.getLogger("flowrl").warning(
+                    "%s: the learner dropped %d of the %d rows it took this iteration as "
+                    "staler than max_policy_lag=%s; raise max_policy_lag, or lower "
+                    "learner_queue_size or max_sample_requests_in_flight_per_worker so that "
+                    "samples wait less", self.where, lag["dropped"], taken,
+                    self.learner.max_policy_lag)
+        result["info"].update(figures)
+        return result
 
 
 def make_learner_thread(workers, config: IMPALAConfig, name: str) -> LearnerThread:
@@ -278,7 +335,7 @@ def make_learner_thread(workers, config: IMPALAConfig, name: str) -> LearnerThre
         num_sgd_iter=config.num_sgd_iter, learner_queue_size=config.learner_queue_size,
         learner_queue_timeout=config.learner_queue_timeout, num_gpus=config.num_gpus,
         num_data_loader_buffers=config.num_data_loader_buffers, seed=config.seed,
-        name=f"{name}/learner_thread")
+        max_policy_lag=config.max_policy_lag, name=f"{name}/learner_thread")
 
 
 def gather_experiences(workers, config: IMPALAConfig, name: str) -> LocalStream:
@@ -321,7 +378,8 @@ def async_learner_plan(workers, config: IMPALAConfig, learner: LearnerThread,
     return StandardMetricsReporting(
         merged, workers, min_time_s_per_reporting=config.min_time_s_per_reporting,
         timesteps_per_iteration=config.timesteps_per_iteration,
-        metrics_wait_s=0.0)
+        metrics_wait_s=0.0).for_each(ReportLearnerDiagnostics(learner, name),
+                                     name=f"{name}/learner_diagnostics")
 
 
 class IMPALA(Algorithm):

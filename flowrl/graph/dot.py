@@ -4,7 +4,8 @@ Node ids are the plan's readable ids, everything is emitted in sorted order and
 every id and label is quoted and escaped, so the same plan gives the same bytes
 in every process. Async hand-offs (into ``gather_async``, aggregators and async
 ``Concurrently``) are dashed. With ``stats`` from ``Run.stats()`` each node shows
-items/s, its share of busy time and its queue depth, and each edge the rate of
+items/s, its share of busy time and its queue depth (and an operator's own
+figures, ``extra``: the learner's policy lag, say), and each edge the rate of
 items crossing it.
 """
 
@@ -36,6 +37,8 @@ def _stat_line(st: dict, total_busy: float) -> str:
     line = f"{st.get('items_per_s', 0.0):.1f} items/s, {share:.0f}% busy"
     if st.get("max_queue_depth"):
         line += f", queue {st.get('queue_depth', 0)}/{st['max_queue_depth']}"
+    for name, value in (st.get("extra") or {}).items():
+        line += f"\n{name}: {value}"
     return line
 
 

@@ -167,17 +167,21 @@ def _get_weights(worker, policies: Sequence[str]) -> Any:
     return worker.get_weights(list(policies)) if policies else worker.get_weights()
 
 
-def send_weights(weights: Any, actors: Sequence[Any]) -> None:
+def send_weights(weights: Any, actors: Sequence[Any],
+                 versions: dict[str, int] | None = None) -> None:
     """Give ``weights`` to each worker in ``actors``: in-process workers get
     ``set_weights(weights)``; Ray actors ``set_weights.remote(ref)`` with ONE
     ``ray.put`` shared by all of them (not awaited: actor calls run in submission
-    order, so each actor's next sample uses the new weights)."""
+    order, so each actor's next sample uses the new weights). With ``versions``
+    (``{pid: version}``) the call is ``set_weights(weights, versions)``
+    (:meth:`~flowrl.workers.RolloutWorker.set_weights`)."""
+    extra = () if versions is None else (versions,)
     shared: dict[str, Any] = {}  # calls name -> weights as their calls share them
     for actor in actors:
         calls = calls_for(actor)
         if calls.name not in shared:
             shared[calls.name] = calls.put(weights)
-        calls.call(actor, "set_weights", shared[calls.name])
+        calls.call(actor, "set_weights", shared[calls.name], *extra)
 
 
 class ApplyGradients:

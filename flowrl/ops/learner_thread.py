@@ -32,17 +32,31 @@ never starves the learner. The thread reads the clock every
 :data:`IDLE_SLICE_S` seconds while its queue is empty. A learner fed by hand,
 with no run known, counts wall time.
 
+Policy lag (docs/design.md, "Policy lag and learner diagnostics"): when the thread
+takes a batch from ``inqueue`` (a loader thread, with multi-tower loading) it reads
+each row's ``policy_version`` (the version of the weights that acted) against the
+local worker's ``policy_versions`` (updates done so far; the thread counts each of
+its updates there), so a row's lag is the number of learner updates between acting
+and training, and its env-step lag the env steps trained on in between. With
+``max_policy_lag`` the rows staler than it are dropped there, whole sample fragments
+at a time (a fragment is acted by one version); a batch left empty is answered with
+``(0, {}, sources)`` so its samplers still get fresh weights.
+:meth:`LearnerThread.diagnostics` returns, and restarts, the lag, queue-size and
+busy-share figures gathered since its previous call.
+
 State: the queues, the run that drives it (for the idle clock), the minibatch
 buffer slots and their remaining visits, the
 ``weights_updated`` flag (set after every update, cleared by whoever broadcasts
 the weights), a copy of the weights after the last update
 (:meth:`LearnerThread.latest_weights`, so a broadcast never waits for the update
-in progress), ``num_steps`` (updates done) and busy/idle seconds for
-:meth:`LearnerThread.utilization`.
+in progress), ``num_steps`` (updates done), busy seconds for
+:meth:`LearnerThread.utilization`, the env steps trained as of each recent policy
+version, and the figures of :meth:`LearnerThread.diagnostics` since its last call.
 """
 
 from __future__ import annotations
 
+import collections
 import queue
 import threading
 import time
@@ -66,13 +80,21 @@ def _check_int(name: str, value: Any, lo: int) -> None:
         raise ConfigError(f"LearnerThread({name}={value!r}): must be an int >= {lo}")
 
 
+#: Policy versions whose env-step counts the thread keeps, per policy: a row acted by
+#: an older version counts from the oldest kept (its env-step lag is a lower bound).
+VERSIONS_KEPT = 4096
+
+
 class _Loaded:
-    """A batch loaded onto the towers: ``{policy_id: LoadedBatch}`` and its step count."""
+    """A batch taken by the thread: ``{policy_id: rows}`` (or, loaded onto the towers,
+    ``{policy_id: LoadedBatch}``), its env-step count, its sources and the batch as it
+    was queued (``batch``, for subclasses that answer with it)."""
 
-    __slots__ = ("per_policy", "count", "sources")
+    __slots__ = ("per_policy", "count", "sources", "batch")
 
-    def __init__(self, per_policy: dict, count: int, sources: Any):
+    def __init__(self, per_policy: dict, count: int, sources: Any, batch: Any):
         self.per_policy, self.count, self.sources = per_policy, count, sources
+        self.batch = batch
 
 
 class LearnerThread(threading.Thread):
@@ -102,12 +124,14 @@ class LearnerThread(threading.Thread):
                  learner_queue_size: int = 16, learner_queue_timeout: float = 300, *,
                  num_gpus: float = 0, num_data_loader_buffers: int = 1,
                  sgd_minibatch_size: int = 0, seed: int | None = None,
-                 name: str = "learner"):
+                 max_policy_lag: int | None = None, name: str = "learner"):
         _check_int("minibatch_buffer_size", minibatch_buffer_size, 1)
         _check_int("num_sgd_iter", num_sgd_iter, 1)
         _check_int("learner_queue_size", learner_queue_size, 1)
         _check_int("num_data_loader_buffers", num_data_loader_buffers, 1)
         _check_int("sgd_minibatch_size", sgd_minibatch_size, 0)
+        if max_policy_lag is not None:
+            _check_int("max_policy_lag", max_policy_lag, 0)
         if isinstance(learner_queue_timeout, bool) or not isinstance(
                 learner_queue_timeout, (int, float)) or not learner_queue_timeout > 0:
             raise ConfigError(f"LearnerThread(learner_queue_timeout={learner_queue_timeout!r}): "
@@ -129,15 +153,23 @@ class LearnerThread(threading.Thread):
         self.learner_queue_timeout = float(learner_queue_timeout)
         self.num_gpus, self.num_data_loader_buffers = num_gpus, num_data_loader_buffers
         self.sgd_minibatch_size = sgd_minibatch_size
+        self.max_policy_lag = max_policy_lag
         self.inqueue: queue.Queue = queue.Queue(maxsize=learner_queue_size)
         self.outqueue: queue.Queue = queue.Queue()
         self.lock = threading.Lock()  # held while weights change; hold it to read them
         self.weights_updated = False
         self._snapshot: dict | None = None  # local worker's weights after the last update
+        self._snapshot_versions: dict[str, int] | None = None  # ... and their versions
+        self.weights_epoch = 0  # grows when the weights are set from outside (a restore)
         self.num_steps = 0
         self.error: BaseException | None = None
         self.busy_s = 0.0
         self._rng = np.random.default_rng(seed)
+        # env steps trained as of each recent version, per policy (the env-step lag)
+        self._steps_at: dict[str, collections.OrderedDict] = {}
+        self._trained: dict[str, int] = {}
+        self._diag_lock = threading.Lock()
+        self._diag = _Figures(0.0, 0.0)
         self._stopping = threading.Event()
         self._started_at: float | None = None
         self._driver: RunContext | None = None  # the run whose driving counts as waiting
@@ -215,14 +247,30 @@ class LearnerThread(threading.Thread):
         snapshot = self._snapshot
         if snapshot is None:
             with self.lock:
-                snapshot = self._snapshot = self.local_worker.get_weights()
+                snapshot = self._take_snapshot()
         return snapshot
+
+    def _take_snapshot(self) -> dict[str, dict]:
+        """Copy the local worker's weights and versions (hold :attr:`lock`)."""
+        versions = getattr(self.local_worker, "policy_versions", None)
+        self._snapshot_versions = None if versions is None else dict(versions)
+        self._snapshot = self.local_worker.get_weights()
+        return self._snapshot
+
+    def latest_versions(self) -> dict[str, int] | None:
+        """The policy versions of :meth:`latest_weights` (None for a local worker
+        that keeps no versions)."""
+        self.latest_weights()
+        return self._snapshot_versions
 
     def weights_changed(self) -> None:
         """Forget the snapshot of :meth:`latest_weights`; call it (holding :attr:`lock`)
-        after setting the local worker's weights outside the thread (a restore)."""
+        after setting the local worker's weights outside the thread (a restore).
+        :attr:`weights_epoch` grows, so a holder of an older snapshot can tell."""
         self._snapshot = None
         self.weights_updated = True
+        self.weights_epoch += 1
+        self._steps_at.clear()  # the versions may have jumped
 
     def utilization(self) -> float:
         """Fraction of the thread's lifetime spent training (0 before it starts)."""
@@ -236,6 +284,38 @@ class LearnerThread(threading.Thread):
         ``learner_utilization``."""
         return {"num_steps": self.num_steps, "learner_queue_size": self.inqueue.qsize(),
                 "learner_utilization": self.utilization()}
+
+    def diagnostics(self) -> dict[str, Any]:
+        """What the thread saw since the previous call (the first call: since it
+        started), then starts over:
+
+        - ``policy_lag``: ``mean``, ``p95``, ``max`` (learner updates between acting
+          and training) and ``mean_env_steps``, ``p95_env_steps``, ``max_env_steps``
+          (env steps the learner trained on in between) over the ``rows`` taken, and
+          ``dropped`` (rows dropped as staler than ``max_policy_lag``); absent when no
+          batch with a ``policy_version`` column was taken;
+        - ``learner_queue``: ``size_mean`` and ``size_max``, the batches waiting in
+          ``inqueue`` each time the thread took one (absent when it took none);
+        - ``learner_busy_frac``: the share of the wall time spent training.
+        """
+        now = time.perf_counter()
+        with self._diag_lock:
+            figures, self._diag = self._diag, _Figures(now, self.busy_s)
+        out: dict[str, Any] = {}
+        if figures.lags or figures.dropped:
+            lags = np.concatenate(figures.lags) if figures.lags else np.zeros(0, np.int64)
+            env = np.concatenate(figures.env_lags) if figures.env_lags else np.zeros(0)
+            out["policy_lag"] = {**_summary(lags, ""), **_summary(env, "_env_steps"),
+                                 "rows": int(lags.size), "dropped": figures.dropped}
+        if figures.queue_sizes:
+            out["learner_queue"] = {"size_mean": float(np.mean(figures.queue_sizes)),
+                                    "size_max": int(max(figures.queue_sizes))}
+        since = figures.started if figures.started else (self._started_at or now)
+        wall = now - since
+        # an update counts when it ends, so one begun before ``since`` may push it past 1
+        out["learner_busy_frac"] = (min(1.0, (self.busy_s - figures.busy_s) / wall)
+                                    if wall > 0 else 0.0)
+        return out
 
     # -- the thread ---------------------------------------------------------------------
     def _fail(self, error: BaseException) -> None:
@@ -268,20 +348,101 @@ class LearnerThread(threading.Thread):
                 if idle >= self.learner_queue_timeout:
                     raise self._starved(what)
 
+    def _take_batch(self) -> Any:
+        """The next batch from ``inqueue`` with its stale rows dropped (see the
+        module docstring), as :class:`_Loaded` rows; or _STOP."""
+        while True:
+            item = self._take(self.inqueue, "train batch")
+            if item is _STOP:
+                return item
+            taken = self._admit(item)
+            if taken.per_policy:
+                return taken
+            self.outqueue.put((0, {}) if taken.sources is None else (0, {}, taken.sources))
+
+    def _admit(self, item: Any) -> _Loaded:
+        """``item``'s trainable rows, measured for policy lag and, with
+        ``max_policy_lag``, without the rows staler than it."""
+        sources, batch = self._split(item)
+        per_policy = policy_batches(self.local_worker, batch)
+        versions = getattr(self.local_worker, "policy_versions", None) or {}
+        kept_rows = total_rows = dropped = 0
+        lags, env_lags = [], []
+        for pid, rows in list(per_policy.items()):
+            total_rows += rows.count
+            if SampleBatch.POLICY_VERSION not in rows:
+                kept_rows += rows.count
+                continue
+            now = versions.get(pid, 0)
+            acted = np.asarray(rows[SampleBatch.POLICY_VERSION])
+            lag = np.maximum(now - acted, 0)
+            if self.max_policy_lag is not None and lag.max(initial=0) > self.max_policy_lag:
+                keep = lag <= self.max_policy_lag
+                dropped += int(rows.count - keep.sum())
+                if not keep.any():
+                    del per_policy[pid]
+                    continue
+                rows, lag, acted = rows.select(keep), lag[keep], acted[keep]
+                per_policy[pid] = rows
+            kept_rows += rows.count
+            lags.append(lag)
+            env_lags.append(self._env_step_lag(pid, acted))
+        count = batch.env_steps()
+        if kept_rows < total_rows:  # env steps in proportion to the rows kept
+            count = round(count * kept_rows / total_rows)
+        with self._diag_lock:
+            figures = self._diag
+            figures.lags += lags
+            figures.env_lags += env_lags
+            figures.dropped += dropped
+            figures.queue_sizes.append(self.inqueue.qsize())
+        return _Loaded(per_policy, count, sources, batch)
+
+    def _env_step_lag(self, pid: str, acted: np.ndarray) -> np.ndarray:
+        """Env steps the thread trained ``pid`` on since each row's acting version."""
+        steps_at = self._steps_at.get(pid)
+        if not steps_at:  # no update yet: nothing was trained since any version
+            return np.zeros(len(acted))
+        trained = self._trained[pid]
+        oldest_version, oldest_steps = next(iter(steps_at.items()))
+        versions, inverse = np.unique(acted, return_inverse=True)
+        # a version not kept is older than the oldest kept (a lower bound), or newer than
+        # this thread's updates (weights set from outside: nothing trained since)
+        at = [steps_at.get(v, oldest_steps if v < oldest_version else trained)
+              for v in versions.tolist()]
+        return (trained - np.array(at, dtype=float))[inverse.reshape(-1)]
+
+    def _count_update(self, count: int, info: dict) -> None:
+        """One update of the policies in ``info``: versions, env steps trained."""
+        worker = self.local_worker
+        versions = getattr(worker, "policy_versions", None)
+        if versions is None:  # a duck-typed worker keeps no versions
+            return
+        for pid in info:  # the version before this update counts from here
+            self._steps_at.setdefault(pid, collections.OrderedDict()).setdefault(
+                versions.get(pid, 0), self._trained.get(pid, 0))
+        worker.count_updates(info)
+        for pid in info:
+            self._trained[pid] = self._trained.get(pid, 0) + count
+            steps_at = self._steps_at[pid]
+            steps_at[versions[pid]] = self._trained[pid]
+            if len(steps_at) > VERSIONS_KEPT:
+                steps_at.popitem(last=False)
+
     def _load_loop(self) -> None:
         try:
             while not self.stopped:
                 self._free.acquire()
                 if self.stopped:
                     return
-                item = self._take(self.inqueue, "train batch")
-                if item is _STOP:
+                taken = self._take_batch()
+                if taken is _STOP:
                     return
-                sources, batch = self._split(item)
                 with self.lock:  # set_towers/syncs must not interleave with loading
-                    per_policy = {pid: self.local_worker.get_policy(pid).load_batch(rows)
-                                  for pid, rows in policy_batches(self.local_worker, batch).items()}
-                self._ready.put(_Loaded(per_policy, batch.env_steps(), sources))
+                    taken.per_policy = {
+                        pid: self.local_worker.get_policy(pid).load_batch(rows)
+                        for pid, rows in taken.per_policy.items()}
+                self._ready.put(taken)
         except BaseException as e:  # noqa: BLE001 - recorded, raised in the plan by check()
             self._fail(self._wrap(e, "a data loader thread failed"))
             self._stopping.set()
@@ -306,8 +467,8 @@ class LearnerThread(threading.Thread):
         """The minibatch buffer: a slot's item and whether this visit released it."""
         i = self._idx
         if self._ttl[i] <= 0:
-            source = self._ready if self.multi_tower else self.inqueue
-            item = self._take(source, "loaded batch" if self.multi_tower else "train batch")
+            item = (self._take(self._ready, "loaded batch") if self.multi_tower
+                    else self._take_batch())
             if item is _STOP:
                 return _STOP, True
             self._slots[i], self._ttl[i] = item, self.num_sgd_iter
@@ -319,17 +480,13 @@ class LearnerThread(threading.Thread):
         self._idx = (i + 1) % len(self._slots)
         return item, released
 
-    def _train(self, item: Any) -> tuple[int, dict, Any]:
+    def _train(self, item: _Loaded) -> tuple[int, dict, Any]:
         kwargs = dict(num_sgd_iter=1, sgd_minibatch_size=self.sgd_minibatch_size, rng=self._rng)
         worker = self.local_worker
-        if isinstance(item, _Loaded):
-            info = {pid: worker.get_policy(pid).learn_on_batch(loaded, **kwargs)
-                    for pid, loaded in item.per_policy.items()}
-            return item.count, info, item.sources
-        sources, batch = self._split(item)
         info = {pid: worker.get_policy(pid).learn_on_batch(rows, **kwargs)
-                for pid, rows in policy_batches(worker, batch).items()}
-        return batch.env_steps(), info, sources
+                for pid, rows in item.per_policy.items()}
+        self._count_update(item.count, info)
+        return item.count, info, item.sources
 
     def run(self) -> None:
         try:
@@ -340,11 +497,11 @@ class LearnerThread(threading.Thread):
                 start = time.perf_counter()
                 with self.lock:
                     count, info, sources = self._train(item)
-                    self._snapshot = self.local_worker.get_weights()
+                    self._take_snapshot()
                     self.weights_updated = True
                 self.busy_s += time.perf_counter() - start
                 self.num_steps += 1
-                if released and isinstance(item, _Loaded):
+                if released and self.multi_tower:
                     self._free.release()
                 self.outqueue.put((count, info) if sources is None else (count, info, sources))
         except BaseException as e:  # noqa: BLE001 - recorded, raised in the plan by check()
@@ -354,6 +511,28 @@ class LearnerThread(threading.Thread):
             if self._free is not None:
                 for _ in self._loaders:
                     self._free.release()
+
+
+def _summary(values: np.ndarray, suffix: str) -> dict[str, float]:
+    """``mean``, ``p95`` and ``max`` of ``values`` (0 when empty), keys + ``suffix``."""
+    if not values.size:
+        return {f"mean{suffix}": 0.0, f"p95{suffix}": 0.0, f"max{suffix}": 0.0}
+    return {f"mean{suffix}": float(values.mean()),
+            f"p95{suffix}": float(np.percentile(values, 95)),
+            f"max{suffix}": float(values.max())}
+
+
+class _Figures:
+    """What :meth:`LearnerThread.diagnostics` reports, gathered since ``started``."""
+
+    __slots__ = ("started", "busy_s", "lags", "env_lags", "dropped", "queue_sizes")
+
+    def __init__(self, started: float, busy_s: float):
+        self.started, self.busy_s = started, busy_s
+        self.lags: list[np.ndarray] = []
+        self.env_lags: list[np.ndarray] = []
+        self.dropped = 0
+        self.queue_sizes: list[int] = []
 
 
 __all__ = ["LearnerThread"]

@@ -58,9 +58,11 @@ def train_policies(worker, batch: Batch, *, num_sgd_iter: int | None = None,
         if policies is None:
             return worker.learn_on_batch(batch)
         return worker.learn_on_batch(batch, policies=policies)
-    return {pid: worker.get_policy(pid).learn_on_batch(
-                rows, num_sgd_iter=num_sgd_iter, sgd_minibatch_size=sgd_minibatch_size, rng=rng)
-            for pid, rows in policy_batches(worker, batch, policies).items()}
+    stats = {pid: worker.get_policy(pid).learn_on_batch(
+                 rows, num_sgd_iter=num_sgd_iter, sgd_minibatch_size=sgd_minibatch_size, rng=rng)
+             for pid, rows in policy_batches(worker, batch, policies).items()}
+    worker.count_updates(stats)
+    return stats
 
 
 def record_trained(metrics, batch: Batch, info: dict, workers,

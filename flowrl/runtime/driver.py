@@ -291,8 +291,15 @@ class Driver:
                 st.items_out = shard_out[node_id]
                 parents = [self.ids[p] for p, _ in node.inputs if self.ids.get(p) in shard_out]
                 st.items_in = sum(shard_out[p] for p in parents)
-        return {node_id: st.as_dict() for node_id, st in sorted(self.stats.items())
-                if node_id in measured}
+        out = {node_id: st.as_dict() for node_id, st in sorted(self.stats.items())
+               if node_id in measured}
+        for node in self.plan.nodes:  # an operator may add figures of its own
+            report = getattr(node.params.get("fn"), "node_stats", None)
+            if callable(report) and self.ids[node] in out:
+                extra = report()
+                if extra:
+                    out[self.ids[node]]["extra"] = dict(extra)
+        return out
 
     # ------------------------------------------------------------------ build
     def build(self, node: Node, port: int = 0) -> AsyncIterator[Any]:

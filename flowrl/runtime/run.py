@@ -164,7 +164,9 @@ class Run:
     # ------------------------------------------------------------------ inspect
     def stats(self) -> dict[str, dict]:
         """Per node id: items_in, items_out, items_per_s (out, over the run's wall time),
-        busy_s, wait_s, queue_depth, max_queue_depth (and fused_with for fused nodes).
+        busy_s, wait_s, queue_depth, max_queue_depth (and fused_with for fused nodes;
+        ``extra``, figures of the operator's own, for a driver-side operator whose
+        function has a ``node_stats()`` method returning ``{name: value}``).
         Shard-side nodes report items in/out summed over their shards (fetched from
         the hosts when this is called); their time is spent on the hosts and not
         measured here."""

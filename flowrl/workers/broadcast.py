@@ -36,14 +36,17 @@ class WeightBroadcast:
         self._silent = silent
         self._bound = bound
 
-    def send(self, weights: Any, targets: Sequence[tuple[int, Any]], *, wait: bool) -> None:
-        """``set_weights(weights)`` on each ``(index, handle)`` of ``targets``."""
+    def send(self, weights: Any, targets: Sequence[tuple[int, Any]], *, wait: bool,
+             versions: dict[str, int] | None = None) -> None:
+        """``set_weights(weights)`` on each ``(index, handle)`` of ``targets``
+        (``set_weights(weights, versions)`` with the policies' ``versions``)."""
         self.check(False)
         if targets:
             shared = self.calls.put(weights)
+            extra = () if versions is None else (versions,)
             for idx, w in targets:
                 try:
-                    p = self.calls.call(w, "set_weights", shared)
+                    p = self.calls.call(w, "set_weights", shared, *extra)
                 except Exception as e:  # noqa: BLE001 - an in-process worker raised now
                     self._failed(idx, w, e)
                     continue

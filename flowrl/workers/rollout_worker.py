@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator
 
 import gymnasium as gym
+import numpy as np
 
 from flowrl.batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
 from flowrl.callbacks import call_hook, episode_callbacks, make_callbacks, overrides
@@ -441,6 +442,9 @@ class RolloutWorker(ShardHost):
             raise ConfigError(f"RolloutWorker(policies_to_train=...): unknown policy ids "
                               f"{unknown}; known: {sorted(self.policy_map)}")
         self.policies_to_train = to_train
+        #: ``{pid: version}``: learner updates behind each policy's weights; sampled
+        #: batches carry it per row (``SampleBatch.POLICY_VERSION``).
+        self.policy_versions: dict[str, int] = {pid: 0 for pid in self.policy_map}
 
     def _build_policy(self, pid: str, spec: PolicySpec, obs_space, act_space):
         kwargs = {"seed": self.seed, **spec.config}
@@ -527,9 +531,19 @@ class RolloutWorker(ShardHost):
         A worker without an env raises ConfigError.
         """
         self._require_env("sample")
-        batch = self.sampler.sample()
+        batch = self._stamp_versions(self.sampler.sample())
         if self._on_sample_end:
             call_hook(self.callbacks, "on_sample_end", worker=self, samples=batch)
+        return batch
+
+    def _stamp_versions(self, batch: SampleBatch | MultiAgentBatch):
+        """``batch`` with a ``policy_version`` column: the version of the weights that
+        acted, per policy (weights only change between two ``sample()`` calls)."""
+        parts = (batch.policy_batches.items() if isinstance(batch, MultiAgentBatch)
+                 else [(next(iter(self.policy_map)), batch)])
+        for pid, rows in parts:
+            rows[SampleBatch.POLICY_VERSION] = np.full(rows.count, self.policy_versions[pid],
+                                                       np.int64)
         return batch
 
     def shard_items(self) -> Iterator[SampleBatch | MultiAgentBatch]:
@@ -616,9 +630,12 @@ class RolloutWorker(ShardHost):
     def learn_on_batch(self, batch: SampleBatch | MultiAgentBatch,
                        policies: Iterable[str] | None = None) -> dict[str, dict]:
         """Train ``policies`` (default: ``policies_to_train``) on their part of
-        ``batch``: ``{pid: stats}`` for the policies that had rows."""
-        return {pid: self.get_policy(pid).learn_on_batch(b)
-                for pid, b in self._per_policy(batch, policies).items()}
+        ``batch``: ``{pid: stats}`` for the policies that had rows (each one update:
+        :meth:`count_updates`)."""
+        stats = {pid: self.get_policy(pid).learn_on_batch(b)
+                 for pid, b in self._per_policy(batch, policies).items()}
+        self.count_updates(stats)
+        return stats
 
     def compute_gradients(self, batch) -> tuple[dict[str, list], dict[str, dict]]:
         """``({pid: grads}, {pid: stats})`` for the trainable policies; weights unchanged."""
@@ -628,25 +645,40 @@ class RolloutWorker(ShardHost):
         return grads, stats
 
     def apply_gradients(self, grads: dict[str, list]) -> None:
-        """Apply ``{pid: grads}`` from :meth:`compute_gradients`."""
+        """Apply ``{pid: grads}`` from :meth:`compute_gradients` (one update each)."""
         for pid, g in grads.items():
             self.get_policy(pid).apply_gradients(g)
+        self.count_updates(grads)
+
+    def count_updates(self, policies: Iterable[str]) -> None:
+        """One more learner update for each of ``policies``: their versions grow by 1.
+        Whoever trains a policy outside :meth:`learn_on_batch` /
+        :meth:`apply_gradients` (a learner thread) calls it."""
+        for pid in policies:
+            self.policy_versions[pid] = self.policy_versions.get(pid, 0) + 1
 
     def get_weights(self, policies: Iterable[str] | None = None) -> dict[str, dict]:
         """``{pid: weights}`` for ``policies`` (default: all)."""
         ids = self.policy_map if policies is None else policies
         return {pid: self._acting_policy(pid, "get_weights").get_weights() for pid in ids}
 
-    def set_weights(self, weights: dict[str, dict]) -> None:
-        """Load ``{pid: weights}``; policies not mentioned keep theirs."""
+    def set_weights(self, weights: dict[str, dict],
+                    versions: dict[str, int] | None = None) -> None:
+        """Load ``{pid: weights}``; policies not mentioned keep theirs. ``versions``
+        (``{pid: version}``, the sender's :attr:`policy_versions`) says which
+        learner update the weights come from; without it the versions stay."""
         for pid, w in weights.items():
             self._acting_policy(pid, "set_weights").set_weights(w)
+        if versions is not None:
+            self.policy_versions.update({pid: int(v) for pid, v in versions.items()
+                                         if pid in weights})
 
     def get_state(self) -> dict[str, Any]:
         """Every policy's state (weights, optimizer, RNG) for checkpoints; a numpy
         replica that acts itself gives only its weights and RNGs, without torch."""
         return {"policies": {pid: p.get_state() for pid, p in self.policy_map.items()},
-                "policies_to_train": list(self.policies_to_train)}
+                "policies_to_train": list(self.policies_to_train),
+                "policy_versions": dict(self.policy_versions)}
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`get_state` returned; a numpy replica's policy state goes
@@ -657,6 +689,9 @@ class RolloutWorker(ShardHost):
                       else self.get_policy(pid))
             set_policy_state(policy, s)
         self.policies_to_train = list(state["policies_to_train"])
+        # (checkpoints from before policy versions lack them: the versions stay)
+        self.policy_versions.update({pid: int(v) for pid, v in
+                                     state.get("policy_versions", {}).items()})
 
     def stop(self) -> None:
         """Close the envs (``"async"``: their subprocesses end), and ``env`` where it

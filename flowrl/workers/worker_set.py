@@ -277,6 +277,12 @@ class WorkerSet:
         """``worker_index`` of each of :meth:`remote_workers`, in the same order."""
         return list(self._indices)
 
+    def _versions(self) -> dict[str, int] | None:
+        """The local worker's policy versions, sent with its weights (None for a
+        duck-typed local worker, whose ``set_weights`` takes only the weights)."""
+        return (dict(self._local.policy_versions) if isinstance(self._local, RolloutWorker)
+                else None)
+
     def sync_weights(self, policies: Sequence[str] | None = None, *, wait: bool = False) -> None:
         """Send the local worker's weights to every remote worker (:class:`WeightBroadcast`).
 
@@ -289,7 +295,8 @@ class WorkerSet:
         replaced or dropped when the set tolerates failures.
         """
         weights = self._local.get_weights(policies) if self._remotes else None
-        self.broadcast.send(weights, list(zip(self._indices, self._remotes)), wait=wait)
+        self.broadcast.send(weights, list(zip(self._indices, self._remotes)), wait=wait,
+                            versions=self._versions())
 
     def foreach_worker(self, fn: Callable[[RolloutWorker], Any], *,
                        skip_starting: bool = False) -> list:
@@ -458,7 +465,8 @@ class WorkerSet:
                             self._remote_kwargs, self.config.remote_torch_threads)
         else:
             new = self._create(worker_index)
-        self.calls.call(new, "set_weights", weights)
+        versions = self._versions()
+        self.calls.call(new, "set_weights", weights, *(() if versions is None else (versions,)))
         ready = self.calls.call(new, "flowrl_ping")
         if self.restarts.another_may_come():
             self.spares.start_after(ready, worker_index)
