@@ -56,7 +56,23 @@ def _learner_answers(learner: LearnerThread, n: int) -> list[tuple]:
     return [learner.outqueue.get(timeout=60) for _ in range(n)]
 
 
-def test_the_learner_measures_each_rows_lag_when_it_takes_the_batch():
+def test_each_training_pass_counts_its_rows_lag_then():
+    worker = _worker()
+    learner = LearnerThread(worker, num_sgd_iter=2)
+    learner.inqueue.put(worker.sample())
+    learner.start()
+    try:
+        _learner_answers(learner, 2)
+        lag = learner.diagnostics()["policy_lag"]
+    finally:
+        learner.stop()
+        worker.stop()
+    # the same 20 rows, trained at versions 0 and 1
+    assert lag["rows"] == 40 and lag["mean"] == pytest.approx(0.5) and lag["max"] == 1
+    assert lag["max_env_steps"] == 20
+
+
+def test_the_learner_measures_each_rows_lag_when_it_trains_on_it():
     worker = _worker()
     batches = [worker.sample() for _ in range(3)]  # all acted by version 0
     learner = LearnerThread(worker, learner_queue_size=4)

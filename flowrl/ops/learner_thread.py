@@ -32,15 +32,15 @@ never starves the learner. The thread reads the clock every
 :data:`IDLE_SLICE_S` seconds while its queue is empty. A learner fed by hand,
 with no run known, counts wall time.
 
-Policy lag (docs/design.md, "Policy lag and learner diagnostics"): when the thread
-takes a batch from ``inqueue`` (a loader thread, with multi-tower loading) it reads
-each row's ``policy_version`` (the version of the weights that acted) against the
+Policy lag (docs/design.md, "Policy lag and learner diagnostics"): each update reads
+its rows' ``policy_version`` (the version of the weights that acted) against the
 local worker's ``policy_versions`` (updates done so far; the thread counts each of
 its updates there), so a row's lag is the number of learner updates between acting
-and training, and its env-step lag the env steps trained on in between. With
-``max_policy_lag`` the rows staler than it are dropped there, whole sample fragments
-at a time (a fragment is acted by one version); a batch left empty is answered with
-``(0, {}, sources)`` so its samplers still get fresh weights.
+and this training pass, and its env-step lag the env steps trained on in between.
+With ``max_policy_lag``, when the thread takes a batch from ``inqueue`` (a loader
+thread does, with multi-tower loading) the rows already staler than it are dropped,
+whole sample fragments at a time (a fragment is acted by one version); a batch left
+empty is answered with ``(0, {}, sources)`` so its samplers still get fresh weights.
 :meth:`LearnerThread.diagnostics` returns, and restarts, the lag, queue-size and
 busy-share figures gathered since its previous call.
 
@@ -87,14 +87,15 @@ VERSIONS_KEPT = 4096
 
 class _Loaded:
     """A batch taken by the thread: ``{policy_id: rows}`` (or, loaded onto the towers,
-    ``{policy_id: LoadedBatch}``), its env-step count, its sources and the batch as it
-    was queued (``batch``, for subclasses that answer with it)."""
+    ``{policy_id: LoadedBatch}``), its env-step count, its sources, the acting
+    versions of the rows (``{policy_id: array}``, for policies whose rows carry them)
+    and the batch as it was queued (``batch``, for subclasses that answer with it)."""
 
-    __slots__ = ("per_policy", "count", "sources", "batch")
+    __slots__ = ("per_policy", "count", "sources", "acted", "batch")
 
-    def __init__(self, per_policy: dict, count: int, sources: Any, batch: Any):
+    def __init__(self, per_policy: dict, count: int, sources: Any, acted: dict, batch: Any):
         self.per_policy, self.count, self.sources = per_policy, count, sources
-        self.batch = batch
+        self.acted, self.batch = acted, batch
 
 
 class LearnerThread(threading.Thread):
@@ -291,9 +292,10 @@ class LearnerThread(threading.Thread):
 
         - ``policy_lag``: ``mean``, ``p95``, ``max`` (learner updates between acting
           and training) and ``mean_env_steps``, ``p95_env_steps``, ``max_env_steps``
-          (env steps the learner trained on in between) over the ``rows`` taken, and
-          ``dropped`` (rows dropped as staler than ``max_policy_lag``); absent when no
-          batch with a ``policy_version`` column was taken;
+          (env steps the learner trained on in between) over the ``rows`` trained (a
+          row trained in several passes counts once per pass), and ``dropped`` (rows
+          dropped as staler than ``max_policy_lag``); absent when no rows with a
+          ``policy_version`` column were trained or dropped;
         - ``learner_queue``: ``size_mean`` and ``size_max``, the batches waiting in
           ``inqueue`` each time the thread took one (absent when it took none);
         - ``learner_busy_frac``: the share of the wall time spent training.
@@ -361,42 +363,46 @@ class LearnerThread(threading.Thread):
             self.outqueue.put((0, {}) if taken.sources is None else (0, {}, taken.sources))
 
     def _admit(self, item: Any) -> _Loaded:
-        """``item``'s trainable rows, measured for policy lag and, with
-        ``max_policy_lag``, without the rows staler than it."""
+        """``item``'s trainable rows and their acting versions, with ``max_policy_lag``
+        without the rows staler than it."""
         sources, batch = self._split(item)
         per_policy = policy_batches(self.local_worker, batch)
         versions = getattr(self.local_worker, "policy_versions", None) or {}
         kept_rows = total_rows = dropped = 0
-        lags, env_lags = [], []
+        acted_by: dict[str, np.ndarray] = {}
         for pid, rows in list(per_policy.items()):
             total_rows += rows.count
             if SampleBatch.POLICY_VERSION not in rows:
                 kept_rows += rows.count
                 continue
-            now = versions.get(pid, 0)
             acted = np.asarray(rows[SampleBatch.POLICY_VERSION])
-            lag = np.maximum(now - acted, 0)
-            if self.max_policy_lag is not None and lag.max(initial=0) > self.max_policy_lag:
-                keep = lag <= self.max_policy_lag
-                dropped += int(rows.count - keep.sum())
-                if not keep.any():
-                    del per_policy[pid]
-                    continue
-                rows, lag, acted = rows.select(keep), lag[keep], acted[keep]
-                per_policy[pid] = rows
+            if self.max_policy_lag is not None:
+                keep = versions.get(pid, 0) - acted <= self.max_policy_lag
+                if not keep.all():
+                    dropped += int(rows.count - keep.sum())
+                    if not keep.any():
+                        del per_policy[pid]
+                        continue
+                    rows, acted = rows.select(keep), acted[keep]
+                    per_policy[pid] = rows
             kept_rows += rows.count
-            lags.append(lag)
-            env_lags.append(self._env_step_lag(pid, acted))
+            acted_by[pid] = acted
         count = batch.env_steps()
         if kept_rows < total_rows:  # env steps in proportion to the rows kept
             count = round(count * kept_rows / total_rows)
         with self._diag_lock:
-            figures = self._diag
-            figures.lags += lags
-            figures.env_lags += env_lags
-            figures.dropped += dropped
-            figures.queue_sizes.append(self.inqueue.qsize())
-        return _Loaded(per_policy, count, sources, batch)
+            self._diag.dropped += dropped
+            self._diag.queue_sizes.append(self.inqueue.qsize())
+        return _Loaded(per_policy, count, sources, acted_by, batch)
+
+    def _record_lag(self, acted_by: dict[str, np.ndarray]) -> None:
+        """The lag of rows about to be trained, acted by ``acted_by`` versions."""
+        versions = getattr(self.local_worker, "policy_versions", None) or {}
+        lags = [np.maximum(versions.get(pid, 0) - acted, 0) for pid, acted in acted_by.items()]
+        env_lags = [self._env_step_lag(pid, acted) for pid, acted in acted_by.items()]
+        with self._diag_lock:
+            self._diag.lags += lags
+            self._diag.env_lags += env_lags
 
     def _env_step_lag(self, pid: str, acted: np.ndarray) -> np.ndarray:
         """Env steps the thread trained ``pid`` on since each row's acting version."""
@@ -483,6 +489,7 @@ class LearnerThread(threading.Thread):
     def _train(self, item: _Loaded) -> tuple[int, dict, Any]:
         kwargs = dict(num_sgd_iter=1, sgd_minibatch_size=self.sgd_minibatch_size, rng=self._rng)
         worker = self.local_worker
+        self._record_lag(item.acted)
         info = {pid: worker.get_policy(pid).learn_on_batch(rows, **kwargs)
                 for pid, rows in item.per_policy.items()}
         self._count_update(item.count, info)
