@@ -18,8 +18,9 @@ import torch
 
 from flowrl.batch import SampleBatch as SB
 from flowrl.errors import ConfigError
-from flowrl.models.sequences import SEQ_BOOTSTRAP_VALUE, SEQ_LENS, SEQ_MASK
+from flowrl.models.sequences import SEQ_BOOTSTRAP_VALUE, SEQ_LENS, SEQ_MASK, SEQ_WEIGHTS
 from flowrl.policies.a2c import A2CPolicy
+from flowrl.policies.torch_policy import _explained_variance
 from flowrl.policies.vtrace import vtrace
 
 
@@ -68,7 +69,10 @@ class IMPALAPolicy(A2CPolicy):
 
     ``vtrace=True``: ``L = -mean(ρ^pg A^vtrace log π) + vf_loss_coeff · ½ mean((v_s -
     V)²) - entropy_coeff · mean(H)``, with the V-trace clipping thresholds
-    ``vtrace_clip_rho_threshold`` and ``vtrace_clip_pg_rho_threshold``.
+    ``vtrace_clip_rho_threshold`` and ``vtrace_clip_pg_rho_threshold``. Stats add
+    how off-policy the rows were: ``mean_rho`` (mean π/μ), ``rho_clipped_frac`` and
+    ``c_clipped_frac`` (shares of rows whose π/μ exceeds ρ̄ and 1), and
+    ``vtrace_explained_var`` (of the V-trace targets by the values).
     ``vtrace=False``: the A3C loss on GAE advantages computed by the workers.
 
     >>> import gymnasium as gym
@@ -180,8 +184,16 @@ class IMPALAPolicy(A2CPolicy):
         vf_loss = 0.5 * self.mean((values - vs).pow(2), train)
         entropy = self.mean(dist.entropy(), train)
         total = policy_loss + self.vf_loss_coeff * vf_loss - self.entropy_coeff * entropy
+        ratio = torch.exp(logp.detach() - train[SB.ACTION_LOGP].float())
+        clip_rho = self.clip_rho if self.clip_rho is not None else float("inf")
         return total, {"policy_loss": policy_loss.detach(), "vf_loss": vf_loss.detach(),
-                       "entropy": entropy.detach()}
+                       "entropy": entropy.detach(),
+                       # how off-policy the batch is, and how much V-trace cut it
+                       "mean_rho": self.mean(ratio, train),
+                       "rho_clipped_frac": self.mean((ratio > clip_rho).float(), train),
+                       "c_clipped_frac": self.mean((ratio > 1.0).float(), train),
+                       "vtrace_explained_var": _explained_variance(
+                           values.detach(), vs, train.get(SEQ_WEIGHTS))}
 
 
 __all__ = ["IMPALAPolicy", "vtrace_inputs", "next_row_follows"]
