@@ -17,7 +17,8 @@
 # about 5 h more for the two mujoco_ppo envs (3 seeds x 2 systems x 1M env steps;
 # estimated from one run's own CPU seconds per system, about 18 min flowrl and 30 min
 # SB3, not yet timed idle), about 45 min for atari_throughput (9 systems x 3 seeds;
-# not yet timed idle), about 5 min for profile_impala_pong, about 25 min for torch_threads (6 systems x 3 seeds), dqn_pong (2 systems x 3
+# not yet timed idle), about 5 min for profile_impala_pong, about 40 min for policy_lag
+# (4 systems x 3 seeds x about 3 min), about 25 min for torch_threads (6 systems x 3 seeds), dqn_pong (2 systems x 3
 # seeds x 2M frames, one core a run at about 53 agent steps/s alone: about 2.6 h a run, 16 h in all;
 # its --resume-dir lets runs continue across sittings) and up to 4 h 30 min for atari_learning (3 seeds x a 90 min
 # budget; less for runs that reach +18); pong_ball and loc (lines of code, last) take seconds.
@@ -71,6 +72,7 @@ BENCHMARKS=(
   # else it is reported as skipped). atari_learning is 3 runs of up to 90 min each.
   "atari_throughput|atari_throughput"
   "profile_impala_pong|profile_impala_pong"
+  "policy_lag|policy_lag"  # needs ale-py: IMPALA on Pong by learner queue size
   "torch_threads|torch_threads"
   "dqn_pong|dqn_pong"
   "atari_learning|atari_learning"
