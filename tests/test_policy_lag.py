@@ -23,7 +23,7 @@ from flowrl.workers import RolloutWorker
 
 BACKENDS = ["local", pytest.param("ray", marks=pytest.mark.ray)]
 LAG_KEYS = {"mean", "p95", "max", "mean_env_steps", "p95_env_steps", "max_env_steps",
-            "rows", "dropped"}
+            "rows", "taken", "dropped"}
 
 
 def _worker(seed: int = 0) -> RolloutWorker:
@@ -69,6 +69,7 @@ def test_each_training_pass_counts_its_rows_lag_then():
         worker.stop()
     # the same 20 rows, trained at versions 0 and 1
     assert lag["rows"] == 40 and lag["mean"] == pytest.approx(0.5) and lag["max"] == 1
+    assert lag["taken"] == 20
     assert lag["max_env_steps"] == 20
 
 
@@ -118,6 +119,7 @@ def test_max_policy_lag_drops_stale_rows_and_answers_their_sources():
     assert answers[2][1] == {}
     assert worker.policy_versions == {"default_policy": 2}
     assert figures["policy_lag"]["dropped"] == 20 and figures["policy_lag"]["max"] == 1
+    assert figures["policy_lag"]["taken"] == 60
 
 
 def test_max_policy_lag_keeps_the_fresh_fragments_of_a_mixed_batch():
@@ -218,8 +220,9 @@ class _Figures:
 
 def _lag(rows: int, dropped: int) -> dict:
     return {"policy_lag": {"mean": 1.0, "p95": 2.0, "max": 2.0, "mean_env_steps": 9.0,
-                           "p95_env_steps": 9.0, "max_env_steps": 9.0, "rows": rows,
-                           "dropped": dropped}, "learner_busy_frac": 0.5}
+                           "p95_env_steps": 9.0, "max_env_steps": 9.0, "rows": 2 * rows,
+                           "taken": rows + dropped, "dropped": dropped},
+            "learner_busy_frac": 0.5}
 
 
 def test_an_iteration_dropping_over_half_its_rows_warns_naming_the_setting(caplog):

@@ -83,7 +83,6 @@ class IMPALAConfig(AlgorithmConfig):
     learner_queue_timeout: float = 300.0
     max_sample_requests_in_flight_per_worker: int = 2
     broadcast_interval: int = 1
-    has_learner_queue: ClassVar[bool] = True
     num_aggregation_workers: int = 0
     replay_proportion: float = 0.0
     replay_buffer_num_slots: int = 0
@@ -94,6 +93,7 @@ class IMPALAConfig(AlgorithmConfig):
     vf_loss_coeff: float = 0.5
     entropy_coeff: float = 0.01
 
+    has_learner_queue: ClassVar[bool] = True  # takes max_policy_lag
     checks: ClassVar[dict[str, tuple]] = {
         "num_data_loader_buffers": _int_ge(1), "minibatch_buffer_size": _int_ge(1),
         "num_sgd_iter": _int_ge(1), "learner_queue_size": _int_ge(1),
@@ -320,7 +320,7 @@ class ReportLearnerDiagnostics:
             counters = get_metrics().counters
             counters["num_policy_lag_dropped"] += lag["dropped"]
             result["info"]["num_policy_lag_dropped"] = counters["num_policy_lag_dropped"]
-            taken = lag["dropped"] + lag["rows"]
+            taken = lag["taken"]
             if lag["dropped"] * 2 > taken:
                 logging.getLogger("flowrl").warning(
                     "%s: the learner dropped %d of the %d rows it took this iteration as "

@@ -293,9 +293,10 @@ class LearnerThread(threading.Thread):
         - ``policy_lag``: ``mean``, ``p95``, ``max`` (learner updates between acting
           and training) and ``mean_env_steps``, ``p95_env_steps``, ``max_env_steps``
           (env steps the learner trained on in between) over the ``rows`` trained (a
-          row trained in several passes counts once per pass), and ``dropped`` (rows
-          dropped as staler than ``max_policy_lag``); absent when no rows with a
-          ``policy_version`` column were trained or dropped;
+          row trained in several passes counts once per pass), ``taken`` (rows the
+          thread took from its queue) and ``dropped`` (those of them dropped as staler
+          than ``max_policy_lag``); absent when no rows with a ``policy_version``
+          column were trained or dropped;
         - ``learner_queue``: ``size_mean`` and ``size_max``, the batches waiting in
           ``inqueue`` each time the thread took one (absent when it took none);
         - ``learner_busy_frac``: the share of the wall time spent training.
@@ -308,7 +309,8 @@ class LearnerThread(threading.Thread):
             lags = np.concatenate(figures.lags) if figures.lags else np.zeros(0, np.int64)
             env = np.concatenate(figures.env_lags) if figures.env_lags else np.zeros(0)
             out["policy_lag"] = {**_summary(lags, ""), **_summary(env, "_env_steps"),
-                                 "rows": int(lags.size), "dropped": figures.dropped}
+                                 "rows": int(lags.size), "taken": figures.taken,
+                                 "dropped": figures.dropped}
         if figures.queue_sizes:
             out["learner_queue"] = {"size_mean": float(np.mean(figures.queue_sizes)),
                                     "size_max": int(max(figures.queue_sizes))}
@@ -391,6 +393,7 @@ class LearnerThread(threading.Thread):
         if kept_rows < total_rows:  # env steps in proportion to the rows kept
             count = round(count * kept_rows / total_rows)
         with self._diag_lock:
+            self._diag.taken += total_rows
             self._diag.dropped += dropped
             self._diag.queue_sizes.append(self.inqueue.qsize())
         return _Loaded(per_policy, count, sources, acted_by, batch)
@@ -532,13 +535,13 @@ def _summary(values: np.ndarray, suffix: str) -> dict[str, float]:
 class _Figures:
     """What :meth:`LearnerThread.diagnostics` reports, gathered since ``started``."""
 
-    __slots__ = ("started", "busy_s", "lags", "env_lags", "dropped", "queue_sizes")
+    __slots__ = ("started", "busy_s", "lags", "env_lags", "taken", "dropped", "queue_sizes")
 
     def __init__(self, started: float, busy_s: float):
         self.started, self.busy_s = started, busy_s
         self.lags: list[np.ndarray] = []
         self.env_lags: list[np.ndarray] = []
-        self.dropped = 0
+        self.taken = self.dropped = 0
         self.queue_sizes: list[int] = []
 
 
