@@ -73,6 +73,7 @@ BENCHMARKS=(
   "atari_throughput|atari_throughput"
   "profile_impala_pong|profile_impala_pong"
   "policy_lag|policy_lag"  # needs ale-py: IMPALA on Pong by learner queue size
+  "impala_pong_checks|impala_pong_checks"  # needs ale-py; checks, times nothing: seconds
   "torch_threads|torch_threads"
   "dqn_pong|dqn_pong"
   "atari_learning|atari_learning"
