@@ -52,21 +52,25 @@ def test_batches_carry_the_version_of_the_weights_that_acted():
         actor.stop()
 
 
-def _learner_answers(learner: LearnerThread, n: int) -> list[tuple]:
-    return [learner.outqueue.get(timeout=60) for _ in range(n)]
+def _train(worker: RolloutWorker, items: list, answers: int, **settings) -> tuple:
+    """Queue ``items`` for a LearnerThread on ``worker``, start it, and return its first
+    ``answers`` answers, its diagnostics and, after a second call, its fresh ones."""
+    learner = LearnerThread(worker, learner_queue_size=4, **settings)
+    for item in items:
+        learner.inqueue.put(item)
+    learner.start()
+    try:
+        out = [learner.outqueue.get(timeout=60) for _ in range(answers)]
+        return out, learner.diagnostics(), learner.diagnostics()
+    finally:
+        learner.stop()
+        worker.stop()
 
 
 def test_each_training_pass_counts_its_rows_lag_then():
     worker = _worker()
-    learner = LearnerThread(worker, num_sgd_iter=2)
-    learner.inqueue.put(worker.sample())
-    learner.start()
-    try:
-        _learner_answers(learner, 2)
-        lag = learner.diagnostics()["policy_lag"]
-    finally:
-        learner.stop()
-        worker.stop()
+    _, figures, _ = _train(worker, [worker.sample()], 2, num_sgd_iter=2)
+    lag = figures["policy_lag"]
     # the same 20 rows, trained at versions 0 and 1
     assert lag["rows"] == 40 and lag["mean"] == pytest.approx(0.5) and lag["max"] == 1
     assert lag["taken"] == 20
@@ -76,16 +80,7 @@ def test_each_training_pass_counts_its_rows_lag_then():
 def test_the_learner_measures_each_rows_lag_when_it_trains_on_it():
     worker = _worker()
     batches = [worker.sample() for _ in range(3)]  # all acted by version 0
-    learner = LearnerThread(worker, learner_queue_size=4)
-    for b in batches:
-        learner.inqueue.put(b)
-    learner.start()
-    try:
-        answers = _learner_answers(learner, 3)
-        figures = learner.diagnostics()
-    finally:
-        learner.stop()
-        worker.stop()
+    answers, figures, after = _train(worker, batches, 3)
     assert [count for count, _ in answers] == [20, 20, 20]
     assert worker.policy_versions == {"default_policy": 3}
     lag = figures["policy_lag"]
@@ -97,22 +92,13 @@ def test_the_learner_measures_each_rows_lag_when_it_trains_on_it():
     assert figures["learner_queue"]["size_max"] == 2
     assert figures["learner_queue"]["size_mean"] == pytest.approx(1.0)
     assert 0 < figures["learner_busy_frac"] <= 1
-    assert "policy_lag" not in learner.diagnostics()  # it starts over
+    assert "policy_lag" not in after  # it starts over
 
 
 def test_max_policy_lag_drops_stale_rows_and_answers_their_sources():
     worker = _worker()
-    batches = [worker.sample() for _ in range(3)]
-    learner = LearnerThread(worker, learner_queue_size=4, max_policy_lag=1)
-    for i, b in enumerate(batches):
-        learner.inqueue.put((f"source-{i}", b))
-    learner.start()
-    try:
-        answers = _learner_answers(learner, 3)
-        figures = learner.diagnostics()
-    finally:
-        learner.stop()
-        worker.stop()
+    batches = [(f"source-{i}", worker.sample()) for i in range(3)]
+    answers, figures, _ = _train(worker, batches, 3, max_policy_lag=1)
     # the third batch (lag 2) trains nothing; its source still gets an answer
     assert [(a[0], a[2]) for a in answers] == [(20, "source-0"), (20, "source-1"),
                                               (0, "source-2")]
@@ -128,15 +114,8 @@ def test_max_policy_lag_keeps_the_fresh_fragments_of_a_mixed_batch():
     worker.count_updates(["default_policy"])
     worker.count_updates(["default_policy"])
     new = worker.sample()
-    learner = LearnerThread(worker, max_policy_lag=1)
-    learner.inqueue.put(SampleBatch.concat_samples([old, new]))
-    learner.start()
-    try:
-        count, _ = learner.outqueue.get(timeout=60)
-        figures = learner.diagnostics()
-    finally:
-        learner.stop()
-        worker.stop()
+    [(count, _)], figures, _ = _train(worker, [SampleBatch.concat_samples([old, new])], 1,
+                                      max_policy_lag=1)
     assert count == 20 and figures["policy_lag"]["dropped"] == 20
     assert figures["policy_lag"]["rows"] == 20 and figures["policy_lag"]["max"] == 0
 
