@@ -201,9 +201,8 @@ class UpdateWorkerWeights:
             with metrics.timers[WORKER_UPDATE_TIMER]:
                 if self._version != self.learner.weights_version:
                     self._version = self.learner.weights_version  # before the read, as
-                    weights = self.learner.latest_weights()    # a newer update bumps it
-                    self._weights = self.workers.calls.put(weights)
-                    versions = self.learner.latest_versions()
+                    weights, versions = self.learner.latest_snapshot()  # a newer update
+                    self._weights = self.workers.calls.put(weights)      # bumps it
                     self._versions = () if versions is None else (versions,)
                 self.workers.calls.call(worker, "set_weights", self._weights, *self._versions)
             self.steps[key] = 0

@@ -278,8 +278,8 @@ class BroadcastUpdateLearnerWeights:
                     or (self.since >= self.broadcast_interval and learner.weights_updated)):
                 learner.weights_updated = False  # before the read: a newer update sets it
                 self.epoch = learner.weights_epoch
-                self.weights = learner.latest_weights()  # never waits for an update
-                self.versions = learner.latest_versions()
+                # never waits for an update
+                self.weights, self.versions = learner.latest_snapshot()
                 self.since = 0
                 metrics.counters["num_weight_syncs"] += 1
             if sources:

@@ -159,8 +159,9 @@ class LearnerThread(threading.Thread):
         self.outqueue: queue.Queue = queue.Queue()
         self.lock = threading.Lock()  # held while weights change; hold it to read them
         self.weights_updated = False
-        self._snapshot: dict | None = None  # local worker's weights after the last update
-        self._snapshot_versions: dict[str, int] | None = None  # ... and their versions
+        # (weights, versions) of the local worker after the last update: one object, so
+        # a reader never pairs one update's weights with another's versions
+        self._snapshot: tuple[dict, dict | None] | None = None
         self.weights_epoch = 0  # grows when the weights are set from outside (a restore)
         self.num_steps = 0
         self.error: BaseException | None = None
@@ -245,24 +246,23 @@ class LearnerThread(threading.Thread):
         copies them after each update (one copy of the parameters, small beside the
         update's forward, backward and Adam step). Before the first update, or after
         :meth:`weights_changed`, they are read under :attr:`lock`."""
+        return self.latest_snapshot()[0]
+
+    def latest_snapshot(self) -> tuple[dict[str, dict], dict[str, int] | None]:
+        """:meth:`latest_weights` and the policy versions they come from (None for a
+        local worker that keeps no versions), as of the same update."""
         snapshot = self._snapshot
         if snapshot is None:
             with self.lock:
                 snapshot = self._take_snapshot()
         return snapshot
 
-    def _take_snapshot(self) -> dict[str, dict]:
+    def _take_snapshot(self) -> tuple[dict[str, dict], dict[str, int] | None]:
         """Copy the local worker's weights and versions (hold :attr:`lock`)."""
         versions = getattr(self.local_worker, "policy_versions", None)
-        self._snapshot_versions = None if versions is None else dict(versions)
-        self._snapshot = self.local_worker.get_weights()
+        self._snapshot = (self.local_worker.get_weights(),
+                          None if versions is None else dict(versions))
         return self._snapshot
-
-    def latest_versions(self) -> dict[str, int] | None:
-        """The policy versions of :meth:`latest_weights` (None for a local worker
-        that keeps no versions)."""
-        self.latest_weights()
-        return self._snapshot_versions
 
     def weights_changed(self) -> None:
         """Forget the snapshot of :meth:`latest_weights`; call it (holding :attr:`lock`)

@@ -61,7 +61,9 @@ def train_policies(worker, batch: Batch, *, num_sgd_iter: int | None = None,
     stats = {pid: worker.get_policy(pid).learn_on_batch(
                  rows, num_sgd_iter=num_sgd_iter, sgd_minibatch_size=sgd_minibatch_size, rng=rng)
              for pid, rows in policy_batches(worker, batch, policies).items()}
-    worker.count_updates(stats)
+    count_updates = getattr(worker, "count_updates", None)  # a duck-typed worker keeps
+    if count_updates is not None:                            # no policy versions
+        count_updates(stats)
     return stats
 
 
