@@ -87,6 +87,32 @@ def test_orthogonal_init_gives_hidden_layers_gain_sqrt2_and_leaves_the_heads_alo
         ModelConfig.coerce({"orthogonal_init": 1})
 
 
+def test_zero_mean_centres_uint8_images_in_both_cnns_and_leaves_float_images_alone():
+    """``zero_mean`` feeds the first conv layer (x - 128) / 128 instead of x / 255, in
+    the built-in CNN and the IMPALA ResNet; a float image is never rescaled."""
+    from flowrl.models.visionnet import ImpalaResNet, VisionNetwork
+
+    seen = []
+    for cls, dtype in ((VisionNetwork, np.uint8), (ImpalaResNet, np.uint8),
+                       (VisionNetwork, np.float32)):
+        space = gym.spaces.Box(0, 255, (4, 10, 10), dtype)
+        for zero_mean in (False, True):
+            config = ModelConfig.coerce({"conv_filters": [[8, 3, 1]], "zero_mean": zero_mean})
+            net = cls(space, TWO, 2, config, "net")
+            first = next(m for m in net.modules() if isinstance(m, nn.Conv2d))
+            hook = first.register_forward_hook(lambda _m, i, _o: seen.append(i[0]))
+            obs = torch.tensor([[[[0, 128, 255]]]], dtype=torch.float32).expand(1, 4, 10, 3)
+            obs = torch.cat([obs] * 4, dim=-1)[..., :10].to(getattr(torch, np.dtype(dtype).name))
+            net({"obs": obs}, [], None)
+            hook.remove()
+            want = (torch.tensor([0.0, 128.0, 255.0]) if dtype == np.float32
+                    else torch.tensor([-1.0, 0.0, 127 / 128]) if zero_mean
+                    else torch.tensor([0.0, 128 / 255, 1.0]))
+            assert torch.allclose(seen[-1][0, 0, 0, :3], want), (cls, dtype, zero_mean)
+    with pytest.raises(ConfigError, match=r"model\.zero_mean='no': must be true or false"):
+        ModelConfig.coerce({"zero_mean": "no"})
+
+
 def test_ppo_adam_epsilon_reaches_the_optimizer_and_is_checked():
     algo = PPO(PPOConfig(env="CartPole-v1", num_workers=0, num_envs_per_worker=1,
                          rollout_fragment_length=16, train_batch_size=16,

@@ -25,6 +25,12 @@ What the fields choose (the catalog, :func:`flowrl.models.get_model`, builds it)
   weights of gain sqrt(2) and zero biases, as CleanRL and OpenAI Baselines
   initialise them (False, the default: torch's own initialisation). The output
   heads are orthogonal either way (gain 0.01 for logits, 1 for the value);
+- ``zero_mean``: the built-in CNNs scale ``uint8`` images to [-1, 1]
+  (``(x - 128) / 128``, the ``zero_mean`` of RLlib's early Atari models) instead
+  of [0, 1] (``x / 255``, the default). Atari screens are mostly a constant
+  background, and centred pixels keep it from dominating the first layer: on
+  Pong, IMPALA's value function learns far faster (docs/benchmarks.md, "Atari
+  learning");
 - ``custom_model``: a :class:`~flowrl.models.TorchModelV2` subclass, or the name
   given to :func:`~flowrl.models.register_model`, built with
   ``custom_model_config`` in ``model_config["custom_model_config"]``. The
@@ -82,6 +88,7 @@ class ModelConfig:
     vf_share_layers: bool = False
     free_log_std: bool = True
     orthogonal_init: bool = False
+    zero_mean: bool = False
     custom_model: Any = None
     custom_model_config: dict = field(default_factory=dict)
 
@@ -115,7 +122,7 @@ class ModelConfig:
                           "give dense layer sizes after the conv stack, e.g. [512], or None")
             object.__setattr__(self, "post_fcnet_hiddens", tuple(self.post_fcnet_hiddens))
         for name in ("use_lstm", "lstm_use_prev_action", "lstm_use_prev_reward",
-                     "vf_share_layers", "free_log_std", "orthogonal_init"):
+                     "vf_share_layers", "free_log_std", "orthogonal_init", "zero_mean"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, getattr(self, name), "must be true or false")
         for name in ("lstm_cell_size", "max_seq_len"):
@@ -140,7 +147,7 @@ class ModelConfig:
         >>> ModelConfig.coerce({"fcnet_hidens": [8]})
         Traceback (most recent call last):
         ...
-        flowrl.errors.ConfigError: model.fcnet_hidens: unknown model field; did you mean fcnet_hiddens? (fields: fcnet_hiddens, fcnet_activation, conv_filters, conv_activation, post_fcnet_hiddens, post_fcnet_activation, use_lstm, lstm_cell_size, max_seq_len, lstm_use_prev_action, lstm_use_prev_reward, vf_share_layers, free_log_std, orthogonal_init, custom_model, custom_model_config)
+        flowrl.errors.ConfigError: model.fcnet_hidens: unknown model field; did you mean fcnet_hiddens? (fields: fcnet_hiddens, fcnet_activation, conv_filters, conv_activation, post_fcnet_hiddens, post_fcnet_activation, use_lstm, lstm_cell_size, max_seq_len, lstm_use_prev_action, lstm_use_prev_reward, vf_share_layers, free_log_std, orthogonal_init, zero_mean, custom_model, custom_model_config)
         """
         try:
             return cls._coerce(value, where)

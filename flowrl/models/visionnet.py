@@ -3,8 +3,8 @@
 An image is a rank-3 ``Box``, channels first ``(C, H, W)`` as flowrl's Atari and
 MinAtar envs give it, or channels last ``(H, W, C)`` (taken to be so when the last
 dimension is smaller than the first, e.g. ``(84, 84, 4)``). A ``uint8`` image
-travels as uint8 and is divided by 255 here, inside ``forward``; other dtypes are
-used as they are.
+travels as uint8 and is scaled here, inside ``forward``, to [0, 1] or, with
+``zero_mean``, to [-1, 1] (:func:`scale_image`); other dtypes are used as they are.
 
 The network: ``conv_filters`` (``[out_channels, kernel, stride]`` each, no padding)
 with ``conv_activation``, flattened, then ``post_fcnet_hiddens`` dense layers with
@@ -62,6 +62,20 @@ def default_conv(height: int, width: int) -> tuple[tuple, tuple]:
                           "e.g. [[32, 8, 4], [64, 4, 2], [64, 3, 1]]") from None
 
 
+def scale_image(obs: torch.Tensor, scale: bool, zero_mean: bool) -> torch.Tensor:
+    """``obs`` as floats; with ``scale`` (the space is ``uint8``) in [0, 1] (``x / 255``)
+    or, with ``zero_mean`` too, in [-1, 1] (``(x - 128) / 128``).
+
+    >>> x = torch.tensor([0, 128, 255], dtype=torch.uint8)
+    >>> scale_image(x, True, False).tolist(), scale_image(x, True, True).tolist()
+    ([0.0, 0.501960813999176, 1.0], [-1.0, 0.0, 0.9921875])
+    """
+    x = obs.float()
+    if not scale:
+        return x
+    return (x - 128.0) / 128.0 if zero_mean else x / 255.0
+
+
 def conv_output_shape(channels: int, height: int, width: int, filters) -> tuple[int, int, int]:
     """``(C, H, W)`` after ``filters`` (no padding); a ConfigError naming the first
     layer whose kernel does not fit what reaches it.
@@ -106,7 +120,7 @@ class VisionNetwork(TorchModelV2):
         post = () if post is None else post
         out_c, out_h, out_w = conv_output_shape(c, h, w, filters)
         sizes = [out_c * out_h * out_w, *post]
-        self.scale = obs_space.dtype == np.uint8
+        self.scale, self.zero_mean = obs_space.dtype == np.uint8, model_config.zero_mean
 
         def stack() -> nn.Sequential:
             m = model_config
@@ -127,9 +141,7 @@ class VisionNetwork(TorchModelV2):
         self._features = self._x = None
 
     def _image(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs.float()
-        if self.scale:
-            x = x / 255.0
+        x = scale_image(obs, self.scale, self.zero_mean)
         if self.channels_last:
             x = x.permute(0, 3, 1, 2)
         return x
@@ -169,7 +181,7 @@ class ImpalaResNet(TorchModelV2):
         channels_per_stage = list(options.get("channels", (16, 32, 32)))
         hidden = int(options.get("hidden", 256))
         c, h, w, self.channels_last = image_layout(tuple(obs_space.shape))
-        self.scale = obs_space.dtype == np.uint8
+        self.scale, self.zero_mean = obs_space.dtype == np.uint8, model_config.zero_mean
         stages: list[nn.Module] = []
         for out in channels_per_stage:
             stages += [nn.Conv2d(c, out, 3, padding=1), nn.MaxPool2d(3, 2, padding=1),
@@ -187,9 +199,7 @@ class ImpalaResNet(TorchModelV2):
         self._features = None
 
     def forward(self, input_dict, state, seq_lens):
-        x = input_dict["obs"].float()
-        if self.scale:
-            x = x / 255.0
+        x = scale_image(input_dict["obs"], self.scale, self.zero_mean)
         if self.channels_last:
             x = x.permute(0, 3, 1, 2)
         features = self.trunk(x)
