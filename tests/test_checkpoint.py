@@ -243,3 +243,30 @@ def test_remote_worker_states_are_saved_and_restored_by_worker_index(tmp_path):
             own = remote_rngs(fresh)
             fresh.restore(str(tmp_path / name))
             assert remote_rngs(fresh) == {**own, **expected}, name
+
+
+def test_a_restored_run_means_its_returns_over_the_saved_window(tmp_path):
+    """The 100-episode means of a restored run go on over the episodes before the
+    checkpoint: its first result is the mean of the saved window plus the new
+    episodes, not of the few new ones alone (which made a resumed learning curve
+    jump)."""
+    from flowrl.ops.metric_ops import RECENT_EPISODES
+
+    def returns(algo) -> list[float]:
+        return [e["episode_reward"] for e in algo.metrics.info[RECENT_EPISODES]]
+
+    kw = dict(env="CartPole-v1", rollout_fragment_length=200, train_batch_size=200, seed=0)
+    with PG(PGConfig(**kw)) as algo:
+        for _ in range(3):
+            algo.train()
+        saved = returns(algo)
+        algo.save(str(tmp_path / "ck"))
+    assert 5 < len(saved) < 100, len(saved)  # short CartPole games: a partial window
+    with PG(PGConfig(**{**kw, "seed": 1})) as fresh:
+        fresh.restore(str(tmp_path / "ck"))
+        assert returns(fresh) == saved
+        after = fresh.train()
+        window = returns(fresh)
+    assert window[:len(saved)] == saved and len(window) == len(saved) + after["episodes_this_iter"]
+    assert after["episodes_this_iter"] > 0
+    assert after["episode_reward_mean"] == pytest.approx(float(np.mean(window)))

@@ -10,7 +10,6 @@ live in the run's metrics so that ``save``/``restore`` continue them.
 
 from __future__ import annotations
 
-import collections
 import math
 import time
 from typing import Any, Sequence
@@ -26,6 +25,10 @@ TRAINING_ITERATION = "training_iteration"
 EPISODES_TOTAL = "episodes_total"
 TIME_TOTAL_S = "time_total_s"
 LAST_REPORT_STEPS = "timesteps_at_last_report"
+#: ``MetricsContext.info`` key of the episodes in :class:`CollectMetrics`' smoothing
+#: window: kept with the run's metrics, so a checkpoint carries them and a restored
+#: run's means go on over the same last episodes.
+RECENT_EPISODES = "recent_episodes"
 LAST_PASS_STEPS = "steps_at_last_pass"
 
 
@@ -185,8 +188,10 @@ class CollectMetrics:
     created (when the plan was built).
 
     Metrics: increments the ``training_iteration`` and ``episodes_total`` counters
-    and keeps ``info["time_total_s"]`` and ``info["timesteps_at_last_report"]``
-    (all survive save/restore, so a restored run continues them).
+    and keeps ``info["time_total_s"]``, ``info["timesteps_at_last_report"]`` and
+    the smoothing window's episodes, ``info["recent_episodes"]`` (all survive
+    save/restore, so a restored run continues them: its first mean is over the same
+    last episodes, not over the few a fresh window would hold).
 
     >>> import flowrl
     >>> from flowrl.ops import ParallelRollouts
@@ -210,8 +215,9 @@ class CollectMetrics:
                               "every worker) or a number of seconds >= 0")
         self.workers = workers
         self.wait_s = wait_s
+        self.smoothing_window = smoothing_window
         self._carry: dict = {}  # remote worker index -> its pending episode_stats call
-        self.episodes: collections.deque[dict] = collections.deque(maxlen=smoothing_window)
+        self.episodes: list[dict] = []  # the window, as of the last report
         self._last_time = time.perf_counter()
 
     def __call__(self, _: Any) -> dict[str, Any]:
@@ -246,7 +252,10 @@ class CollectMetrics:
             restarts.report_to(metrics)
         now = time.perf_counter()
         new = [e for eps in per_worker for e in eps]
-        self.episodes.extend(new)
+        window = metrics.info.setdefault(RECENT_EPISODES, [])
+        window.extend(new)
+        del window[:max(0, len(window) - self.smoothing_window)]
+        self.episodes = window
         counters = metrics.counters
         counters[TRAINING_ITERATION] += 1
         counters[EPISODES_TOTAL] += len(new)
@@ -258,7 +267,7 @@ class CollectMetrics:
         info = {k: v for k, v in counters.items()}
         info[LEARNER_INFO] = metrics.info.get(LEARNER_INFO, {})
         return {
-            **summarize_episodes(list(self.episodes)),
+            **summarize_episodes(window),
             "episodes_this_iter": len(new),
             "episodes_total": counters[EPISODES_TOTAL],
             "timesteps_total": steps,
