@@ -2,13 +2,19 @@
 ``flowrl plan``.
 
 ``flowrl train [ALGO] [--env ENV] [--config FILE.yaml] [--set key=value ...]``
-trains with a live progress display (rich; with ``--eval-interval N`` also the
-last evaluation's mean return) until a stop criterion holds:
-``--stop-reward`` (default: the env's registered reward threshold, e.g. 475 for
-CartPole-v1), ``--stop-timesteps``, ``--stop-iters`` (the first one reached
-stops). ``--config`` reads an experiment spec (algo, env, stop, config; see
-:mod:`flowrl.experiment`) and ``--set`` overrides one field; unknown names get a
-suggestion. Each run writes ``<run-dir>/<algo>-<env>-<time>/`` with
+trains until a stop criterion holds: ``--stop-reward`` (default: the env's
+registered reward threshold, e.g. 475 for CartPole-v1), ``--stop-timesteps``,
+``--stop-iters``, ``--stop-time SECONDS`` (``time_total_s``, which a restored run
+continues; the first one reached stops). After every iteration it shows the
+iteration, timesteps, mean return, episodes, steps/s and time: on a terminal as a
+live table (rich), otherwise (a log file, nohup, Slurm) as one plain line, flushed
+at once; with ``--eval-interval N`` also the last evaluation's mean return;
+nothing with ``--quiet``. Its last line says why it stopped, the last mean return
+and where the results and the checkpoint are. ``--config`` reads an experiment
+spec (algo, env, stop, config; see :mod:`flowrl.experiment`) and ``--set``
+overrides one field; unknown names get a suggestion, and numbers YAML reads as
+strings (``--set lr=1e-3``, ``--stop-timesteps 1e6``) are read as numbers. Each
+run writes ``<run-dir>/<algo>-<env>-<time>/`` with
 ``result.jsonl`` (one result per iteration; evaluations under ``evaluation``),
 TensorBoard event files with the same scalars (``evaluation/episode_reward_mean``
 ...), and ``checkpoint/`` (or ``--checkpoint-dir D``) holding numbered
@@ -93,6 +99,17 @@ def _number(text: str) -> float:
     return value
 
 
+def _stop_bound(key: str):
+    def parse(text: str) -> int | float:
+        from flowrl.experiment import check_stop
+        try:
+            return check_stop(key, text, key)
+        except ConfigError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+    parse.__name__ = key
+    return parse
+
+
 def _path(text: str) -> str:
     if "\x00" in text:
         raise argparse.ArgumentTypeError(f"{text!r} holds a NUL character; give a file path")
@@ -117,8 +134,12 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--backend", choices=["local", "ray"], default=None)
     t.add_argument("--stop-reward", type=_number, default=None,
                    help="stop when episode_reward_mean >= R (default: the env's threshold)")
-    t.add_argument("--stop-timesteps", type=_int_at_least(1), default=None)
+    t.add_argument("--stop-timesteps", type=_stop_bound("timesteps_total"), default=None,
+                   metavar="N", help="stop when timesteps_total >= N (1e6 works)")
     t.add_argument("--stop-iters", type=_int_at_least(1), default=None)
+    t.add_argument("--stop-time", type=_stop_bound("time_total_s"), default=None,
+                   metavar="SECONDS", help="stop when the run has trained this long "
+                   "(time_total_s, which a restored run continues)")
     t.add_argument("--checkpoint-dir", type=_path, default=None, help="where checkpoints go "
                    "(default: <run dir>/checkpoint)")
     t.add_argument("--checkpoint-freq", type=_int_at_least(0), default=0, metavar="N",
@@ -196,23 +217,50 @@ def _fmt(x: float) -> str:
     return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.1f}"
 
 
+def _is_terminal(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
 class _Progress:
-    """The live display: a rich table refreshed after every iteration; with
-    ``evaluation`` also the last evaluation's mean return and iteration."""
+    """What ``flowrl train`` shows after each iteration: nothing when ``quiet``; on a
+    terminal a rich table refreshed in place; otherwise (a log file, nohup, Slurm)
+    a title line and then one plain line per iteration, flushed at once:
+    ``iter 3 | timesteps 600 | mean return 24.1 | episodes 25 | steps/s ... |
+    time (s) ...``. With ``evaluation`` both also show the last evaluation's mean
+    return and iteration."""
 
     def __init__(self, title: str, quiet: bool, evaluation: bool = False):
-        self.title, self.quiet, self.evaluation = title, quiet, evaluation
+        self.title, self.evaluation = title, evaluation
+        self.lines = not quiet and not _is_terminal(sys.stdout)
+        self.table = not quiet and not self.lines
         self.live = None
         self._last_eval: tuple[int, float] | None = None
 
     def __enter__(self):
-        if not self.quiet:
+        if self.table:
             from rich.live import Live
             self.live = Live(self._table(None), refresh_per_second=4, transient=False)
             self.live.__enter__()
+        elif self.lines:
+            print(self.title, flush=True)
         return self
 
-    def _table(self, r: dict | None, steps_per_s: float = 0.0):
+    def _cells(self, r: dict, steps_per_s: float) -> dict[str, str]:
+        if "evaluation" in r:
+            self._last_eval = (r["training_iteration"], r["evaluation"]["episode_reward_mean"])
+        cells = {"iter": str(r["training_iteration"]), "timesteps": str(r["timesteps_total"]),
+                 "mean return": _fmt(r["episode_reward_mean"]),
+                 "episodes": str(r["episodes_total"]), "steps/s": f"{steps_per_s:,.0f}",
+                 "time (s)": f"{r['time_total_s']:.1f}"}
+        if self.evaluation:
+            it, mean = self._last_eval or (None, None)
+            cells.update({"eval return": _fmt(mean), "eval iter": "-" if it is None else str(it)})
+        return cells
+
+    def _table(self, cells: dict[str, str] | None):
         from rich.table import Table
         t = Table(title=self.title)
         cols = ["iter", "timesteps", "mean return", "episodes", "steps/s", "time (s)"]
@@ -220,22 +268,16 @@ class _Progress:
             cols += ["eval return", "eval iter"]
         for col in cols:
             t.add_column(col, justify="right")
-        if r is not None:
-            if "evaluation" in r:
-                self._last_eval = (r["training_iteration"],
-                                   r["evaluation"]["episode_reward_mean"])
-            row = [str(r["training_iteration"]), str(r["timesteps_total"]),
-                   _fmt(r["episode_reward_mean"]), str(r["episodes_total"]),
-                   f"{steps_per_s:,.0f}", f"{r['time_total_s']:.1f}"]
-            if self.evaluation:
-                it, mean = self._last_eval or (None, None)
-                row += [_fmt(mean), "-" if it is None else str(it)]
-            t.add_row(*row)
+        if cells is not None:
+            t.add_row(*cells.values())
         return t
 
     def update(self, r: dict, steps_per_s: float) -> None:
-        if self.live is not None:
-            self.live.update(self._table(r, steps_per_s))
+        if self.table:
+            self.live.update(self._table(self._cells(r, steps_per_s)))
+        elif self.lines:
+            cells = self._cells(r, steps_per_s)
+            print(" | ".join(f"{name} {value}" for name, value in cells.items()), flush=True)
 
     def __exit__(self, *exc):
         if self.live is not None:
@@ -330,7 +372,8 @@ def _train_spec(args: argparse.Namespace) -> dict[str, Any]:
         raise ConfigError("give the env: --env ENV, or 'env:' in --config")
     stop = spec["stop"]
     for flag, key in (("stop_reward", "episode_reward_mean"),
-                      ("stop_timesteps", "timesteps_total"), ("stop_iters", "training_iteration")):
+                      ("stop_timesteps", "timesteps_total"), ("stop_iters", "training_iteration"),
+                      ("stop_time", "time_total_s")):
         if getattr(args, flag) is not None:
             stop[key] = getattr(args, flag)
     return spec
@@ -353,7 +396,7 @@ def train(args: argparse.Namespace) -> int:
             stop["episode_reward_mean"] = threshold
     if not stop:
         raise ConfigError(f"env {config.env!r} has no reward threshold; give --stop-reward, "
-                          "--stop-timesteps or --stop-iters")
+                          "--stop-timesteps, --stop-iters or --stop-time")
     restored = None
     if args.restore:  # read and checked before anything is built or written
         try:
@@ -408,15 +451,18 @@ def _train_loop(args, algo, stop: dict[str, Any], logger_cls) -> int:
             target = stop.get("episode_reward_mean")
             if target is not None and not math.isnan(mean) and mean >= target:
                 reason = f"episode_reward_mean {mean:.5g} >= {target}"
-            for key in ("timesteps_total", "training_iteration"):
+            for key in ("timesteps_total", "training_iteration", "time_total_s"):
                 if not reason and key in stop and r[key] >= stop[key]:
-                    reason = f"{key} {r[key]} >= {stop[key]}"
+                    value = f"{r[key]:.1f}" if isinstance(r[key], float) else r[key]
+                    reason = f"{key} {value} >= {stop[key]}"
             if reason:
                 break
         path = ckpt.final(iteration) if iteration is not None else None
     where = path if path else "none (no iteration finished)"
-    print(f"{'' if args.quiet else chr(10)}stopped: {reason}; results "
-          f"{os.path.join(run_dir, 'result.jsonl')}; checkpoint {where}")
+    last = (f"mean return {_fmt(r['episode_reward_mean'])} at iteration {iteration}"
+            if iteration is not None else "no iteration finished")
+    print(f"{chr(10) if progress.table else ''}stopped: {reason}; {last}; results "
+          f"{os.path.join(run_dir, 'result.jsonl')}; checkpoint {where}", flush=True)
     return code
 
 

@@ -11,8 +11,10 @@ line may supply ``algo`` and ``env``), plus an optional fifth::
 ``skip_slow_test`` (a non-empty string, the reason) tells the slow test of
 ``tuned_examples/`` to skip a spec too long for it (Atari runs of hours); ``flowrl
 train`` ignores it. ``stop`` keys are result fields: ``episode_reward_mean``, ``timesteps_total``,
-``training_iteration`` (the first one reached stops). ``config`` keys are the
-algorithm config's dataclass fields. ``--set key=value`` overrides one config
+``training_iteration``, ``time_total_s`` (seconds of training; the first one reached
+stops). ``config`` keys are the algorithm config's dataclass fields. Numbers written
+without a dot, which YAML reads as strings (``lr: 1e-3``, ``timesteps_total: 1e6``),
+are read as numbers (:func:`read_numbers`). ``--set key=value`` overrides one config
 field (``value`` is parsed as YAML: ``0.01``, ``[32, 32]``, ``null``);
 ``--set env_config.size=5`` sets one key of a dict field and ``--set
 stop.timesteps_total=1000`` one stop criterion. Unknown names are ConfigErrors that
@@ -41,7 +43,7 @@ from typing import Any, Sequence
 from flowrl.errors import ConfigError
 
 SPEC_KEYS = ("algo", "env", "stop", "config", "skip_slow_test")
-STOP_KEYS = ("episode_reward_mean", "timesteps_total", "training_iteration")
+STOP_KEYS = ("episode_reward_mean", "timesteps_total", "training_iteration", "time_total_s")
 
 
 def closest(name: str, choices: Sequence[str]) -> str | None:
@@ -72,6 +74,42 @@ def suggest(name: str, choices: Sequence[str]) -> str:
     """
     close = closest(name, choices)
     return f"did you mean {close!r}?" if close else f"choose from {sorted(choices)}"
+
+
+def read_numbers(value: Any) -> Any:
+    """``value`` with every string that spells a finite number read as that number (an
+    int when it is integral), also inside lists, tuples and dict values; anything else
+    is returned as it is.
+
+    PyYAML reads ``1e-3`` and ``1e6`` as strings (YAML 1.1 wants a dot and a signed
+    exponent: ``1.0e-3``), and so do ``--set lr=1e-3`` and Python callers passing
+    text, so config fields (:class:`~flowrl.algorithms.AlgorithmConfig`) and stop
+    criteria read a string through this when it is not acceptable as it is.
+
+    >>> read_numbers("1e-3"), read_numbers("1e6"), read_numbers("1.5"), read_numbers("lr")
+    (0.001, 1000000, 1.5, 'lr')
+    >>> read_numbers([[0, "2.5e-4"], ["1e7", 0.0]]), read_numbers({"eps": "1e5"})
+    ([[0, 0.00025], [10000000, 0.0]], {'eps': 100000})
+    >>> read_numbers("nan"), read_numbers(True)
+    ('nan', True)
+    """
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            pass
+        try:
+            number = float(value)
+        except ValueError:
+            return value
+        if not math.isfinite(number):
+            return value
+        return int(number) if number.is_integer() else number
+    if type(value) in (list, tuple):
+        return type(value)(read_numbers(v) for v in value)
+    if type(value) is dict:
+        return {k: read_numbers(v) for k, v in value.items()}
+    return value
 
 
 def algorithm_class(name: Any):
@@ -140,7 +178,7 @@ def check_spec(data: dict[str, Any], where: str = "spec") -> dict[str, Any]:
         if not isinstance(spec[key], dict):
             raise ConfigError(f"{where}: {key!r} must be a mapping, got {spec[key]!r}")
     for key, value in spec["stop"].items():
-        check_stop(key, value, f"{where}: stop.{key}")
+        spec["stop"][key] = check_stop(key, value, f"{where}: stop.{key}")
     if "skip_slow_test" in data:
         reason = data["skip_slow_test"]
         if not isinstance(reason, str) or not reason.strip():
@@ -150,16 +188,33 @@ def check_spec(data: dict[str, Any], where: str = "spec") -> dict[str, Any]:
     return spec
 
 
-def check_stop(key: Any, value: Any, where: str) -> None:
-    """ConfigError unless ``key`` is a stop criterion and ``value`` a usable bound."""
+def check_stop(key: Any, value: Any, where: str) -> int | float:
+    """The bound of stop criterion ``key``: ``value``, or the number a string such as
+    ``"1e6"`` spells (:func:`read_numbers`). ConfigError unless ``key`` is a stop
+    criterion and the bound usable: a number for ``episode_reward_mean``, a number
+    > 0 (seconds) for ``time_total_s``, an int >= 1 for the others.
+
+    >>> check_stop("timesteps_total", "1e6", "stop.timesteps_total")
+    1000000
+    >>> check_stop("training_iteration", "1.5", "stop.training_iteration")
+    Traceback (most recent call last):
+    ...
+    flowrl.errors.ConfigError: stop.training_iteration='1.5': must be an int >= 1
+    """
     if key not in STOP_KEYS:
         raise ConfigError(f"{where}: unknown stop criterion {key!r}; "
                           f"{suggest(str(key), STOP_KEYS)}")
+    bound = read_numbers(value) if isinstance(value, str) else value
+    number = not isinstance(bound, bool) and isinstance(bound, (int, float))
     if key == "episode_reward_mean":
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        if not number or math.isnan(bound):
             raise ConfigError(f"{where}={value!r}: must be a number")
-    elif isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    elif key == "time_total_s":
+        if not number or not math.isfinite(bound) or bound <= 0:
+            raise ConfigError(f"{where}={value!r}: must be a number of seconds > 0")
+    elif not isinstance(bound, int) or isinstance(bound, bool) or bound < 1:
         raise ConfigError(f"{where}={value!r}: must be an int >= 1")
+    return bound
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -185,8 +240,7 @@ def apply_overrides(spec: dict[str, Any], overrides: Sequence[str]) -> dict[str,
         key, value = parse_override(text)
         head, dot, rest = key.partition(".")
         if head == "stop" and dot:
-            check_stop(rest, value, f"--set {key}")
-            spec["stop"][rest] = value
+            spec["stop"][rest] = check_stop(rest, value, f"--set {key}")
         elif dot:
             if not rest:
                 raise ConfigError(f"--set {text!r}: write field.key=value, e.g. "
@@ -202,5 +256,5 @@ def apply_overrides(spec: dict[str, Any], overrides: Sequence[str]) -> dict[str,
     return spec
 
 
-__all__ = ["suggest", "closest", "load_spec", "check_spec", "apply_overrides", "parse_override",
-           "make_config", "algorithm_class", "config_fields", "STOP_KEYS"]
+__all__ = ["suggest", "closest", "read_numbers", "load_spec", "check_spec", "apply_overrides",
+           "parse_override", "make_config", "algorithm_class", "config_fields", "STOP_KEYS"]

@@ -26,8 +26,9 @@ Search spaces (a mapping with exactly one of these keys, on a top-level
 ``config`` field): ``{grid_search: [v, ...]}`` (every value, each
 ``num_samples`` times), ``{choice: [v, ...]}``, ``{uniform: [low, high]}``,
 ``{loguniform: [low, high]}`` (``0 < low < high``). ``stop`` takes
-``episode_reward_mean``, ``timesteps_total``, ``training_iteration`` (as ``flowrl
-train``); without ``episode_reward_mean`` the env's reward threshold is used.
+``episode_reward_mean``, ``timesteps_total``, ``training_iteration``,
+``time_total_s`` (as ``flowrl train``); without ``episode_reward_mean`` the env's
+reward threshold is used.
 Schedulers: ``asha`` (``time_attr``, ``max_t``, ``grace_period``,
 ``reduction_factor``, ``brackets``) and ``pbt`` (``time_attr``,
 ``perturbation_interval``, ``burn_in_period``, ``hyperparam_mutations``: config
@@ -258,7 +259,7 @@ def check_sweep(data: dict[str, Any], where: str = "sweep") -> dict[str, Any]:
     if not isinstance(stop, dict):
         raise ConfigError(f"{where}: 'stop' must be a mapping, got {stop!r}")
     for key, value in stop.items():
-        check_stop(key, value, f"{where}: stop.{key}")
+        stop[key] = check_stop(key, value, f"{where}: stop.{key}")
     if "episode_reward_mean" not in stop and isinstance(env, str):
         try:
             threshold = gym_spec(env).reward_threshold

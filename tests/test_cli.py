@@ -174,6 +174,105 @@ def test_config_file_and_overrides_with_suggestions(tmp_path, capsys):
     assert "unknown key 'environment'; did you mean 'env'?" in capsys.readouterr().err
 
 
+PROGRESS_LINE = re.compile(r"^iter (\d+) \| timesteps (\d+) \| mean return (-|[-\d.]+) \| "
+                           r"episodes \d+ \| steps/s [\d,]+ \| time \(s\) [\d.]+$")
+
+
+def test_without_a_terminal_each_iteration_is_one_line_and_the_last_names_the_return(
+        tmp_path, capsys):
+    assert main(["train", "pg", "--env", "CartPole-v1", *FAST_PG, "--stop-iters", "3",
+                 "--run-dir", str(tmp_path), "--no-tensorboard"]) == 0
+    lines = capsys.readouterr().out.splitlines()   # captured: stdout is not a terminal
+    (run_dir,) = list(tmp_path.iterdir())
+    rs = results(run_dir)
+    assert lines[0] == "flowrl pg CartPole-v1"
+    rows = [PROGRESS_LINE.match(line) for line in lines[1:-1]]
+    assert all(rows) and len(rows) == 3, lines
+    assert [(int(m[1]), int(m[2])) for m in rows] == [
+        (r["training_iteration"], r["timesteps_total"]) for r in rs]
+    assert rows[-1][3] == f"{rs[-1]['episode_reward_mean']:.1f}"
+    assert lines[-1].startswith(f"stopped: training_iteration 3 >= 3; mean return "
+                                f"{rs[-1]['episode_reward_mean']:.1f} at iteration 3; results ")
+
+
+def test_quiet_prints_only_the_last_line_with_the_mean_return(tmp_path, capsys):
+    assert main(["train", "pg", "--env", "CartPole-v1", *FAST_PG, "--stop-iters", "2",
+                 "--run-dir", str(tmp_path), "--no-tensorboard", "--quiet"]) == 0
+    (run_dir,) = list(tmp_path.iterdir())
+    mean = results(run_dir)[-1]["episode_reward_mean"]
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith(f"stopped: training_iteration 2 >= 2; mean return {mean:.1f} "
+                           "at iteration 2; results ")
+
+
+def test_progress_lines_reach_a_pipe_while_training_runs(tmp_path):
+    """Under nohup or Slurm stdout is a file or a pipe: each line is flushed as it is
+    printed, so it can be read while the run goes on (here: before Ctrl-C ends it)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flowrl.cli", "train", "pg", "--env", "CartPole-v1", *FAST_PG,
+         "--stop-iters", "1000000", "--run-dir", str(tmp_path), "--no-tensorboard"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    try:
+        assert proc.stdout.readline() == "flowrl pg CartPole-v1\n"
+        first, second = proc.stdout.readline(), proc.stdout.readline()
+        assert PROGRESS_LINE.match(first.rstrip("\n"))[1] == "1"
+        assert PROGRESS_LINE.match(second.rstrip("\n"))[1] == "2"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    assert out.splitlines()[-1].startswith("stopped: interrupted; mean return ")
+
+
+def test_stop_time_stops_at_the_first_result_with_time_total_s_past_it(tmp_path, capsys):
+    assert main(["train", "pg", "--env", "CartPole-v1", *FAST_PG, "--stop-time", "0.3",
+                 "--run-dir", str(tmp_path / "flag"), "--no-tensorboard", "--quiet"]) == 0
+    (run_dir,) = list((tmp_path / "flag").iterdir())
+    times = [r["time_total_s"] for r in results(run_dir)]
+    assert times[-1] >= 0.3 and all(t < 0.3 for t in times[:-1])
+    assert "stopped: time_total_s " in capsys.readouterr().out
+    spec = tmp_path / "pg.yaml"
+    spec.write_text("algo: pg\nenv: CartPole-v1\nstop: {time_total_s: 0.2}\n"
+                    "config: {train_batch_size: 50, rollout_fragment_length: 50}\n")
+    assert main(["train", "--config", str(spec), "--run-dir", str(tmp_path / "yaml"),
+                 "--no-tensorboard", "--quiet"]) == 0
+    (run_dir,) = list((tmp_path / "yaml").iterdir())
+    times = [r["time_total_s"] for r in results(run_dir)]
+    assert times[-1] >= 0.2 and all(t < 0.2 for t in times[:-1])
+    capsys.readouterr()
+    for args, message in [(["--stop-time", "0"], "time_total_s='0': must be a number of "
+                                                 "seconds > 0"),
+                          (["--set", "stop.time_total_s=-1"], "must be a number of seconds > 0")]:
+        assert main(["train", "pg", "--env", "CartPole-v1", *args, "--quiet"]) == 2
+        assert message in capsys.readouterr().err
+
+
+def test_numbers_yaml_reads_as_strings_are_numbers(tmp_path, capsys):
+    spec = tmp_path / "pg.yaml"
+    spec.write_text("algo: pg\nenv: CartPole-v1\nstop: {timesteps_total: 1e2}\n"
+                    "config: {train_batch_size: 5e1, rollout_fragment_length: 5e1, lr: 1e-2}\n")
+    assert main(["train", "--config", str(spec), "--set", "lr=1e-3",
+                 "--run-dir", str(tmp_path / "runs"), "--quiet", "--no-tensorboard"]) == 0
+    (run_dir,) = list((tmp_path / "runs").iterdir())
+    assert [r["timesteps_total"] for r in results(run_dir)] == [50, 100]
+    saved = checkpoint.read_checkpoint(str(run_dir / "checkpoint"))["config"]
+    assert (saved["lr"], saved["train_batch_size"]) == (0.001, 50)
+    assert main(["train", "pg", "--env", "CartPole-v1", *FAST_PG, "--stop-timesteps", "1e2",
+                 "--run-dir", str(tmp_path / "flag"), "--quiet", "--no-tensorboard"]) == 0
+    (run_dir,) = list((tmp_path / "flag").iterdir())
+    assert results(run_dir)[-1]["timesteps_total"] == 100
+    capsys.readouterr()
+    for args, message in [
+        (["--set", "train_batch_size=15e-1"], "PGConfig.train_batch_size='15e-1': must be an "
+                                              "int >= 1"),
+        (["--stop-timesteps", "1.5"], "timesteps_total='1.5': must be an int >= 1"),
+    ]:
+        assert main(["train", "pg", "--env", "CartPole-v1", *args, "--quiet"]) == 2
+        assert message in capsys.readouterr().err
+
+
 def test_skipped_checkpoints_are_counted_and_logged_once(tmp_path, caplog, capsys):
     not_a_dir = tmp_path / "file"
     not_a_dir.write_text("")

@@ -38,6 +38,7 @@ from flowrl.envs import PREPROCESSOR_PREFS, ensure_registered, multi_agent_creat
 from flowrl.envs.multi_agent import MULTI_AGENT_IDS, check_multi_agent_env_config
 from flowrl.errors import ConfigError, EnvError, FlowError
 from flowrl.evaluation import Evaluation
+from flowrl.experiment import read_numbers
 from flowrl.graph.plan import Plan
 from flowrl.graph.stream import LocalStream
 from flowrl.models.config import ModelConfig
@@ -273,6 +274,13 @@ class AlgorithmConfig:
     and ``gamma`` (0.99) agree. Each algorithm's config says where its own defaults
     follow RLlib 1.x and where they differ.
 
+    A numeric field also takes a string that spells a number, since PyYAML reads
+    ``lr: 1e-3`` (no dot) as one, and so does ``--set lr=1e-3``: ``"1e-3"`` is read
+    as 0.001 and ``"1e6"`` as 1000000, also inside lists such as ``lr_schedule:
+    [[0, 2.5e-4], [1e7, 0.0]]`` (:func:`flowrl.experiment.read_numbers`). A string
+    the field cannot take as a number (``"1.5"`` for ``train_batch_size``) is a
+    ConfigError naming the field.
+
     ``preprocessor_pref`` (RLlib's name) applies to ``ALE/`` env ids only:
     ``"deepmind"`` (default) wraps them in the DeepMind preprocessing, None leaves
     the raw ale-py env (:func:`flowrl.envs.make_atari`). Workers get it with
@@ -390,8 +398,12 @@ class AlgorithmConfig:
         for cls in reversed(type(self).__mro__):
             for f, (ok, what) in vars(cls).get("checks", {}).items():
                 value = getattr(self, f)
-                if not ok(value):
+                if ok(value):
+                    continue
+                number = read_numbers(value)  # "1e-3" from YAML or --set: the number it spells
+                if not ok(number):
                     raise ConfigError(f"{name}.{f}={value!r}: must be {what}")
+                setattr(self, f, number)
         self.model = ModelConfig.coerce(self.model, f"{name}.model")
         by = self.multiagent.get("count_steps_by", "env_steps")
         if by not in COUNT_STEPS_BY:

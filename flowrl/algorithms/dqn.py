@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 from flowrl.algorithms.base import (MAX_MAGNITUDE, Algorithm, AlgorithmConfig, _int_ge, _num,
                                    _or_none, _str_dict)
 from flowrl.errors import ConfigError
+from flowrl.experiment import read_numbers
 from flowrl.graph.stream import Concurrently, LocalStream
 from flowrl.ops import (LearningStarts, ParallelRollouts, Replay, StandardMetricsReporting,
                         StoreToReplayBuffer, TrainOneStep, UpdateReplayPriorities,
@@ -110,7 +111,8 @@ class DQNConfig(AlgorithmConfig):
                               "feed-forward model (model.fcnet_hiddens, or model.conv_filters "
                               "for images), or a recurrent algorithm (PPO, IMPALA, APPO, A2C, "
                               "A3C, PG)")
-        explore = {**DEFAULT_EXPLORATION, **(self.exploration_config or {})}
+        # read_numbers: epsilon_timesteps: 1e5 in YAML is a string
+        explore = {**DEFAULT_EXPLORATION, **read_numbers(self.exploration_config or {})}
         unknown = sorted(set(explore) - set(DEFAULT_EXPLORATION) - {"type"})
         if unknown:
             raise ConfigError(f"{name}.exploration_config has unknown keys {unknown}; use "
