@@ -189,7 +189,9 @@ def test_train_one_step_returns_batch_and_info_and_trains_what_was_sampled():
         assert m.counters[STEPS_TRAINED_COUNTER] == m.counters[STEPS_SAMPLED_COUNTER] == 200
         assert m.timers[LEARN_ON_BATCH_TIMER].count == 2
         assert m.timers[WORKER_UPDATE_TIMER].count == 2
-        assert m.info[LEARNER_INFO] is info
+        # results report the stats flat; the op hands them on also under learner_stats
+        assert m.info[LEARNER_INFO]["default_policy"] is info["default_policy"]["learner_stats"]
+        assert "learner_stats" not in m.info[LEARNER_INFO]["default_policy"]
     after = ws.local_worker().get_weights()
     assert not np.array_equal(before["default_policy"]["pi.0.weight"],
                               after["default_policy"]["pi.0.weight"])

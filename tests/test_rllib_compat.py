@@ -99,6 +99,59 @@ def test_algorithm_configs_read_as_mappings_with_rllib_spellings():
         c["clip_parm"]
 
 
+# ------------------------------------------------------- learner stats as RLlib has them
+
+class PortedUpdateKL:
+    """A KL update as ported from RLlib 1.x's PPO: it reads each policy's KL under
+    ``learner_stats`` and refuses fetches that have no policy level."""
+
+    def __init__(self, workers):
+        self.workers = workers
+
+    def __call__(self, fetches):
+        def update(policy, policy_id):
+            assert "learner_stats" not in fetches, fetches
+            if policy_id in fetches:
+                policy.update_kl(fetches[policy_id]["learner_stats"]["kl"])
+
+        self.workers.local_worker().foreach_trainable_policy(update)
+        return fetches
+
+
+@pytest.mark.parametrize("train_op", ["TrainOneStep", "MultiGPUTrainOneStep"])
+def test_an_update_kl_ported_from_rllib_reads_the_train_ops_learner_stats(train_op):
+    ws = _workers("local", num_workers=0, policy=PPOPolicy, fragment=64)
+    try:
+        policy = ws.local_worker().get_policy()
+        seen = []
+        policy.update_kl = seen.append
+        op = (TrainOneStep(ws, num_sgd_iter=1, sgd_minibatch_size=32) if train_op == "TrainOneStep"
+              else MultiGPUTrainOneStep(ws, num_gpus=1, sgd_minibatch_size=32, _fake_gpus=True))
+        plan = flowrl.Plan(ParallelRollouts(ws).for_each(op).for_each(lambda t: t[1])
+                           .for_each(PortedUpdateKL(ws)))
+        with plan.compile() as run:
+            info = next(run)
+            reported = run.metrics.info[LEARNER_INFO]
+        stats = info[DEFAULT_POLICY_ID]
+        assert seen == [stats["kl"]] and stats["learner_stats"]["kl"] == stats["kl"]
+        # what results report keeps flowrl's flat stats, without the second copy
+        assert "learner_stats" not in reported[DEFAULT_POLICY_ID]
+        assert reported[DEFAULT_POLICY_ID]["kl"] == stats["kl"]
+    finally:
+        ws.stop()
+
+
+def test_flowrl_update_kl_reads_rllib_shaped_stats_too():
+    ws = _workers("local", num_workers=0, policy=PPOPolicy)
+    try:
+        policy = ws.local_worker().get_policy()
+        before = policy.kl_coeff
+        UpdateKL(ws)({DEFAULT_POLICY_ID: {"learner_stats": {"kl": 1.0}}})
+        assert policy.kl_coeff == pytest.approx(before * 1.5)
+    finally:
+        ws.stop()
+
+
 def test_standard_metrics_reporting_takes_the_config_third_and_keywords_win():
     ws = _workers("local", num_workers=0, fragment=100)
     try:

@@ -25,7 +25,7 @@ import numpy as np
 
 from flowrl.errors import ConfigError
 from flowrl.metrics import LEARN_ON_BATCH_TIMER, LOAD_BATCH_TIMER, get_metrics
-from flowrl.ops.train_ops import policy_batches, record_trained
+from flowrl.ops.train_ops import policy_batches, record_trained, with_learner_stats
 from flowrl.policies.sgd import check_sgd
 
 if TYPE_CHECKING:  # torch is imported where it is used: `import flowrl.ops` must stay light
@@ -57,7 +57,9 @@ class MultiGPUTrainOneStep:
     (0: whole batch; shuffling seeded by ``seed``), each split across the towers on
     ``num_gpus`` devices (see the module docstring). Only those policies get towers.
     Then remote workers get the new weights of ``policies`` (default: all).
-    Returns ``(batch, info)``, ``info = {policy_id: mean stats of the last epoch}``.
+    Returns ``(batch, info)``, ``info = {policy_id: mean stats of the last epoch}``,
+    each policy's stats also under ``"learner_stats"`` as RLlib 1.x has them
+    (:func:`~flowrl.ops.train_ops.with_learner_stats`).
 
     RLlib 1.x's keywords are accepted so its plans run as written:
     ``shuffle_sequences`` (only True: minibatches are always shuffled),
@@ -123,7 +125,7 @@ class MultiGPUTrainOneStep:
                     sgd_minibatch_size=self.sgd_minibatch_size, rng=self.rng)
         timer.push_units_processed(batch.env_steps())
         record_trained(metrics, batch, info, self.workers, self.policies)
-        return batch, info
+        return batch, with_learner_stats(info)
 
 
 __all__ = ["MultiGPUTrainOneStep", "tower_devices"]

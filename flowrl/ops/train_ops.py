@@ -8,7 +8,10 @@ Data-parallel training over several devices is :mod:`flowrl.ops.multi_gpu`.
 
 Learner results are per policy, ``{policy_id: stats}``, for single- and
 multi-agent workers alike; the latest is also kept in
-``metrics.info[LEARNER_INFO]``.
+``metrics.info[LEARNER_INFO]`` (and so in results under ``info/learner``). The
+train ops hand them on with each policy's stats also under ``"learner_stats"``
+(:func:`with_learner_stats`), where RLlib 1.x's put them, so that ops ported from
+RLlib run as written.
 """
 
 from __future__ import annotations
@@ -67,6 +70,24 @@ def train_policies(worker, batch: Batch, *, num_sgd_iter: int | None = None,
     return stats
 
 
+LEARNER_STATS_KEY = "learner_stats"
+
+
+def with_learner_stats(info: dict[str, Any]) -> dict[str, Any]:
+    """``info`` (``{policy_id: stats}``) with each policy's stats also under
+    ``"learner_stats"``, where RLlib 1.x's train ops put them: code ported from RLlib
+    that reads ``info[pid]["learner_stats"]["kl"]`` (RLlib's own ``UpdateKL`` does) and
+    flowrl code that reads ``info[pid]["kl"]`` both work. Stats that already hold
+    ``"learner_stats"`` are kept as they are; ``info`` is not changed.
+
+    >>> with_learner_stats({"default_policy": {"kl": 0.5}})
+    {'default_policy': {'kl': 0.5, 'learner_stats': {'kl': 0.5}}}
+    """
+    return {pid: {**stats, LEARNER_STATS_KEY: stats}
+            if isinstance(stats, dict) and LEARNER_STATS_KEY not in stats else stats
+            for pid, stats in info.items()}
+
+
 def record_trained(metrics, batch: Batch, info: dict, workers,
                    policies: Sequence[str] | None) -> None:
     """Counters, learner info and the weight broadcast shared by the train operators."""
@@ -88,7 +109,9 @@ class TrainOneStep:
     by ``seed``). Left as None, both come from the policy's own settings. It trains
     exactly ``policies`` (default: the local worker's ``policies_to_train``), then
     remote workers get the new weights of ``policies`` (default: all).
-    Returns ``(batch, info)`` with ``info = {policy_id: stats}``.
+    Returns ``(batch, info)`` with ``info = {policy_id: stats}``, each policy's stats
+    also under ``"learner_stats"`` as RLlib 1.x has them (:func:`with_learner_stats`);
+    ``info[LEARNER_INFO]``, which results report, holds the stats without it.
 
     Metrics: ``LEARN_ON_BATCH_TIMER`` ("learn", units: env steps),
     ``STEPS_TRAINED_COUNTER``, ``STEPS_TRAINED_THIS_ITER_COUNTER``,
@@ -130,7 +153,7 @@ class TrainOneStep:
                                   policies=self.policies)
         timer.push_units_processed(batch.env_steps())
         record_trained(metrics, batch, info, self.workers, self.policies)
-        return batch, info
+        return batch, with_learner_stats(info)
 
 
 class UpdateKL:
@@ -138,9 +161,11 @@ class UpdateKL:
 
     Takes ``(batch, info)`` (or just ``info``) from :class:`TrainOneStep` and calls
     ``policy.update_kl(info[policy_id]["kl"])`` on each trainable policy of the
-    local worker that has ``update_kl`` and a ``kl`` stat; returns its input
-    unchanged. The coefficient lives on the policy (and so in checkpoints); the
-    remote workers do not need it (it only enters the loss). Touches no metrics.
+    local worker that has ``update_kl`` and a ``kl`` stat (also read from
+    ``info[policy_id]["learner_stats"]["kl"]``, RLlib 1.x's shape, so a ported train
+    op can feed it); returns its input unchanged. The coefficient lives on the
+    policy (and so in checkpoints); the remote workers do not need it (it only
+    enters the loss). Touches no metrics.
 
     >>> from flowrl.policies import PPOPolicy
     >>> from flowrl.workers import WorkerSet
@@ -158,8 +183,9 @@ class UpdateKL:
         info = item[1] if isinstance(item, tuple) else item
 
         def update(policy, pid):
-            stats = info.get(pid)
-            if stats and "kl" in stats and hasattr(policy, "update_kl"):
+            stats = info.get(pid) or {}
+            stats = stats.get(LEARNER_STATS_KEY, stats)
+            if "kl" in stats and hasattr(policy, "update_kl"):
                 policy.update_kl(stats["kl"])
 
         self.workers.local_worker().foreach_trainable_policy(update)
@@ -244,4 +270,4 @@ class _SetLR:
 
 
 __all__ = ["TrainOneStep", "UpdateKL", "UpdateLR", "piecewise_lr", "train_policies",
-           "policy_batches", "record_trained"]
+           "policy_batches", "record_trained", "with_learner_stats", "LEARNER_STATS_KEY"]
