@@ -130,13 +130,14 @@ def config_fields(cls) -> list[str]:
 
 def make_config(algo: Any, fields: dict[str, Any]):
     """``algo``'s config class built from ``fields`` (validated); an unknown field
-    is a ConfigError naming it with the closest valid name."""
+    is a ConfigError naming it and how to fix it (the closest valid name, or for a
+    setting of RLlib 1.x, :meth:`~flowrl.algorithms.AlgorithmConfig.unknown_field_hint`)."""
     cls = algorithm_class(algo) if not isinstance(algo, type) else algo
     valid = config_fields(cls)
     for name in fields:
         if name not in valid:
             raise ConfigError(f"unknown field {name!r} in {cls.name} config; "
-                              f"{suggest(str(name), valid)}")
+                              f"{cls.config_class.unknown_field_hint(name)}")
     return cls.config_class(**fields)
 
 

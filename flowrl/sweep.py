@@ -252,7 +252,7 @@ def check_sweep(data: dict[str, Any], where: str = "sweep") -> dict[str, Any]:
     for name in config:
         if name not in fields:
             raise ConfigError(f"{where}: unknown field {name!r} in {cls.name} config; "
-                              f"{suggest(str(name), fields)}")
+                              f"{cls.config_class.unknown_field_hint(name)}")
     _check_values(cls, env, config, where)
 
     stop = copy.deepcopy(data.get("stop") or {})

@@ -16,7 +16,7 @@ import pytest
 
 import flowrl
 from flowrl import from_actors
-from flowrl.algorithms import AlgorithmConfig, PPOConfig, build_algorithm
+from flowrl.algorithms import A2CConfig, AlgorithmConfig, PGConfig, PPOConfig, build_algorithm
 from flowrl.batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
 from flowrl.errors import ConfigError, PlanError
 from flowrl.metrics import LEARNER_INFO, STEPS_SAMPLED_COUNTER, STEPS_TRAINED_COUNTER
@@ -97,6 +97,40 @@ def test_algorithm_configs_read_as_mappings_with_rllib_spellings():
     assert dict(c)["train_batch_size"] == c.train_batch_size
     with pytest.raises(KeyError, match="no field 'clip_parm' .*'clip_param'"):
         c["clip_parm"]
+
+
+def test_reading_an_rllib_key_flowrl_lacks_says_how_to_add_it_not_a_lookalike():
+    with pytest.raises(KeyError) as raised:
+        PPOConfig(env="CartPole-v1")["simple_optimizer"]
+    message = str(raised.value)
+    assert "PPOConfig has no field 'simple_optimizer' (RLlib 1.x has this setting" in message
+    assert "class MyConfig(PPOConfig): simple_optimizer: Any = None" in message
+    assert "sample_timeout_s" not in message
+    # the fix it names works: a subclass with the field reads it
+    assert SeedPPOConfig(env="CartPole-v1")["simple_optimizer"] is True
+    with pytest.raises(KeyError, match="'evaluation_num_episodes' is 'evaluation_duration' here"):
+        PPOConfig(env="CartPole-v1")["evaluation_num_episodes"]
+
+
+def test_unknown_config_keywords_are_config_errors_naming_class_keyword_and_fix():
+    with pytest.raises(ConfigError, match=r"^PPOConfig\(lr_rate=\.\.\.\): unknown field "
+                                          r"'lr_rate'; did you mean 'lr'\?$"):
+        PPOConfig(env="CartPole-v1", lr_rate=0.1)
+    with pytest.raises(ConfigError, match=r"^A2CConfig\(microbatch_size=\.\.\.\): unknown field "
+                                          r"'microbatch_size'; RLlib 1\.x has this setting and "
+                                          r"flowrl's A2CConfig does not: .*class MyConfig\("
+                                          r"A2CConfig\): microbatch_size: Any = None"):
+        A2CConfig(env="CartPole-v1", microbatch_size=4)
+    with pytest.raises(ConfigError, match=r"^PPOConfig\(min_iter_time_s=\.\.\.\): unknown field "
+                                          r"'min_iter_time_s'; RLlib 1\.x's 'min_iter_time_s' is "
+                                          r"'min_time_s_per_reporting' here$"):
+        PPOConfig(env="CartPole-v1", min_iter_time_s=1)
+    with pytest.raises(ConfigError, match=r"^PPOConfig\(gama=\.\.\.\): unknown field 'gama'; "
+                                          r"did you mean 'gamma'\?$"):
+        PPOConfig(env="CartPole-v1").replace(gama=0.9)
+    with pytest.raises(ConfigError, match=r"^PGConfig\(lr_rate=\.\.\.\): .*did you mean 'lr'"):
+        build_algorithm("my_pg", PGConfig, PGPolicy, lambda workers, config: None)(
+            env="CartPole-v1", lr_rate=0.1)
 
 
 # ------------------------------------------------------- learner stats as RLlib has them

@@ -38,7 +38,7 @@ from flowrl.envs import PREPROCESSOR_PREFS, ensure_registered, multi_agent_creat
 from flowrl.envs.multi_agent import MULTI_AGENT_IDS, check_multi_agent_env_config
 from flowrl.errors import ConfigError, EnvError, FlowError
 from flowrl.evaluation import Evaluation
-from flowrl.experiment import read_numbers
+from flowrl.experiment import read_numbers, suggest
 from flowrl.graph.plan import Plan
 from flowrl.graph.stream import LocalStream
 from flowrl.models.config import ModelConfig
@@ -237,6 +237,39 @@ def check_env(env: Any, where: str) -> None:
                           "with gymnasium.register, or pass an env_creator callable") from None
 
 
+#: Settings of RLlib 1.x's configs (its COMMON_CONFIG and those of the algorithms
+#: flowrl has) that flowrl names differently.
+RLLIB_RENAMED = {"evaluation_num_episodes": "evaluation_duration",
+                 "min_iter_time_s": "min_time_s_per_reporting"}
+#: Other settings of RLlib 1.x's configs. One that is no field of a config is
+#: answered with how to add it (:meth:`AlgorithmConfig.unknown_field_hint`), not
+#: with a field whose name happens to look alike.
+RLLIB_KEYS = frozenset({
+    "_disable_execution_plan_api", "_disable_preprocessor_api", "_fake_gpus",
+    "action_space", "batch_mode", "clip_actions", "clip_rewards", "collect_metrics_timeout",
+    "compress_observations", "custom_eval_function", "custom_resources_per_worker",
+    "eager_tracing", "explore", "exploration_config", "extra_python_environs_for_driver",
+    "extra_python_environs_for_worker", "fake_sampler", "framework", "horizon",
+    "in_evaluation", "input", "input_evaluation", "local_tf_session_args", "log_level",
+    "log_sys_usage", "logger_config", "metrics_smoothing_episodes", "monitor",
+    "no_done_at_end", "normalize_actions", "num_cpus_for_driver", "num_gpus_per_worker",
+    "observation_filter", "observation_space", "optimizer", "output",
+    "output_compress_columns", "output_max_file_size", "placement_strategy",
+    "postprocess_inputs", "record_env", "remote_env_batch_wait_ms", "remote_worker_envs",
+    "render_env", "replay_sequence_length", "sample_async", "sample_collector",
+    "shuffle_buffer_size", "simple_optimizer", "soft_horizon", "synchronize_filters",
+    "tf_session_args",
+    # PPO, A2C/A3C, IMPALA/APPO, DQN/Ape-X, DD-PPO
+    "after_train_step", "before_learn_on_batch", "decay", "entropy_coeff_schedule",
+    "epsilon", "final_prioritized_replay_beta", "keep_local_weights_in_sync",
+    "microbatch_size", "momentum", "noisy", "num_atoms", "num_multi_gpu_tower_stacks",
+    "opt_type", "prioritized_replay_beta_annealing_timesteps", "replay_buffer_config",
+    "shuffle_sequences", "sigma0", "store_buffer_in_checkpoints",
+    "torch_distributed_backend", "use_critic", "use_gae", "v_max", "v_min",
+    "vtrace_drop_last_ts",
+})
+
+
 @dataclass
 class AlgorithmConfig:
     """Fields shared by every algorithm (RLlib 1.x names where one exists).
@@ -388,6 +421,41 @@ class AlgorithmConfig:
         "evaluation_parallel_to_training": _BOOL,
     }
 
+    def __new__(cls, *args: Any, **fields: Any) -> "AlgorithmConfig":
+        # The dataclass's __init__ would answer an unknown keyword with a bare TypeError.
+        names = cls._field_names()
+        for key in fields:
+            if key not in names:
+                raise ConfigError(f"{cls.__name__}({key}=...): unknown field {key!r}; "
+                                  f"{cls.unknown_field_hint(key)}")
+        return super().__new__(cls)
+
+    @classmethod
+    def unknown_field_hint(cls, key: Any) -> str:
+        """How to fix ``key``, a name that is no field of this config: for a setting of
+        RLlib 1.x, flowrl's name for it (:data:`RLLIB_RENAMED`) or how to add it to a
+        config subclass (:data:`RLLIB_KEYS`); otherwise the field it most likely
+        misspells (:func:`flowrl.experiment.suggest`). Constructors, ``config[key]``
+        and :func:`flowrl.experiment.make_config` all answer with it.
+
+        >>> AlgorithmConfig.unknown_field_hint("gama")
+        "did you mean 'gamma'?"
+        >>> AlgorithmConfig.unknown_field_hint("min_iter_time_s")
+        "RLlib 1.x's 'min_iter_time_s' is 'min_time_s_per_reporting' here"
+        >>> AlgorithmConfig.unknown_field_hint("simple_optimizer").split(": remove it")[0]
+        "RLlib 1.x has this setting and flowrl's AlgorithmConfig does not"
+        """
+        names = cls._field_names()
+        if isinstance(key, str) and RLLIB_RENAMED.get(key) in names:
+            return f"RLlib 1.x's {key!r} is {RLLIB_RENAMED[key]!r} here"
+        if isinstance(key, str) and key in RLLIB_KEYS:
+            return (f"RLlib 1.x has this setting and flowrl's {cls.__name__} does not: "
+                    "remove it, or, if your code reads it, declare it on a config subclass "
+                    f"(@dataclass class MyConfig({cls.__name__}): {key}: Any = None) and "
+                    "build the algorithm with that class (build_algorithm(name, MyConfig, "
+                    "...))")
+        return suggest(str(key), sorted(names))
+
     def __post_init__(self) -> None:
         name = type(self).__name__
         if self.max_policy_lag is not None and not self.has_learner_queue:
@@ -504,7 +572,8 @@ class AlgorithmConfig:
         ``policy_mapping_fn`` and ``policies_to_train`` None, ``count_steps_by``
         ``"env_steps"``), so ``config["multiagent"]["count_steps_by"]`` works;
         the ``multiagent`` attribute stays what was given. A key that is no field is
-        a KeyError naming the close ones.
+        a KeyError saying how to fix it (:meth:`unknown_field_hint`: the close field,
+        or for a setting of RLlib 1.x that flowrl lacks, how to add it).
 
         >>> c = AlgorithmConfig(env="CartPole-v1", lr=0.01)
         >>> c["lr"], c.get("lr"), "lr" in c, c.get("framework", "torch"), "framework" in c
@@ -514,13 +583,12 @@ class AlgorithmConfig:
         >>> c["gama"]
         Traceback (most recent call last):
         ...
-        KeyError: "AlgorithmConfig has no field 'gama' (did you mean ['gamma']?)"
+        KeyError: "AlgorithmConfig has no field 'gama' (did you mean 'gamma'?)"
         """
         name = self._field_for(key)
         if name is None:
-            close = difflib.get_close_matches(str(key), sorted(self._field_names()), n=3)
-            hint = f" (did you mean {close}?)" if close else ""
-            raise KeyError(f"{type(self).__name__} has no field {key!r}{hint}")
+            raise KeyError(f"{type(self).__name__} has no field {key!r} "
+                           f"({self.unknown_field_hint(key)})")
         value = getattr(self, name)
         if name == "multiagent":
             value = {"policies": {}, "policy_mapping_fn": None, "policies_to_train": None,
