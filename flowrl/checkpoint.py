@@ -20,7 +20,10 @@ Reading never unpickles anything else: ``state.json`` is parsed as JSON, the arr
 file by safetensors, and a pickle placed under either name (or a format-1
 ``algorithm_state.pkl``) is refused with a ConfigError before a byte of it is
 loaded. A *checkpoint directory* (the CLI's ``--checkpoint-dir``) holds numbered
-checkpoints, ``checkpoint_000012/``, the number being the training iteration.
+checkpoints, ``checkpoint_000012/``, the number being the training iteration. A
+Ray Tune trial (:mod:`flowrl.tune`) keeps each checkpoint one level down, in
+``checkpoint_NNNNNN/algorithm/`` (:data:`TUNE_SUBDIR`; Tune numbers them from 0
+in the order they were taken); discovery finds those too.
 
 Policy. A write never exposes a partial checkpoint, and never touches the previous
 one until the new one is complete and on disk:
@@ -83,6 +86,8 @@ CHECKPOINT_FILE = "state.json"
 ARRAYS_FILE = "arrays.safetensors"
 USER_STATE_FILE = "user_state.pkl"
 LEGACY_FILE = "algorithm_state.pkl"   # format 1: a pickle, refused unread
+#: Where a Ray Tune trial's checkpoint directory holds flowrl's checkpoint.
+TUNE_SUBDIR = "algorithm"
 FORMAT_VERSION = 2
 _NAME = re.compile(r"^checkpoint_(\d+)$")
 _TMP = re.compile(r"^\..+\.tmp-(\d+)-\d+$")
@@ -240,16 +245,29 @@ def write_checkpoint(path: str, state: dict[str, Any]) -> str:
 
 
 # -- discovery and reading ---------------------------------------------------------
+def _state_file(directory: str) -> str | None:
+    """The ``state.json`` of the checkpoint in ``directory``: its own, or that of the
+    flowrl checkpoint inside a Ray Tune checkpoint (``algorithm/state.json``); None
+    when there is neither."""
+    for file in (os.path.join(directory, CHECKPOINT_FILE),
+                 os.path.join(directory, TUNE_SUBDIR, CHECKPOINT_FILE)):
+        if os.path.isfile(file):
+            return file
+    return None
+
+
 def list_checkpoints(directory: str) -> list[str]:
-    """Complete numbered checkpoints in ``directory``, oldest first (by iteration).
-    A numbered directory without ``state.json`` (never the case for flowrl's own
-    writes; a format-1 checkpoint is one) and hidden temporaries are left out."""
+    """Complete numbered checkpoints in ``directory``, oldest first (by number): flowrl's
+    ``checkpoint_NNNNNN/state.json`` and a Ray Tune trial's
+    ``checkpoint_NNNNNN/algorithm/state.json``. A numbered directory with neither
+    (never the case for flowrl's own writes; a format-1 checkpoint is one) and hidden
+    temporaries are left out."""
     if not os.path.isdir(directory):
         return []
     found = []
     for name in os.listdir(directory):
         m = _NAME.match(name)
-        if m and os.path.isfile(os.path.join(directory, name, CHECKPOINT_FILE)):
+        if m and _state_file(os.path.join(directory, name)) is not None:
             found.append((int(m.group(1)), os.path.join(directory, name)))
     return [p for _, p in sorted(found)]
 
@@ -293,10 +311,20 @@ def _find_legacy(path: str) -> str | None:
 
 
 def resolve_checkpoint(path: str) -> str:
-    """The ``state.json`` behind ``path``: that file, a checkpoint directory, a
-    directory of numbered checkpoints (its latest complete one), or a ``flowrl
-    train`` run directory (the latest in its ``checkpoint/``). ConfigError with a
-    one-line reason when there is none, or only format-1 ones."""
+    """The ``state.json`` behind ``path``: that file, a checkpoint directory, a Ray
+    Tune checkpoint directory (its ``algorithm/``), a directory of numbered
+    checkpoints (its latest complete one: a ``--checkpoint-dir``, or a Tune trial's
+    directory), or a ``flowrl train`` run directory (the latest in its
+    ``checkpoint/``). ConfigError with a one-line reason when there is none, or
+    only format-1 ones.
+
+    >>> import tempfile
+    >>> trial = tempfile.mkdtemp()
+    >>> for n in (0, 1):
+    ...     _ = write_checkpoint(os.path.join(trial, checkpoint_name(n), TUNE_SUBDIR), {"n": n})
+    >>> os.path.relpath(resolve_checkpoint(trial), trial)
+    'checkpoint_000001/algorithm/state.json'
+    """
     if os.path.isfile(path):
         name = os.path.basename(path)
         if name == LEGACY_FILE:
@@ -307,8 +335,8 @@ def resolve_checkpoint(path: str) -> str:
         return path
     if not os.path.isdir(path):
         raise ConfigError(f"no checkpoint at {path!r}: no such file or directory")
-    file = os.path.join(path, CHECKPOINT_FILE)
-    if os.path.isfile(file):
+    file = _state_file(path)
+    if file is not None:
         return file
     latest = latest_checkpoint(path) or latest_checkpoint(os.path.join(path, "checkpoint"))
     if latest is None:
@@ -316,8 +344,9 @@ def resolve_checkpoint(path: str) -> str:
         if legacy is not None:
             raise _legacy_error(legacy)
         raise ConfigError(f"no checkpoint at {path!r}: it holds neither {CHECKPOINT_FILE} nor "
-                          "a complete checkpoint_NNNNNN/ directory")
-    return os.path.join(latest, CHECKPOINT_FILE)
+                          "a complete checkpoint_NNNNNN/ directory (for a Ray Tune "
+                          "experiment, give one trial's directory)")
+    return _state_file(latest)
 
 
 def _read_bytes(file: str) -> bytes:
@@ -393,6 +422,7 @@ def read_checkpoint(path: str, *, allow_pickle: bool = False) -> dict[str, Any]:
 
 
 __all__ = ["CHECKPOINT_FILE", "ARRAYS_FILE", "USER_STATE_FILE", "FORMAT_VERSION", "TAG",
+           "TUNE_SUBDIR",
            "PickledValue", "find_pickled", "encode_state", "checkpoint_name",
            "write_checkpoint", "read_checkpoint", "resolve_checkpoint", "list_checkpoints",
            "latest_checkpoint", "prune_checkpoints", "remove_stale_temporaries"]

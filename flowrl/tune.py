@@ -18,7 +18,10 @@ its config dict (``param_space`` resolved: the algorithm config's fields plus
   one restored from another trial's (PBT's ``exploit``) takes that trial's state,
   except the learning rate: ``restore`` sets the trial's own ``lr`` (what PBT
   mutated) on the optimizer, unless the config has an ``lr_schedule``, whose
-  rate at the restored step count stays;
+  rate at the restored step count stays. Outside Tune,
+  :meth:`Algorithm.from_checkpoint <flowrl.algorithms.Algorithm.from_checkpoint>`,
+  ``flowrl evaluate`` and ``flowrl export`` take a trial's checkpoint directory
+  (``<trial>/checkpoint_NNNNNN``) or the trial's directory (its latest checkpoint);
 - ``reset_config(new)`` rebuilds the algorithm (``reuse_actors=True``);
   ``cleanup()`` stops it and its workers.
 
@@ -60,10 +63,12 @@ except ImportError as e:  # pragma: no cover - ray[tune] is a dependency of the 
     raise ImportError("flowrl.tune needs Ray Tune: pip install 'flowrl[tune]' "
                       f"(importing ray.tune failed: {e})") from e
 
+from flowrl.checkpoint import TUNE_SUBDIR
 from flowrl.errors import ConfigError, FlowError, TrialError
 
-#: The subdirectory of a Tune checkpoint directory that holds flowrl's checkpoint.
-CHECKPOINT_SUBDIR = "algorithm"
+#: The subdirectory of a Tune checkpoint directory that holds flowrl's checkpoint
+#: (:data:`flowrl.checkpoint.TUNE_SUBDIR`, where checkpoint discovery looks for it).
+CHECKPOINT_SUBDIR = TUNE_SUBDIR
 
 
 def _field(cls: type, config: dict, name: str) -> Any:
