@@ -20,6 +20,7 @@ state, kept in :meth:`DQNPolicy.get_state` and :meth:`DQNPolicy.exploration_stat
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any, Sequence
 
@@ -35,7 +36,7 @@ from flowrl.models.catalog import is_image
 from flowrl.policies.numpy_forward import (NumpyMLP, ParameterGuard, SnapshotCache,
                                            in_chunks, max_rows, obs_rows)
 from flowrl.models.config import model_config
-from flowrl.policies.torch_policy import _to_numpy_tree, _to_torch_tree, make_adam
+from flowrl.policies.torch_policy import _to_numpy_tree, _to_torch_tree, make_adam, model_obs
 
 SB = SampleBatch
 #: Column of postprocessed DQN rows: γ^k for the k rewards summed, 0 after a termination.
@@ -150,6 +151,25 @@ class QNetwork(nn.Module):
         if self.value is None:
             return a
         return self.value(z) + a - a.mean(dim=1, keepdim=True)
+
+
+class QActingModule(nn.Module):
+    """A :class:`QNetwork` as one module for export (:mod:`flowrl.export`), as
+    :class:`~flowrl.policies.torch_policy.ActingModule` is for actor-critics:
+    ``forward(obs) -> (action_dist_inputs, value)``, the Q-values ``(B, A)`` (the
+    greedy action is their argmax) and ``max_a Q(s, a)`` ``(B,)``, what
+    :meth:`DQNPolicy.compute_actions` reports. It holds its own copy of the network."""
+
+    #: The outputs' names, in order (ONNX names them so).
+    output_names = ("action_dist_inputs", "value")
+
+    def __init__(self, model: QNetwork, obs_dim: int, *, discrete: bool, image: bool):
+        super().__init__()
+        self.model, self.obs_dim, self.discrete, self.image = model, obs_dim, discrete, image
+
+    def forward(self, obs: torch.Tensor):
+        q = self.model(model_obs(obs, self.obs_dim, discrete=self.discrete, image=self.image))
+        return q, q.max(dim=1).values
 
 
 class _NumpyQNetwork:
@@ -313,14 +333,24 @@ class DQNPolicy:
     # -- acting -------------------------------------------------------------------
     def _obs_tensor(self, obs) -> torch.Tensor:
         obs = np.asarray(obs)
-        if isinstance(self.observation_space, gym.spaces.Discrete):
-            return nn.functional.one_hot(torch.as_tensor(obs, dtype=torch.long).reshape(-1),
-                                         self._obs_dim).float()
         if not obs.flags.writeable:  # arrays from Ray's object store are read-only
             obs = obs.copy()
-        if is_image(self.observation_space):  # uint8 stays uint8: the CNN scales it
-            return torch.as_tensor(obs)
-        return torch.as_tensor(obs.reshape(len(obs), self._obs_dim), dtype=torch.float32)
+        return model_obs(torch.as_tensor(obs), self._obs_dim,
+                         discrete=isinstance(self.observation_space, gym.spaces.Discrete),
+                         image=is_image(self.observation_space))
+
+    def acting_module(self) -> QActingModule:
+        """A copy of the online network as a :class:`QActingModule` (observations in,
+        Q-values and their max out).
+
+        >>> p = DQNPolicy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), seed=0)
+        >>> q, value = p.acting_module()(torch.zeros(3, 4))
+        >>> tuple(q.shape), bool((value == q.max(dim=1).values).all())
+        ((3, 2), True)
+        """
+        return QActingModule(copy.deepcopy(self.model), self._obs_dim,
+                             discrete=isinstance(self.observation_space, gym.spaces.Discrete),
+                             image=is_image(self.observation_space))
 
     def _numpy_snapshot(self) -> "_NumpyQNetwork | None":
         return self._numpy_cache.get(self.model) if self.numpy_inference else None
@@ -475,5 +505,5 @@ class DQNPolicy:
         self.set_exploration_state(state["exploration"])
 
 
-__all__ = ["DQNPolicy", "QNetwork", "n_step_transitions", "linear_epsilon", "huber",
-           "N_STEP_DISCOUNT", "PRIORITIES"]
+__all__ = ["DQNPolicy", "QNetwork", "QActingModule", "n_step_transitions", "linear_epsilon",
+           "huber", "N_STEP_DISCOUNT", "PRIORITIES"]

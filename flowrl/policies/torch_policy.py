@@ -167,6 +167,62 @@ def _to_torch_tree(x: Any) -> Any:
     return x
 
 
+def model_obs(obs: torch.Tensor, obs_dim: int, *, discrete: bool,
+              image: bool) -> torch.Tensor:
+    """An observation batch as the model takes it: ``Discrete`` indices ``(B,)``
+    one-hot, float32 ``(B, obs_dim)``; images ``(B, *shape)`` in their own dtype
+    (uint8 stays uint8: the CNNs scale it); other observations float32 rows
+    ``(B, obs_dim)``. Torch alone, so an exported module (:class:`ActingModule`)
+    computes it as acting does.
+
+    >>> model_obs(torch.tensor([2, 0]), 3, discrete=True, image=False)
+    tensor([[0., 0., 1.],
+            [1., 0., 0.]])
+    >>> model_obs(torch.zeros(2, 3, 2, dtype=torch.float64), 6, discrete=False, image=False).shape
+    torch.Size([2, 6])
+    """
+    if discrete:
+        return nn.functional.one_hot(obs.long().reshape(-1), obs_dim).float()
+    if image:
+        return obs
+    return obs.reshape(obs.shape[0], obs_dim).float()
+
+
+class ActingModule(nn.Module):
+    """A policy's model as one module from an observation batch to what acting
+    computes from it, for export (:mod:`flowrl.export`):
+    ``forward(obs) -> (action_dist_inputs, value)``, or ``action_dist_inputs`` alone
+    for a policy without a critic (:attr:`output_names` says which).
+
+    ``obs`` is ``(B, *obs_shape)`` as the env gives it (float32, or uint8 frames;
+    ``Discrete`` observations as int indices ``(B,)``); ``action_dist_inputs`` is
+    ``(B, D)``: the logits of a ``Discrete`` action (``MultiDiscrete``: each part's,
+    side by side), or a ``Box`` action's mean and log-std, concatenated; ``value``
+    is ``V(s)``, ``(B,)``. It holds its own copy of the model, and gives it ``obs``
+    in the model's observation shape and ``obs_flat`` as rows itself, so that a
+    trace follows the batch size.
+    """
+
+    def __init__(self, model: nn.Module, obs_shape: tuple[int, ...], *, discrete: bool,
+                 image: bool, critic: bool):
+        super().__init__()
+        self.model = model
+        self.obs_shape, self.obs_dim = tuple(obs_shape), math.prod(obs_shape)
+        self.discrete, self.image, self.critic = discrete, image, critic
+        #: The outputs' names, in order (ONNX names them so).
+        self.output_names = (("action_dist_inputs", "value") if critic
+                             else ("action_dist_inputs",))
+
+    def forward(self, obs: torch.Tensor):
+        x = model_obs(obs, self.obs_dim, discrete=self.discrete, image=self.image)
+        inputs = {SB.OBS: x.reshape(x.shape[0], *self.obs_shape), "obs_flat": x.flatten(1),
+                  "is_training": False}
+        out, _ = self.model(inputs, [], None)
+        if not self.critic:
+            return out
+        return out, self.model.value_function()
+
+
 class LoadedBatch:
     """A batch as tensors, copied once onto every tower's device.
 
@@ -445,14 +501,10 @@ class TorchPolicy(Postprocessing):
         """Observations as the model takes them: one-hot floats for ``Discrete``,
         images in their own dtype (uint8 stays uint8), float32 rows otherwise."""
         obs = np.asarray(obs)
-        if self._discrete_obs:
-            return nn.functional.one_hot(torch.as_tensor(obs, dtype=torch.long).reshape(-1),
-                                         self._obs_dim).float()
         if not obs.flags.writeable:  # from Ray's object store; torch wants writable memory
             obs = obs.copy()
-        if self._image_obs:
-            return torch.as_tensor(obs)
-        return torch.as_tensor(obs.reshape(len(obs), self._obs_dim), dtype=torch.float32)
+        return model_obs(torch.as_tensor(obs), self._obs_dim, discrete=self._discrete_obs,
+                         image=self._image_obs)
 
     def _input_dict(self, obs: torch.Tensor, prev_actions=None,
                     prev_rewards=None, training: bool = False) -> dict[str, Any]:
@@ -481,6 +533,27 @@ class TorchPolicy(Postprocessing):
         state = [torch.as_tensor(np.asarray(s, np.float32)) for s in state_batches]
         return self.model(self._input_dict(obs, prev_actions, prev_rewards), state,
                           torch.ones(n, dtype=torch.int64))
+
+    def acting_module(self) -> ActingModule:
+        """A copy of :attr:`model` as an :class:`ActingModule`: observations in,
+        ``(action_dist_inputs, value)`` out (``action_dist_inputs`` alone without a
+        critic), the same numbers :meth:`compute_actions` reports in ``extra``. A
+        ConfigError for a recurrent model, whose state such a module cannot carry.
+
+        >>> from flowrl.policies import PPOPolicy
+        >>> p = PPOPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), seed=0)
+        >>> logits, value = p.acting_module()(torch.zeros(4, 3))
+        >>> tuple(logits.shape), tuple(value.shape)
+        ((4, 2), (4,))
+        """
+        if self.is_recurrent:
+            raise ConfigError(f"{type(self).__name__}.acting_module: the model "
+                              f"({type(self.model).__name__}) is recurrent, and a module of "
+                              "observations alone cannot carry its state; export a "
+                              "feedforward policy, or act with compute_single_action")
+        return ActingModule(copy.deepcopy(self.model), self._model_obs_space.shape,
+                            discrete=self._discrete_obs, image=self._image_obs,
+                            critic=bool(self.use_critic))
 
     def _numpy_snapshot(self, part: str = "guard") -> "_NumpyActorCritic | None":
         """The numpy view of :attr:`model`, or None for the torch path (switched off,
@@ -972,4 +1045,5 @@ class TorchPolicy(Postprocessing):
         self._asp_base = base
 
 
-__all__ = ["TorchPolicy", "LoadedBatch", "make_adam", "tower_bounds"]
+__all__ = ["TorchPolicy", "LoadedBatch", "make_adam", "tower_bounds", "ActingModule",
+           "model_obs"]
