@@ -43,7 +43,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from flowrl.errors import ConfigError, FlowError
+from flowrl.errors import ConfigError
 from flowrl.workers.episode import SINGLE_AGENT_ID, Episode
 
 #: An episode longer than this many steps is cut there (an env without a time
@@ -106,15 +106,12 @@ def play_episodes(envs: Sequence[Any], policy, schedule: Sequence[Sequence[int]]
     >>> [e["episode"] for e in out], all(e["episode_len"] > 0 for e in out)
     ([0, 1, 2], True)
     """
-    import gymnasium as gym
-
+    from flowrl.inference import env_action
     from flowrl.workers.sampler import defers_vf_preds
     if len(schedule) > len(envs):
         raise ConfigError(f"play_episodes: a schedule for {len(schedule)} envs, but "
                           f"{len(envs)} envs")
     space = envs[0].action_space if envs else None
-    clip = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
-    discrete = isinstance(space, gym.spaces.Discrete)
     recurrent = bool(getattr(policy, "is_recurrent", False))
     lean = {} if recurrent or not defers_vf_preds(policy) else {"vf_preds": False}
     initial = [np.asarray(s) for s in policy.get_initial_state()] if recurrent else []
@@ -163,8 +160,7 @@ def play_episodes(envs: Sequence[Any], policy, schedule: Sequence[Sequence[int]]
             actions, extra = policy.compute_actions(batch, explore, **lean)
         for row, i in enumerate(active):
             action = actions[row]
-            step_action = (int(action) if discrete else
-                           np.clip(action, *clip) if clip is not None else action)
+            step_action = env_action(space, action)
             obs[i], reward, terminated, truncated, info = envs[i].step(step_action)
             ret[i] += float(reward)
             length[i] += 1
@@ -399,16 +395,18 @@ class LoadedCheckpoint:
 
 
 def load_for_evaluation(path: str, *, allow_pickle: bool = False) -> LoadedCheckpoint:
-    """The learner policies of the checkpoint at ``path`` (file, checkpoint directory
-    or a directory of checkpoints), ready to evaluate: the algorithm's config is
-    rebuilt as saved, and from it one worker on the driver (local backend, one env
-    made for evaluation) whose policies get the checkpoint's states, and its
-    exploration state where the checkpoint holds one (DQN, Ape-X). Nothing of the
-    training topology is built (no remote workers, learner threads, replay actors or
-    process groups), so checkpoints of algorithms that need remote workers (IMPALA,
-    APPO, A3C, DD-PPO, Ape-X) load like any other. ``allow_pickle`` lets it load
-    the checkpoint's pickled parts (a config holding functions): only for
-    checkpoints you trust. ConfigError (one line) when it cannot be.
+    """The learner policies of the checkpoint at ``path`` (a checkpoint, a directory of
+    them, a run directory or a Ray Tune trial's:
+    :func:`~flowrl.checkpoint.resolve_checkpoint`), ready to evaluate: the
+    algorithm's config is rebuilt as saved, and from it one worker on the driver
+    (local backend, one env made for evaluation) whose policies get the
+    checkpoint's states, and its exploration state where the checkpoint holds one
+    (DQN, Ape-X). Nothing of the training topology is built (no remote workers,
+    learner threads, replay actors or process groups), so checkpoints of
+    algorithms that need remote workers (IMPALA, APPO, A3C, DD-PPO, Ape-X) load like
+    any other. ``allow_pickle`` lets it load the checkpoint's pickled parts (a
+    config holding functions): only for checkpoints you trust. ConfigError (one
+    line) when it cannot be.
 
     >>> import tempfile
     >>> from flowrl.algorithms import PG, PGConfig
@@ -422,33 +420,24 @@ def load_for_evaluation(path: str, *, allow_pickle: bool = False) -> LoadedCheck
     ('pg', 1, 2)
     """
     from flowrl import checkpoint
-    from flowrl.algorithms.base import restore_local_worker
+    from flowrl.algorithms.base import restore_local_worker, saved_config
     from flowrl.algorithms.dqn import restore_exploration
     from flowrl.experiment import algorithm_class
     from flowrl.metrics import MetricsContext
     from flowrl.workers import WorkerSet
     state = checkpoint.read_checkpoint(path, allow_pickle=allow_pickle)
     cls = algorithm_class(state.get("algorithm"))
-    fields = state.get("config")
-    if not isinstance(fields, dict):
-        raise ConfigError(f"checkpoint {state['path']!r} holds no config (it could not be "
-                          "stored when saved); rebuild the algorithm and call restore() instead")
+    where = f"checkpoint {state['path']!r}"
     worker_state = state.get("worker")
     if not isinstance(worker_state, dict) or "policies" not in worker_state:
-        raise ConfigError(f"checkpoint {state['path']!r} holds no worker.policies; it was not "
-                          "written by Algorithm.save()")
-    for part, value in (("config", fields), ("worker", worker_state)):
-        pickled = checkpoint.find_pickled(value)
-        if pickled is not None:
-            raise ConfigError(f"checkpoint {state['path']!r}: its {part} field {pickled.where} "
-                              f"({pickled.type_name}) was saved with pickle, and unpickling can "
-                              "run any code: pass allow_pickle=True (CLI: --allow-pickle) only "
-                              "for a checkpoint you trust")
-    try:
-        config = cls.config_class(**fields)
-    except (TypeError, FlowError) as e:
-        raise ConfigError(f"checkpoint {state['path']!r}: its config cannot be rebuilt here "
-                          f"({type(e).__name__}: {e})") from None
+        raise ConfigError(f"{where} holds no worker.policies; it was not written by "
+                          "Algorithm.save()")
+    config = saved_config(cls, state, where)
+    pickled = checkpoint.find_pickled(worker_state)
+    if pickled is not None:
+        raise ConfigError(f"{where}: its worker field {pickled.where} ({pickled.type_name}) was "
+                          "saved with pickle, and unpickling can run any code: pass "
+                          "allow_pickle=True (CLI: --allow-pickle) only for a checkpoint you trust")
     policy_class = cls.get_policy_class(config) or cls.policy_class
     worker_config = dataclasses.replace(cls.worker_config(config, policy_class),
                                         num_envs_per_worker=1, training=False,

@@ -68,6 +68,7 @@ class A3C(Algorithm):
     config_class = A3CConfig
     policy_class = A2CPolicy
     name = "a3c"
+    inference_workers = 1  # gradients come from remote workers only
 
     @classmethod
     def policy_config(cls, config: A3CConfig) -> dict[str, Any]:

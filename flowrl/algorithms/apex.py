@@ -235,6 +235,7 @@ class ApeX(DQN):
 
     config_class = ApeXConfig
     name = "apex"
+    inference_workers = 1  # sampling happens on remote workers only
 
     def __init__(self, config: ApeXConfig | None = None, **fields: Any):
         self.replay_actors: list = []

@@ -17,6 +17,10 @@ global RNG states, the config and the subclass's :meth:`Algorithm.extra_state`
 a fresh one, continues where the saved one was. Remote workers' states are keyed
 by ``worker_index``; reading a checkpoint runs no code unless ``restore(...,
 allow_pickle=True)`` lets it load pickled user state.
+:meth:`Algorithm.from_checkpoint` rebuilds an algorithm, config included, from a
+checkpoint alone, and :meth:`Algorithm.compute_single_action` /
+:meth:`Algorithm.predict` act on observations outside the plan
+(:mod:`flowrl.inference`).
 """
 
 from __future__ import annotations
@@ -668,6 +672,32 @@ def _config_state(config: AlgorithmConfig) -> dict[str, Any] | None:
     return fields
 
 
+def saved_config(cls: type, state: dict[str, Any], where: str) -> AlgorithmConfig:
+    """The config of algorithm class ``cls`` rebuilt from a checkpoint's ``state``
+    (what :func:`_config_state` stored), validated as any config is. A ConfigError
+    naming ``where`` when the checkpoint holds none, when a field was pickled and
+    the checkpoint was read without ``allow_pickle``, or when this flowrl's config
+    refuses it. :meth:`Algorithm.from_checkpoint` and
+    :func:`flowrl.evaluation.load_for_evaluation` both use it."""
+    from flowrl import checkpoint
+    fields = state.get("config")
+    if not isinstance(fields, dict):
+        raise ConfigError(f"{where}: the checkpoint holds no config (it could not be stored "
+                          "when saved); build the algorithm from its config and call "
+                          "restore() instead")
+    pickled = checkpoint.find_pickled(fields)
+    if pickled is not None:
+        raise ConfigError(f"{where}: its config field {pickled.where} ({pickled.type_name}) "
+                          "was saved with pickle, and unpickling can run any code: pass "
+                          "allow_pickle=True (CLI: --allow-pickle) only for a checkpoint you "
+                          "trust")
+    try:
+        return cls.config_class(**fields)
+    except (TypeError, FlowError) as e:
+        raise ConfigError(f"{where}: its config cannot be rebuilt here "
+                          f"({type(e).__name__}: {e})") from None
+
+
 def _configured_lr(worker: Any) -> None:
     """Set each trainable policy's optimizer back to the policy's configured ``lr``.
     A worker acting through a numpy replica has no optimizer to reset (it builds one
@@ -721,6 +751,9 @@ class Algorithm:
     config_class: ClassVar[type] = AlgorithmConfig
     policy_class: ClassVar[Any] = None
     name: ClassVar[str] = "algorithm"
+    #: Remote workers :meth:`from_checkpoint` keeps (:meth:`inference_config`): none,
+    #: or one for an algorithm that samples only on remote workers.
+    inference_workers: ClassVar[int] = 0
 
     def __init__(self, config: AlgorithmConfig | None = None, **fields: Any):
         if config is None:
@@ -955,6 +988,58 @@ class Algorithm:
         """The learner's (local worker's) policy."""
         return self.workers.local_worker().get_policy(policy_id)
 
+    def compute_single_action(self, observation: Any, state: Any = None, *,
+                              explore: bool = False, policy_id: str = "default_policy",
+                              prev_action: Any = None, prev_reward: float | None = None) -> Any:
+        """The action of policy ``policy_id`` (the learner's) for one observation,
+        as the env takes it (RLlib 1.x's name; :func:`flowrl.inference.compute_single_action`).
+
+        ``observation`` is one observation of the env the config builds (Dict and
+        Tuple ones are flattened as the workers flatten them). The greedy action
+        unless ``explore``. A recurrent policy returns ``(action, state_out)``,
+        starting from ``state`` (None: the initial state) and taking the previous
+        step's ``prev_action`` and ``prev_reward`` (None: zeros); any other returns
+        the action alone. A wrong shape is a ConfigError (a ValueError) naming the
+        shape the policy takes. Touches no counter.
+
+        >>> from flowrl.algorithms import PPO
+        >>> with PPO(env="CartPole-v1", seed=0) as algo:
+        ...     algo.compute_single_action([0.0, 0.0, 0.0, 0.0]) in (0, 1)
+        True
+        """
+        from flowrl import inference
+        return inference.compute_single_action(
+            self.get_policy(policy_id), observation, state, explore=explore,
+            prev_action=prev_action, prev_reward=prev_reward, env=self._driver_env(),
+            where=f"{type(self).__name__}.compute_single_action")
+
+    def predict(self, observation: Any, state: Any = None, episode_start: Any = None,
+                deterministic: bool = True, *, policy_id: str = "default_policy",
+                prev_action: Any = None, prev_reward: Any = None) -> tuple[Any, Any]:
+        """``(actions, state)`` for one observation or a batch, as Stable-Baselines3's
+        ``predict`` (:func:`flowrl.inference.predict`): one observation gives one
+        action, a batch ``(B, *obs_shape)`` an array of ``B``; ``state`` is None
+        unless the policy is recurrent, and rows whose ``episode_start`` is true
+        start from the initial state. ``deterministic=False`` samples.
+
+        >>> import numpy as np
+        >>> from flowrl.algorithms import PPO
+        >>> with PPO(env="CartPole-v1", seed=0) as algo:
+        ...     actions, state = algo.predict(np.zeros((5, 4), np.float32))
+        >>> actions.shape, state
+        ((5,), None)
+        """
+        from flowrl import inference
+        return inference.predict(
+            self.get_policy(policy_id), observation, state, episode_start, deterministic,
+            prev_action=prev_action, prev_reward=prev_reward, env=self._driver_env(),
+            where=f"{type(self).__name__}.predict")
+
+    def _driver_env(self) -> Any:
+        """The driver's worker's env (None when it has none), whose observation
+        flattening acting outside the loop applies."""
+        return getattr(self.workers.local_worker(), "env", None)
+
     # -- checkpoints ---------------------------------------------------------------
     def extra_state(self) -> dict[str, Any]:
         """Algorithm-specific state for checkpoints (exploration state, replay
@@ -1014,7 +1099,12 @@ class Algorithm:
         """
         from flowrl import checkpoint
         state = checkpoint.read_checkpoint(path, allow_pickle=allow_pickle)
-        where = f"{self.name}.restore({path!r})"
+        self._restore_state(state, f"{self.name}.restore({path!r})")
+
+    def _restore_state(self, state: dict[str, Any], where: str) -> None:
+        """Apply a checkpoint's ``state`` as read by
+        :func:`~flowrl.checkpoint.read_checkpoint` (see :meth:`restore`)."""
+        from flowrl import checkpoint
         if state.get("algorithm") != self.name:
             raise ConfigError(f"{where}: the checkpoint is from {state.get('algorithm')!r}, "
                               f"not {self.name!r}")
@@ -1047,6 +1137,81 @@ class Algorithm:
         self._run.metrics.restore(state["metrics"])
         _set_global_rng_state(state.get("rng"))
         self.restore_extra_state(state.get("extra") or {})
+
+    @classmethod
+    def inference_config(cls, config: AlgorithmConfig) -> AlgorithmConfig:
+        """The config :meth:`from_checkpoint` rebuilds a saved ``config`` with: the
+        local backend, :attr:`inference_workers` remote workers (in-process there)
+        and no evaluation workers; the rest as saved."""
+        return config.replace(backend="local", num_workers=cls.inference_workers,
+                              evaluation_num_workers=0, evaluation_parallel_to_training=False)
+
+    @classmethod
+    def from_checkpoint(cls, path: str, *, allow_pickle: bool = False,
+                        **changes: Any) -> "Algorithm":
+        """The algorithm a checkpoint holds, rebuilt from it alone: ``path`` is a
+        checkpoint, a directory of numbered checkpoints (its latest complete one), a
+        ``flowrl train`` run directory (the latest in its ``checkpoint/``), or a Ray
+        Tune trial's checkpoint directory or trial directory
+        (:func:`~flowrl.checkpoint.resolve_checkpoint`).
+
+        On ``Algorithm`` it builds the algorithm the checkpoint names; on a subclass
+        it builds that subclass, and a checkpoint of another algorithm is a
+        ConfigError naming both. The config is the saved one (``algo.config``) made
+        for acting by :meth:`inference_config`: the local backend and no remote
+        workers (one, in-process, where the algorithm samples only on them; DD-PPO,
+        which runs only on Ray, keeps one there), so inference needs no cluster;
+        ``changes`` then override any field (``num_workers=4, backend="ray"`` to
+        train on at full size).
+
+        Restored, as :meth:`restore` restores them: the driver's weights, optimizer
+        and RNG states, the counters and result info (``training_iteration``,
+        ``timesteps_total``, the smoothing window), the driver's global RNG states
+        and :meth:`extra_state` (exploration state, replay buffers). Not restored:
+        the saved backend and worker counts (unless ``changes`` give them back),
+        remote workers' sampler states for indices the rebuilt algorithm lacks,
+        and the envs, which start fresh. Config fields or extra state saved with
+        pickle (an env creator function, a custom class) load only with
+        ``allow_pickle=True``, for checkpoints you trust. ConfigError (one line)
+        when the checkpoint cannot be read or rebuilt.
+
+        >>> import tempfile
+        >>> from flowrl.algorithms import PG
+        >>> d = tempfile.mkdtemp()
+        >>> with PG(env="CartPole-v1", train_batch_size=50, rollout_fragment_length=50,
+        ...         seed=0) as algo:
+        ...     _ = algo.train(); _ = algo.save(d)
+        >>> with Algorithm.from_checkpoint(d) as restored:
+        ...     counters = restored.metrics.counters
+        ...     type(restored).__name__, restored.config.num_workers, counters["training_iteration"]
+        ('PG', 0, 1)
+        """
+        from flowrl import checkpoint
+        where = f"{cls.__name__}.from_checkpoint({path!r})"
+        state = checkpoint.read_checkpoint(path, allow_pickle=allow_pickle)
+        saved = state.get("algorithm")
+        if cls is Algorithm:
+            from flowrl.experiment import algorithm_class
+            try:
+                cls = algorithm_class(saved)
+            except ConfigError as e:
+                raise ConfigError(f"{where}: the checkpoint is from algorithm {saved!r}, which "
+                                  f"is not built in ({e}); call from_checkpoint on the class "
+                                  "that wrote it") from None
+        elif saved != cls.name:
+            raise ConfigError(f"{where}: the checkpoint is from {saved!r}, not {cls.name!r}; "
+                              "call it on that algorithm's class, or on Algorithm to build "
+                              "whichever algorithm the checkpoint names")
+        config = cls.inference_config(saved_config(cls, state, where))
+        if changes:
+            config = config.replace(**changes)
+        algo = cls(config)
+        try:
+            algo._restore_state(state, where)
+        except BaseException:
+            algo.stop()
+            raise
+        return algo
 
     def stop(self) -> None:
         """Stop the run and the workers (idempotent)."""

@@ -302,6 +302,7 @@ class DDPPO(PPO):
 
     config_class = DDPPOConfig
     name = "ddppo"
+    inference_workers = 1  # it trains on remote workers only
     _stopped = False  # stop() was called: its killed workers are not lost ones
 
     def train(self) -> dict[str, Any]:
@@ -322,6 +323,14 @@ class DDPPO(PPO):
                 f"DDPPO: {which}. The workers' gloo process group cannot be re-formed, so "
                 "the run has ended (no worker trains on without it); build a new DDPPO and "
                 "restore the last checkpoint") from e
+
+    @classmethod
+    def inference_config(cls, config: DDPPOConfig) -> DDPPOConfig:
+        """One remote worker and no evaluation workers, on Ray: DD-PPO runs on no other
+        backend (:meth:`Algorithm.inference_config`). To act without Ray, load the
+        policy with :func:`flowrl.evaluation.load_for_evaluation`."""
+        return config.replace(num_workers=cls.inference_workers, evaluation_num_workers=0,
+                              evaluation_parallel_to_training=False)
 
     def stop(self) -> None:
         """Stop the run and the workers (idempotent); a later ``train()`` says so."""

@@ -396,6 +396,7 @@ class IMPALA(Algorithm):
     config_class = IMPALAConfig
     policy_class = IMPALAPolicy
     name = "impala"
+    inference_workers = 1  # the actors sample on remote workers only
 
     @classmethod
     def policy_config(cls, config: IMPALAConfig) -> dict[str, Any]:
@@ -414,11 +415,17 @@ class IMPALA(Algorithm):
         with self.learner_thread.lock:
             return super().save(path)
 
-    def restore(self, path: str, *, allow_pickle: bool = False) -> None:
-        """Load a checkpoint (see :meth:`Algorithm.restore`) between learner updates."""
+    def _restore_state(self, state: dict[str, Any], where: str) -> None:
+        """Apply a checkpoint read by :meth:`Algorithm.restore` or
+        :meth:`Algorithm.from_checkpoint` between learner updates."""
         with self.learner_thread.lock:
-            super().restore(path, allow_pickle=allow_pickle)
+            super()._restore_state(state, where)
             self.learner_thread.weights_changed()
+
+    @classmethod
+    def inference_config(cls, config: IMPALAConfig) -> IMPALAConfig:
+        """:meth:`Algorithm.inference_config`, and no aggregation workers."""
+        return super().inference_config(config.replace(num_aggregation_workers=0))
 
     def stop(self) -> None:
         """Stop the run, the learner thread and the workers (idempotent)."""
