@@ -1,5 +1,5 @@
-"""The ``flowrl`` command: ``flowrl train``, ``flowrl evaluate``, ``flowrl tune`` and
-``flowrl plan``.
+"""The ``flowrl`` command: ``flowrl train``, ``flowrl evaluate``, ``flowrl export``,
+``flowrl tune`` and ``flowrl plan``.
 
 ``flowrl train [ALGO] [--env ENV] [--config FILE.yaml] [--set key=value ...]``
 trains until a stop criterion holds: ``--stop-reward`` (default: the env's
@@ -22,14 +22,24 @@ checkpoints ``checkpoint_NNNNNN/``: every ``--checkpoint-freq N`` iterations (th
 last ``--keep-checkpoints K`` kept) and a final one at the end or on Ctrl-C.
 Saves are atomic (:mod:`flowrl.checkpoint`); a periodic save that fails is
 skipped, counted in the results (``num_checkpoints_skipped``) and logged once per
-reason. ``--restore PATH`` continues a checkpoint or a checkpoint directory (its
-latest complete checkpoint); it is read and applied before anything is written, so
-a failed restore exits 2 with a one-line reason and writes nothing. Restoring runs
-no code from the checkpoint; one whose extra state was pickled (``user_state.pkl``)
-is refused unless ``--restore-allow-pickle`` says its source is trusted.
+reason. ``--restore PATH`` continues a checkpoint, a checkpoint directory (its
+latest complete checkpoint), a run directory or a Ray Tune trial's; it is read
+and applied before anything is written, so a failed restore exits 2 with a
+one-line reason and writes nothing. Restoring runs no code from the checkpoint;
+one whose extra state was pickled (``user_state.pkl``) is refused unless
+``--restore-allow-pickle`` says its source is trusted.
 
-``flowrl evaluate CHECKPOINT [--episodes N] [--allow-pickle]`` plays N episodes
-with the checkpoint's policy and prints the mean and std of the return.
+``flowrl evaluate CHECKPOINT [--episodes N] [--video DIR] [--allow-pickle]`` plays
+N episodes with the checkpoint's policy and prints the mean and std of the return;
+``--video DIR`` records each episode there as an MP4 (gymnasium's ``RecordVideo``;
+``pip install 'flowrl[video]'``). CHECKPOINT is a checkpoint, a directory of them
+(the latest), a run directory or a Ray Tune trial's
+(:func:`flowrl.checkpoint.resolve_checkpoint`).
+
+``flowrl export CHECKPOINT --format torchscript|onnx -o FILE [--policy-id ID]``
+writes the checkpoint's policy model as a file that serves without flowrl
+(:mod:`flowrl.export`): observations in, the action distribution's inputs and
+the value out; ONNX needs ``pip install 'flowrl[export]'``.
 
 ``flowrl tune --config SWEEP.yaml [--set key=value ...] [--resume]`` runs a
 hyperparameter sweep on Ray Tune (:mod:`flowrl.sweep`: the spec is checked whole
@@ -116,6 +126,10 @@ def _path(text: str) -> str:
     return text
 
 
+CHECKPOINT_HELP = ("checkpoint, a directory of checkpoints (its latest), a run directory, or "
+                   "a Ray Tune trial's checkpoint or trial directory")
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="flowrl", description="Distributed RL training loops "
                                 "as dataflow plans.")
@@ -146,8 +160,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="also checkpoint every N iterations (0: only at the end)")
     t.add_argument("--keep-checkpoints", type=_int_at_least(1), default=None, metavar="K",
                    help="keep only the newest K checkpoints (default: all)")
-    t.add_argument("--restore", type=_path, default=None, help="checkpoint, or checkpoint directory "
-                   "(its latest checkpoint), to continue from")
+    t.add_argument("--restore", type=_path, default=None,
+                   help="what to continue from: " + CHECKPOINT_HELP)
     t.add_argument("--restore-allow-pickle", action="store_true",
                    help="let --restore load the checkpoint's user_state.pkl (pickled "
                    "extra state); unpickling can run any code: only for checkpoints you trust")
@@ -159,7 +173,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--no-tensorboard", action="store_true", help="no TensorBoard event files")
     t.add_argument("--quiet", action="store_true", help="no live display")
     e = sub.add_parser("evaluate", help="play episodes with a checkpoint's policy")
-    e.add_argument("checkpoint", type=_path, help="checkpoint, or checkpoint directory (its latest)")
+    e.add_argument("checkpoint", type=_path, help=CHECKPOINT_HELP)
     e.add_argument("--allow-pickle", action="store_true",
                    help="load the checkpoint's user_state.pkl (say, a config with an env "
                    "creator function); unpickling can run any code: only for checkpoints "
@@ -168,6 +182,20 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--seed", type=int, default=None)
     e.add_argument("--explore", action="store_true",
                    help="sample actions instead of taking the most likely one")
+    e.add_argument("--video", type=_path, default=None, metavar="DIR",
+                   help="record every episode as an MP4 in DIR (needs moviepy: pip install "
+                   "'flowrl[video]')")
+    x = sub.add_parser("export", help="write a checkpoint's policy model as TorchScript or ONNX")
+    x.add_argument("checkpoint", type=_path, help=CHECKPOINT_HELP)
+    x.add_argument("--format", choices=["torchscript", "onnx"], required=True,
+                   help="torchscript: torch.jit.load serves it; onnx: onnxruntime does "
+                   "(needs pip install 'flowrl[export]')")
+    x.add_argument("-o", "--output", type=_path, required=True, metavar="FILE",
+                   help="file to write (e.g. policy.pt, policy.onnx)")
+    x.add_argument("--policy-id", default="default_policy", metavar="ID",
+                   help="which policy of a multi-agent checkpoint (default: default_policy)")
+    x.add_argument("--allow-pickle", action="store_true",
+                   help="load the checkpoint's user_state.pkl; only for checkpoints you trust")
     tu = sub.add_parser("tune", help="run a hyperparameter sweep on Ray Tune")
     tu.add_argument("--config", type=_path, required=True, metavar="SWEEP.yaml",
                     help="sweep spec: algo, env, config (with grid_search/choice/uniform/"
@@ -467,15 +495,35 @@ def _train_loop(args, algo, stop: dict[str, Any], logger_cls) -> int:
 
 
 def evaluate(args: argparse.Namespace) -> int:
-    from flowrl.evaluation import evaluate_policy, load_for_evaluation
+    from flowrl.evaluation import evaluate_policy, import_moviepy, load_for_evaluation
+    if args.video is not None:  # before the checkpoint is loaded
+        import_moviepy(f"--video {args.video}")
     algo = load_for_evaluation(args.checkpoint, allow_pickle=args.allow_pickle)
     try:
-        r = evaluate_policy(algo, args.episodes, seed=args.seed, explore=args.explore)
+        r = evaluate_policy(algo, args.episodes, seed=args.seed, explore=args.explore,
+                            video_dir=args.video)
     finally:
         algo.stop()
     print(f"{algo.name} {algo.config.env}: {args.episodes} episodes, mean return "
           f"{r['mean']:.2f} +- {r['std']:.2f} (std; min {r['min']:.1f}, max {r['max']:.1f}, "
           f"mean length {sum(r['lengths']) / len(r['lengths']):.1f})")
+    if args.video is not None:
+        print(f"videos in {args.video}")
+    return EXIT_OK
+
+
+def export(args: argparse.Namespace) -> int:
+    from flowrl.evaluation import load_for_evaluation
+    from flowrl.export import EXPORTERS, import_onnx
+    if args.format == "onnx":  # before the checkpoint is loaded
+        import_onnx("--format onnx")
+    loaded = load_for_evaluation(args.checkpoint, allow_pickle=args.allow_pickle)
+    try:
+        path = EXPORTERS[args.format](loaded.get_policy(args.policy_id), args.output)
+    finally:
+        loaded.stop()
+    print(f"wrote {path} ({args.format}: {loaded.name} policy {args.policy_id!r} of "
+          f"{loaded.config.env})")
     return EXIT_OK
 
 
@@ -529,7 +577,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # argparse already printed the usage error
         return int(e.code or 0)
     try:
-        return {"train": train, "evaluate": evaluate, "plan": plan,
+        return {"train": train, "evaluate": evaluate, "export": export, "plan": plan,
                 "tune": tune}[args.command](args)
     except ConfigError as e:
         return _error(str(e), EXIT_USAGE)

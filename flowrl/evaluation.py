@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+import gymnasium as gym
 import numpy as np
 
 from flowrl.errors import ConfigError
@@ -330,16 +331,24 @@ class Evaluation:
 
 
 def evaluate_policy(algo, episodes: int, seed: int | None = None,
-                    explore: bool = False, max_steps: int = MAX_EPISODE_STEPS) -> dict[str, Any]:
+                    explore: bool = False, max_steps: int = MAX_EPISODE_STEPS,
+                    video_dir: str | None = None) -> dict[str, Any]:
     """Play ``episodes`` episodes with ``algo``'s learner policy (``algo``: an
     algorithm, or a :class:`LoadedCheckpoint`) on one new env built
     like the workers' but for evaluation (Atari: whole games, raw scores), with
     :func:`play_episodes` (episode ``i`` resets with ``seed + i``); returns
     ``returns``, ``lengths``, ``mean``, ``std`` (population), ``min``, ``max``. An
     episode longer than ``max_steps`` steps is cut there. It does not touch the
-    training run: no counters move and no worker is used."""
+    training run: no counters move and no worker is used.
+
+    ``video_dir`` records every episode as ``<video_dir>/<algo>-episode-<i>.mp4``
+    with gymnasium's ``RecordVideo`` (:func:`record_video`): the env is made with
+    ``render_mode="rgb_array"`` (an env creator must honour the ``render_mode`` key
+    of its ``env_config``). It needs moviepy (``pip install 'flowrl[video]'``); a
+    ConfigError says so, and names an env that cannot render frames."""
     from flowrl.workers.multi_agent_env import MultiAgentEnv
     from flowrl.workers.rollout_worker import flat_observations, make_env_creator
+    where = "evaluate"
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:
         raise ConfigError(f"evaluate(episodes={episodes!r}): must be an int >= 1")
     local = algo.workers.local_worker()
@@ -347,14 +356,24 @@ def evaluate_policy(algo, episodes: int, seed: int | None = None,
         raise ConfigError("evaluate: the algorithm has several policies "
                           f"{sorted(local.policy_map)}; evaluation plays single-agent envs")
     policy = next(iter(local.policy_map.values()))
-    env = make_env_creator(algo.config.env, dict(algo.config.env_config),
-                           algo.config.preprocessor_pref, training=False)()
+    env_config = dict(algo.config.env_config)
+    if video_dir is not None:
+        where = f"evaluate(video_dir={video_dir!r})"
+        import_moviepy(where)
+        env_config["render_mode"] = "rgb_array"
+    make = make_env_creator(algo.config.env, env_config, algo.config.preprocessor_pref,
+                            training=False)
+    env = _make_rendering_env(make, algo.config.env, where) if video_dir is not None else make()
     try:
         if isinstance(env, MultiAgentEnv):
             raise ConfigError("evaluate: the env is multi-agent; evaluation plays "
                               "single-agent envs")
+        if video_dir is not None:
+            env = record_video(env, video_dir, name_prefix=algo.name, where=where)
         played = play_episodes([flat_observations(env)], policy, [list(range(episodes))],
                                explore=explore, seed=seed, max_steps=max_steps)
+    except gym.error.DependencyNotInstalled as e:  # say, pygame to draw CartPole
+        raise ConfigError(f"{where}: {e}") from None
     finally:
         env.close()
     returns = [e["episode_reward"] for e in played]
@@ -362,6 +381,50 @@ def evaluate_policy(algo, episodes: int, seed: int | None = None,
     return {"returns": returns, "lengths": [e["episode_len"] for e in played],
             "mean": float(arr.mean()), "std": float(arr.std()), "min": float(arr.min()),
             "max": float(arr.max())}
+
+
+def import_moviepy(where: str) -> Any:
+    """The ``moviepy`` module (gymnasium's ``RecordVideo`` writes with it); a
+    ConfigError naming ``where`` and the install command when it is missing."""
+    try:
+        import moviepy
+    except ImportError:
+        raise ConfigError(f"{where}: recording videos needs moviepy: pip install "
+                          "'flowrl[video]' (or pip install moviepy)") from None
+    return moviepy
+
+
+def _make_rendering_env(make, env_id: Any, where: str) -> Any:
+    """``make()`` for an env asked for ``render_mode="rgb_array"``; a ConfigError
+    naming ``where`` and the env when it cannot be made so."""
+    from flowrl.workers.rollout_worker import describe_env
+    try:
+        return make()
+    except (TypeError, ValueError, gym.error.DependencyNotInstalled) as e:
+        raise ConfigError(f"{where}: env {describe_env(env_id)} cannot be made with "
+                          f"render_mode='rgb_array' ({type(e).__name__}: {e}); record an env "
+                          "that renders frames") from None
+
+
+def record_video(env: Any, video_dir: str, *, name_prefix: str = "rl-video",
+                 where: str = "record_video") -> Any:
+    """``env`` wrapped in gymnasium's ``RecordVideo``, recording every episode as
+    ``<video_dir>/<name_prefix>-episode-<i>.mp4`` (written when the episode ends
+    or the env closes). ``env`` must have been made with
+    ``render_mode="rgb_array"``; a ConfigError naming ``where`` says how to fix it
+    otherwise, or when moviepy is missing."""
+    from flowrl.workers.rollout_worker import describe_env
+    import_moviepy(where)
+    mode = getattr(env, "render_mode", None)
+    if mode != "rgb_array":
+        spec = getattr(env, "spec", None)
+        name = describe_env(spec.id) if spec is not None else type(env).__name__
+        raise ConfigError(f"{where}: env {name} renders with render_mode={mode!r}, and a video "
+                          "needs 'rgb_array' frames; make the env with "
+                          "render_mode='rgb_array' (an env creator: honour that key of "
+                          "env_config)")
+    return gym.wrappers.RecordVideo(env, video_dir, episode_trigger=lambda episode: True,
+                                    name_prefix=name_prefix)
 
 
 @dataclass
@@ -459,4 +522,5 @@ def load_for_evaluation(path: str, *, allow_pickle: bool = False) -> LoadedCheck
 
 
 __all__ = ["evaluate_policy", "load_for_evaluation", "LoadedCheckpoint", "play_episodes",
+           "record_video", "import_moviepy",
            "assign_episodes", "summarize_evaluation", "Evaluation", "MAX_EPISODE_STEPS"]

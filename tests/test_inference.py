@@ -1,14 +1,18 @@
 """Inference from checkpoints: ``Algorithm.from_checkpoint``, ``compute_single_action``
-and ``predict``."""
+and ``predict``, ``flowrl evaluate --video`` and ``flowrl export``."""
 
 from __future__ import annotations
+
+import os
+import sys
 
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 
 from flowrl import checkpoint
-from flowrl.algorithms import DQN, IMPALA, PG, PPO, Algorithm, IMPALAConfig, PPOConfig
+from flowrl.algorithms import DQN, IMPALA, PG, PPO, Algorithm, DQNConfig, IMPALAConfig, PPOConfig
 from flowrl.cli import main
 from flowrl.errors import ConfigError
 
@@ -266,3 +270,112 @@ def test_image_observations_keep_their_dtype():
                            r"space Box \(4, 10, 10\) uint8, which holds uint8: give the env's own "
                            r"uint8 observations"):
             algo.compute_single_action(frames[0] / 255.0)
+
+
+# -- flowrl export ------------------------------------------------------------------
+def outputs_of(module_out) -> tuple[torch.Tensor, ...]:
+    return module_out if isinstance(module_out, tuple) else (module_out,)
+
+
+def assert_same_outputs(policy, obs: np.ndarray, outputs) -> None:
+    """The exported outputs equal what the policy computes on ``obs``."""
+    _, extra = policy.compute_actions(obs, False)
+    want = [extra["action_dist_inputs"], extra["vf_preds"]][:len(outputs)]
+    assert len(outputs) == 2 or not getattr(policy, "use_critic", True)
+    for got, expected in zip(outputs, want):
+        got = torch.as_tensor(np.asarray(got))
+        assert got.shape == expected.shape
+        assert torch.allclose(got, torch.as_tensor(expected), atol=1e-5), (got, expected)
+
+
+def test_export_torchscript_of_an_mlp_gives_the_policys_outputs(ppo_run, tmp_path, capsys):
+    out = tmp_path / "policy.pt"
+    assert main(["export", str(ppo_run), "--format", "torchscript", "-o", str(out)]) == 0
+    assert f"wrote {out}" in capsys.readouterr().out
+    module = torch.jit.load(str(out))
+    obs = cartpole_observations(9)     # traced on 2 rows, run on 9 and on 1
+    with PPO.from_checkpoint(str(ppo_run)) as algo, torch.no_grad():
+        assert_same_outputs(algo.get_policy(), obs, outputs_of(module(torch.as_tensor(obs))))
+        assert_same_outputs(algo.get_policy(), obs[:1],
+                            outputs_of(module(torch.as_tensor(obs[:1]))))
+
+
+def test_export_of_cnns_gives_the_policys_outputs(tmp_path):
+    frames = minatar_observations(5)
+    for cls, config in ((PPO, PPOConfig), (DQN, DQNConfig)):
+        path = tmp_path / cls.name
+        with cls(config(env="flowrl/MinAtarBreakout-v0", seed=0)) as algo:
+            algo.save(str(path))
+        out = tmp_path / f"{cls.name}.pt"
+        assert main(["export", str(path), "--format", "torchscript", "-o", str(out)]) == 0
+        module = torch.jit.load(str(out))
+        with cls.from_checkpoint(str(path)) as algo, torch.no_grad():
+            assert_same_outputs(algo.get_policy(), frames,
+                                outputs_of(module(torch.as_tensor(frames))))
+
+
+def test_export_onnx_gives_the_policys_outputs(ppo_run, tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    out = tmp_path / "policy.onnx"
+    assert main(["export", str(ppo_run / "checkpoint"), "--format", "onnx", "-o", str(out)]) == 0
+    session = ort.InferenceSession(str(out))
+    assert [o.name for o in session.get_outputs()] == ["action_dist_inputs", "value"]
+    obs = cartpole_observations(6)
+    with PPO.from_checkpoint(str(ppo_run)) as algo:
+        assert_same_outputs(algo.get_policy(), obs, session.run(None, {"obs": obs}))
+    frames = minatar_observations(3)
+    with PPO(PPOConfig(env="flowrl/MinAtarBreakout-v0", seed=0)) as algo:
+        algo.save(str(tmp_path / "cnn"))
+        assert main(["export", str(tmp_path / "cnn"), "--format", "onnx", "-o",
+                     str(tmp_path / "cnn.onnx")]) == 0
+        session = ort.InferenceSession(str(tmp_path / "cnn.onnx"))
+        assert_same_outputs(algo.get_policy(), frames, session.run(None, {"obs": frames}))
+
+
+def test_export_errors_say_what_to_do(ppo_run, tmp_path, capsys, monkeypatch):
+    with PPO(PPOConfig(env="flowrl/StatelessCartPole-v1", seed=0,
+                       model={"use_lstm": True, "lstm_cell_size": 8})) as algo:
+        algo.save(str(tmp_path / "lstm"))
+    assert main(["export", str(tmp_path / "lstm"), "--format", "torchscript", "-o",
+                 str(tmp_path / "lstm.pt")]) == 2
+    assert "is recurrent, and a module of observations alone cannot carry its state" in \
+        capsys.readouterr().err
+    assert main(["export", str(ppo_run), "--format", "torchscript", "--policy-id", "nope",
+                 "-o", str(tmp_path / "x.pt")]) == 2
+    assert "no such policy; known: ['default_policy']" in capsys.readouterr().err
+    assert main(["export", str(ppo_run), "--format", "torchscript", "-o",
+                 str(tmp_path / "missing" / "x.pt")]) == 2
+    assert "does not exist; create it" in capsys.readouterr().err
+    monkeypatch.setitem(sys.modules, "onnx", None)       # as if onnx were not installed
+    assert main(["export", str(ppo_run), "--format", "onnx", "-o", str(tmp_path / "x.onnx")]) == 2
+    assert "writing ONNX needs the onnx package: pip install 'flowrl[export]'" in \
+        capsys.readouterr().err
+    assert not list(tmp_path.glob("*.pt")) and not list(tmp_path.glob("*.onnx"))
+
+
+# -- flowrl evaluate --video ----------------------------------------------------------
+def test_evaluate_records_every_episode_as_a_video(ppo_run, tmp_path, capsys):
+    pytest.importorskip("moviepy")
+    pytest.importorskip("pygame")           # draws CartPole's frames
+    videos = tmp_path / "videos"
+    assert main(["evaluate", str(ppo_run), "--episodes", "2", "--seed", "0",
+                 "--video", str(videos)]) == 0
+    assert f"videos in {videos}" in capsys.readouterr().out
+    files = sorted(os.listdir(videos))
+    assert files == ["ppo-episode-0.mp4", "ppo-episode-1.mp4"]
+    assert all(os.path.getsize(videos / f) > 0 for f in files)
+
+
+def test_evaluate_video_errors_say_what_to_do(ppo_run, tmp_path, capsys, monkeypatch):
+    with PPO(PPOConfig(env="flowrl/MinAtarBreakout-v0", seed=0)) as algo:
+        algo.save(str(tmp_path / "minatar"))
+    pytest.importorskip("moviepy")
+    assert main(["evaluate", str(tmp_path / "minatar"), "--episodes", "1",
+                 "--video", str(tmp_path / "v")]) == 2
+    assert ("env 'flowrl/MinAtarBreakout-v0' cannot be made with render_mode='rgb_array'"
+            in capsys.readouterr().err)
+    monkeypatch.setitem(sys.modules, "moviepy", None)    # as if moviepy were not installed
+    assert main(["evaluate", str(ppo_run), "--video", str(tmp_path / "v")]) == 2
+    assert ("--video " + str(tmp_path / "v") + ": recording videos needs moviepy: pip install "
+            "'flowrl[video]'") in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "v")
