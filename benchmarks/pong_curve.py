@@ -147,7 +147,15 @@ def main(argv=None) -> int:
     p.add_argument("--report-s", type=float, default=30.0,
                    help="min_time_s_per_reporting: one curve point per this many seconds")
     p.add_argument("--report", action="store_true", help="train nothing; report the run")
-    args, _ = p.parse_known_args(argv)  # run_all.sh's harness options are ignored
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: 3,000 agent steps in a fresh run directory under "
+                        "benchmarks/results/smoke/ (not a measurement)")
+    args, _ = p.parse_known_args(argv)  # run_all.sh's other harness options are ignored
+    results = os.path.join(HERE, "results", *(["smoke"] if args.quick else []))
+    if args.quick:
+        args.steps, args.report_s = 3000, 0.0
+        args.run_root = os.path.join(results, "pong_curve_runs",
+                                     time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()))
 
     spec_path = os.path.abspath(args.config or os.path.join(
         HERE, "..", "tuned_examples", f"{args.algo}-pong.yaml"))
@@ -184,7 +192,8 @@ def main(argv=None) -> int:
         print(f"  reference {name}: " + ", ".join(
             f">= {m} at {lo / 1e6:.1f}-{hi / 1e6:.1f}M" for m, (lo, hi) in ref.items()))
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    path = os.path.join(HERE, "results", f"pong_curve-{args.algo}-seed{args.seed}-{stamp}.json")
+    os.makedirs(results, exist_ok=True)
+    path = os.path.join(results, f"pong_curve-{args.algo}-seed{args.seed}-{stamp}.json")
     with open(path, "w") as f:
         json.dump(out, f, indent=1)
     print(f"saved: {path}")

@@ -20,8 +20,11 @@
 # not yet timed idle), about 5 min for profile_impala_pong, about 40 min for policy_lag
 # (4 systems x 3 seeds x about 3 min), about 25 min for torch_threads (6 systems x 3 seeds), dqn_pong (2 systems x 3
 # seeds x 2M frames, one core a run at about 53 agent steps/s alone: about 2.6 h a run, 16 h in all;
-# its --resume-dir lets runs continue across sittings) and up to 4 h 30 min for atari_learning (3 seeds x a 90 min
-# budget; less for runs that reach +18); pong_ball and loc (lines of code, last) take seconds.
+# its --resume-dir lets runs continue across sittings), up to 4 h 30 min for atari_learning (3 seeds x a 90 min
+# budget; less for runs that reach +18), about 8 min for impala_value_probe, and the
+# pong_curve runs (one seed each: PPO 4M agent steps, IMPALA 6M, APPO 3.5M; about 1,000
+# agent steps/s for IMPALA, so hours each; run again, each continues from its newest
+# checkpoint); pong_ball and loc (lines of code, last) take seconds.
 # Idle waits add to it on a machine that is not idle.
 # --quick --no-idle-wait (a smoke run of every script, results under
 # benchmarks/results/smoke/) takes about 25 min.
@@ -77,6 +80,11 @@ BENCHMARKS=(
   "torch_threads|torch_threads"
   "dqn_pong|dqn_pong"
   "atari_learning|atari_learning"
+  "impala_value_probe|impala_value_probe"  # needs ale-py; IMPALA's learner alone on fixed Pong batches
+  # Pong learning curves in agent steps, resumable over sittings (runs/pong_curve/)
+  "pong_curve-ppo|pong_curve --algo ppo --steps 4e6"
+  "pong_curve-impala|pong_curve --algo impala --steps 6e6"
+  "pong_curve-appo|pong_curve --algo appo --steps 3.5e6"
   "pong_ball|pong_ball"  # the ball's contrast in resized frames: seconds, times nothing
   "loc|loc"  # counts lines, times nothing: a few seconds
 )

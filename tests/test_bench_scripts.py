@@ -29,6 +29,7 @@ import dqn_cartpole  # noqa: E402
 import dqn_pong  # noqa: E402
 import gpu_learner  # noqa: E402
 import mujoco_ppo  # noqa: E402
+import pong_curve  # noqa: E402
 import profile_impala_pong  # noqa: E402
 import ray_overhead  # noqa: E402
 import torch_threads  # noqa: E402
@@ -229,6 +230,39 @@ def test_dqn_pong_runs_continue_from_their_newest_complete_checkpoint(tmp_path):
         assert sorted(p.name for p in run_dir.iterdir()) == ["at-000000400", "latest"]
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def test_pong_curve_joins_sittings_at_the_restored_steps_and_counts_full_windows(tmp_path):
+    """A later sitting restored from a checkpoint at 300 steps: the earlier sitting's
+    rows past 300 (trained again) leave the curve; a mark counts only once 100
+    games have ended; the newest checkpoint is the newest sitting's."""
+    import json
+
+    def sitting(name, rows, checkpoints=()):
+        run = tmp_path / name / "ppo-ALE_Pong-v5-x"
+        run.mkdir(parents=True)
+        with open(run / "result.jsonl", "w") as f:
+            for steps, score, games in rows:
+                f.write(json.dumps({"timesteps_total": steps, "timesteps_this_iter": 100,
+                                    "episode_reward_mean": score, "episodes_total": games,
+                                    "time_total_s": steps / 10}) + "\n")
+        for c in checkpoints:
+            (run / "checkpoint" / c).mkdir(parents=True)
+
+    sitting("sitting-000", [(100, None, 0), (200, 1.0, 50), (300, -3.0, 99),
+                            (400, 19.0, 120), (500, 19.5, 140)], ["checkpoint_000003"])
+    sitting("sitting-001", [(400, -2.0, 101), (500, 0.5, 130), (600, 18.0, 160)],
+            ["checkpoint_000004", "checkpoint_000006"])
+    rows, info = pong_curve.curve(str(tmp_path))
+    assert [r[0] for r in rows] == [100, 200, 300, 400, 500, 600]
+    assert [r[1] for r in rows][3:] == [-2.0, 0.5, 18.0]
+    assert [(i["from_steps"], i["to_steps"]) for i in info] == [(0, 500), (300, 600)]
+    hit = pong_curve.marks(rows)  # 1.0 at 200 steps came from 50 games only
+    assert hit["0"] == {"steps": 500, "train_s": 50.0}
+    assert hit["18"] == {"steps": 600, "train_s": 60.0}
+    assert pong_curve.newest_checkpoint(str(tmp_path)).endswith(
+        "sitting-001/ppo-ALE_Pong-v5-x/checkpoint/checkpoint_000006")
+    assert pong_curve.at_steps(rows)[:2] == [None, None]  # the curve ends before 0.5M
 
 
 def test_gpu_learner_checks_pass_on_two_cpu_towers(monkeypatch):
