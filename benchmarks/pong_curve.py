@@ -11,9 +11,12 @@ trained past the checkpoint a later sitting restored are dropped: the later
 sitting trained those steps again).
 
 The score is ``episode_reward_mean``: the mean of the last 100 whole games
-(unclipped, as published Atari results report; Pong has no lives). Figures: agent
-steps and training seconds to a score >= 0 and >= +18, counted only once 100 games
-have ended, beside the reference points in agent steps:
+(unclipped, as published Atari results report; Pong has no lives). A checkpoint
+carries those games, so a resumed sitting's means go on over the same window; a
+sitting that restored a checkpoint without them (written by flowrl before it kept
+them) starts an empty window, which ``restored.json`` in the sitting records.
+Figures: agent steps and training seconds to a score >= 0 and >= +18, counted only
+where the window holds 100 games, beside the reference points in agent steps:
 
 - RLlib IMPALA's logged pong-speedrun runs (ray-project/rl-experiments, 32-128
   workers, 42x42): 0 at 3.5-4.1M, +18 at 4.7-5.5M;
@@ -21,7 +24,7 @@ have ended, beside the reference points in agent steps:
 - CleanRL's ppo_atari.py (its published curve): 0 at about 1.3M, +18 at about 3.5M.
 
 Writes ``benchmarks/results/pong_curve-<algo>-seed<N>-<UTC time>.json`` with the
-curve (``[agent steps, score, games, training seconds]``), the marks, the sittings
+curve (``[agent steps, score, games, training seconds, games in the window]``), the marks, the sittings
 and the spec, and prints them. ``--report`` trains nothing and reports what the run
 directory holds.
 
@@ -84,12 +87,22 @@ def curve(root: str) -> tuple[list[list], list[dict]]:
             results = [json.loads(line) for line in f if line.strip()]
         if not results:
             continue
-        start = results[0]["timesteps_total"] - results[0]["timesteps_this_iter"]
+        first = results[0]
+        start = first["timesteps_total"] - first["timesteps_this_iter"]
+        games_before = first.get("episodes_total", 0) - first.get("episodes_this_iter", 0)
+        restored = os.path.join(os.path.dirname(os.path.dirname(path)), "restored.json")
+        window = 0
+        if os.path.exists(restored):
+            with open(restored) as f:
+                window = json.load(f)["window_games"]
         joined = [r for r in joined if r[0] <= start]
         joined += [[r["timesteps_total"], r.get("episode_reward_mean"),
-                    r.get("episodes_total", 0), r.get("time_total_s", 0.0)] for r in results]
+                    r.get("episodes_total", 0), r.get("time_total_s", 0.0),
+                    min(GAMES, window + r.get("episodes_total", 0) - games_before)]
+                   for r in results]
         info.append({"dir": os.path.relpath(os.path.dirname(path), root),
-                     "from_steps": start, "to_steps": joined[-1][0]})
+                     "from_steps": start, "to_steps": joined[-1][0],
+                     "window_games_restored": window})
     return joined, info
 
 
@@ -106,7 +119,7 @@ def at_steps(rows: list[list]) -> list:
 def marks(rows: list[list]) -> dict:
     out = {}
     for mark in MARKS:
-        hit = next((r for r in rows if r[1] is not None and r[2] >= GAMES and r[1] >= mark),
+        hit = next((r for r in rows if r[1] is not None and r[4] >= GAMES and r[1] >= mark),
                    None)
         out[f"{mark:g}"] = None if hit is None else {"steps": hit[0], "train_s": hit[3]}
     return out
@@ -129,6 +142,11 @@ def train(args, root: str, spec_path: str) -> int:
            "--set", f"min_time_s_per_reporting={args.report_s}"]
     if restore:
         cmd += ["--restore", restore]
+        from flowrl.checkpoint import read_checkpoint
+        from flowrl.ops.metric_ops import RECENT_EPISODES
+        saved = read_checkpoint(restore)["metrics"]["info"].get(RECENT_EPISODES, [])
+        with open(os.path.join(sitting, "restored.json"), "w") as f:
+            json.dump({"checkpoint": restore, "window_games": len(saved)}, f)
     print(f"sitting {os.path.basename(sitting)}: {reached:,} -> {stop:,} agent steps"
           + (f", from {restore}" if restore else ""), flush=True)
     return subprocess.call(cmd)

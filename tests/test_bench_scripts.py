@@ -234,32 +234,42 @@ def test_dqn_pong_runs_continue_from_their_newest_complete_checkpoint(tmp_path):
 
 def test_pong_curve_joins_sittings_at_the_restored_steps_and_counts_full_windows(tmp_path):
     """A later sitting restored from a checkpoint at 300 steps: the earlier sitting's
-    rows past 300 (trained again) leave the curve; a mark counts only once 100
-    games have ended; the newest checkpoint is the newest sitting's."""
+    rows past 300 (trained again) leave the curve; a mark counts only where the
+    100-game window is full (a sitting whose checkpoint carried no window starts an
+    empty one); the newest checkpoint is the newest sitting's."""
     import json
 
-    def sitting(name, rows, checkpoints=()):
+    def sitting(name, rows, checkpoints=(), window=None):
         run = tmp_path / name / "ppo-ALE_Pong-v5-x"
         run.mkdir(parents=True)
+        if window is not None:
+            (tmp_path / name / "restored.json").write_text(json.dumps({"window_games": window}))
+        before = (rows[0][0] - 100) // 100 * 33  # games when the sitting started
         with open(run / "result.jsonl", "w") as f:
             for steps, score, games in rows:
                 f.write(json.dumps({"timesteps_total": steps, "timesteps_this_iter": 100,
                                     "episode_reward_mean": score, "episodes_total": games,
+                                    "episodes_this_iter": games - before,
                                     "time_total_s": steps / 10}) + "\n")
+                before = games
         for c in checkpoints:
             (run / "checkpoint" / c).mkdir(parents=True)
 
     sitting("sitting-000", [(100, None, 0), (200, 1.0, 50), (300, -3.0, 99),
                             (400, 19.0, 120), (500, 19.5, 140)], ["checkpoint_000003"])
-    sitting("sitting-001", [(400, -2.0, 101), (500, 0.5, 130), (600, 18.0, 160)],
-            ["checkpoint_000004", "checkpoint_000006"])
+    sitting("sitting-001", [(400, -2.0, 101), (500, 0.5, 130), (600, 18.0, 160)],  # from 99
+            ["checkpoint_000004", "checkpoint_000006"], window=90)
     rows, info = pong_curve.curve(str(tmp_path))
     assert [r[0] for r in rows] == [100, 200, 300, 400, 500, 600]
     assert [r[1] for r in rows][3:] == [-2.0, 0.5, 18.0]
+    assert [r[4] for r in rows] == [0, 50, 99, 92, 100, 100]  # 90 restored, then new games
     assert [(i["from_steps"], i["to_steps"]) for i in info] == [(0, 500), (300, 600)]
     hit = pong_curve.marks(rows)  # 1.0 at 200 steps came from 50 games only
     assert hit["0"] == {"steps": 500, "train_s": 50.0}
     assert hit["18"] == {"steps": 600, "train_s": 60.0}
+    (tmp_path / "sitting-001" / "restored.json").write_text('{"window_games": 0}')
+    rows, _ = pong_curve.curve(str(tmp_path))  # an empty window: 61 games at the end
+    assert [r[4] for r in rows][3:] == [2, 31, 61] and pong_curve.marks(rows)["0"] is None
     assert pong_curve.newest_checkpoint(str(tmp_path)).endswith(
         "sitting-001/ppo-ALE_Pong-v5-x/checkpoint/checkpoint_000006")
     assert pong_curve.at_steps(rows)[:2] == [None, None]  # the curve ends before 0.5M
