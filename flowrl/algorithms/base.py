@@ -38,7 +38,7 @@ from typing import Any, Callable, ClassVar
 
 from flowrl.callbacks import call_hook, check_callbacks, make_callbacks, overrides
 from flowrl.checkpoint import CHECKPOINT_FILE  # noqa: F401  (re-exported)
-from flowrl.envs import PREPROCESSOR_PREFS, ensure_registered, multi_agent_creator
+from flowrl.envs import PREPROCESSOR_PREFS, ensure_registered, env_reference, multi_agent_creator
 from flowrl.envs.multi_agent import MULTI_AGENT_IDS, check_multi_agent_env_config
 from flowrl.errors import ConfigError, EnvError, FlowError
 from flowrl.evaluation import Evaluation
@@ -49,6 +49,7 @@ from flowrl.models.config import ModelConfig
 from flowrl.ops.metric_ops import TRAINING_ITERATION
 from flowrl.policies.replica import NumpyActingPolicy
 from flowrl.runtime.calls import BACKENDS, ensure_ray
+from flowrl.user_code import import_modules, load_reference, module_roots, split_reference
 from flowrl.workers import PolicySpec, WorkerConfig, WorkerSet
 from flowrl.workers.multi_agent_env import MultiAgentEnv
 from flowrl.workers.rollout_worker import VECTOR_ENVS, as_policy_spec, check_policy_config
@@ -208,6 +209,12 @@ EVALUATION_OVERRIDES = ("explore", "env", "env_config", "num_envs_per_worker",
 MAX_EVALUATION_EPISODES = 100_000
 
 
+def _module_names() -> tuple[Callable[[Any], bool], str]:
+    from flowrl.user_code import is_module_name
+    return ((lambda v: isinstance(v, (list, tuple)) and all(is_module_name(m) for m in v)),
+            "a list of module names to import, e.g. ['my_envs', 'my_models.nets']")
+
+
 def _or_none(check):
     ok, what = check
     return (lambda v: v is None or ok(v)), f"{what} or None"
@@ -215,30 +222,30 @@ def _or_none(check):
 
 def check_env(env: Any, where: str) -> None:
     """A ConfigError (a FlowError) naming ``env`` unless it is a registered gymnasium
-    id, a flowrl multi-agent id (:mod:`flowrl.envs.multi_agent`) or a callable
+    id, gymnasium's ``"module:EnvId"``, a reference ``"pkg.mod:Name"`` to an env
+    class or creator (:func:`flowrl.envs.env_reference`, which imports the module),
+    a flowrl multi-agent id (:mod:`flowrl.envs.multi_agent`) or a callable
     ``env_creator(env_config)``."""
     if callable(env):
         return
     if not isinstance(env, str) or not env:
         raise ConfigError(f"{where}={env!r}: give a registered gymnasium env id "
                           "(e.g. 'CartPole-v1') or a callable env_creator(env_config)")
-    if multi_agent_creator(env) is not None:
+    if multi_agent_creator(env) is not None or env_reference(env, where) is not None:
         return
     import gymnasium as gym
     ensure_registered(env, f"{where}={env!r}")  # flowrl/ and ALE/ ids register on import
     try:
         gym_spec(env)
-    except ImportError as e:
-        raise ConfigError(f"{where}={env!r}: cannot import {e.name or 'the module'!r}, named "
-                          "before the ':' to register the env; install it or fix the "
-                          "module path") from None
     except Exception:  # gymnasium raises several error types, all meaning "unknown"
         close = difflib.get_close_matches(env, [*gym.registry, *MULTI_AGENT_IDS], n=5,
                                           cutoff=0.5)
         hint = f"did you mean one of {close}? " if close else ""
         raise ConfigError(f"{where}={env!r}: unknown gymnasium environment; {hint}choose a "
-                          "registered id (gymnasium.pprint_registry() lists them), register it "
-                          "with gymnasium.register, or pass an env_creator callable") from None
+                          "registered id (gymnasium.pprint_registry() lists them); for an env "
+                          "a module registers, import it first (flowrl --import MODULE, the "
+                          "config field imports) or write 'module:EnvId'; or name an env "
+                          "class or creator as 'module:Name', or pass a callable") from None
 
 
 #: Settings of RLlib 1.x's configs (its COMMON_CONFIG and those of the algorithms
@@ -340,6 +347,16 @@ class AlgorithmConfig:
     ``callbacks`` (RLlib 1.x's name): a :class:`~flowrl.callbacks.DefaultCallbacks`
     subclass or a list of them, or None; see :mod:`flowrl.callbacks`.
 
+    Custom code by name (:mod:`flowrl.user_code`): ``env`` and
+    ``model.custom_model`` take a reference ``"pkg.mod:Name"`` (an env class or
+    creator called as ``Name(env_config)``, a model class), which stays a string in
+    the config and is imported where it is built. ``imports`` (flowrl's own; ``flowrl
+    train --import MODULE``) lists modules imported before the config is checked,
+    in this process and in every rollout worker: modules that register envs
+    (``gymnasium.register``) or models (:func:`flowrl.models.register_model`). Remote
+    Ray workers also get the directories those modules were found in on their
+    ``PYTHONPATH`` (:func:`flowrl.user_code.module_roots`).
+
     ``create_env_on_driver`` (RLlib 1.x's name and default, False): with
     ``num_workers >= 1`` the driver's worker makes no env (nothing is built or
     reset on the driver for training); it builds its policies from the spaces
@@ -393,6 +410,7 @@ class AlgorithmConfig:
     sample_timeout_s: float | None = None
     preprocessor_pref: str | None = "deepmind"
     callbacks: Any = None
+    imports: tuple = ()
     vector_env: str = "sync"
     create_env_on_driver: bool = False
     evaluation_interval: int | None = None
@@ -413,7 +431,7 @@ class AlgorithmConfig:
         "num_cpus_per_worker": _num(0), "timesteps_per_iteration": _int_ge(0),
         "min_time_s_per_reporting": _num(0), "torch_threads": _or_none(_int_ge(1)),
         "backend": _one_of(ALGORITHM_BACKENDS), "seed": _or_none(_int_between(0, 2**32 - 1)),
-        "env_config": _str_dict(), "multiagent": _multiagent(),
+        "env_config": _str_dict(), "multiagent": _multiagent(), "imports": _module_names(),
         "recreate_failed_workers": _BOOL, "ignore_worker_failures": _BOOL,
         "max_worker_restarts": _or_none(_int_ge(0)),
         "sample_timeout_s": _or_none(_num(0, open_lo=True)),
@@ -476,7 +494,11 @@ class AlgorithmConfig:
                 if not ok(number):
                     raise ConfigError(f"{name}.{f}={value!r}: must be {what}")
                 setattr(self, f, number)
+        self.imports = tuple(self.imports)
+        import_modules(self.imports, f"{name}.imports")   # they may register the env or model
         self.model = ModelConfig.coerce(self.model, f"{name}.model")
+        if split_reference(self.model.custom_model) is not None:
+            load_reference(self.model.custom_model, f"{name}.model.custom_model")
         by = self.multiagent.get("count_steps_by", "env_steps")
         if by not in COUNT_STEPS_BY:
             raise ConfigError(f"{name}.multiagent['count_steps_by']={by!r}: choose one of "
@@ -610,6 +632,24 @@ class AlgorithmConfig:
     def keys(self) -> list[str]:
         """The field names, so ``dict(config)`` and ``{**config}`` give a plain dict."""
         return [f.name for f in dataclasses.fields(self)]
+
+
+def user_modules(config: AlgorithmConfig) -> list[str]:
+    """The modules of custom code ``config`` names: its ``imports``, the module of a
+    ``"module:Name"`` env or ``custom_model``, and the module defining an env
+    creator or model class given as an object.
+
+    >>> user_modules(AlgorithmConfig(env="flowrl.envs.turn_based:TicTacToe", imports=["json"]))
+    ['json', 'flowrl.envs.turn_based']
+    """
+    modules = list(config.imports)
+    for value in (config.env, config.model.custom_model):
+        parts = split_reference(value)
+        if parts is not None:
+            modules.append(parts[0])
+        elif callable(value) and isinstance(getattr(value, "__module__", None), str):
+            modules.append(value.__module__)
+    return modules
 
 
 def _validate_worker_env(validate: Callable[[Any, int], None], worker) -> None:
@@ -910,7 +950,8 @@ class Algorithm:
             max_worker_restarts=config.max_worker_restarts,
             sample_timeout_s=config.sample_timeout_s,
             preprocessor_pref=config.preprocessor_pref, callbacks=config.callbacks,
-            vector_env=config.vector_env, create_env_on_driver=config.create_env_on_driver)
+            vector_env=config.vector_env, create_env_on_driver=config.create_env_on_driver,
+            imports=config.imports, python_path=module_roots(user_modules(config)))
 
     # -- running -----------------------------------------------------------------
     @property

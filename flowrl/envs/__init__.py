@@ -10,7 +10,9 @@
   preprocessing (:mod:`flowrl.envs.atari`, ``pip install 'flowrl[atari]'``).
 
 Rollout workers build envs from the id string in their own process;
-:func:`ensure_registered` makes an id's namespace known there first.
+:func:`ensure_registered` makes an id's namespace known there first. An env may
+also be named by a reference ``"pkg.mod:Name"`` (:func:`env_reference`): a class
+or function of an importable module, or gymnasium's ``"module:EnvId"``.
 Importing this package imports neither minatar nor ale-py.
 
 >>> import gymnasium as gym
@@ -21,7 +23,9 @@ Importing this package imports neither minatar nor ale-py.
 
 from __future__ import annotations
 
-from typing import Any
+import difflib
+import inspect
+from typing import Any, Callable
 
 import gymnasium as gym
 
@@ -29,6 +33,7 @@ from flowrl.envs.atari import PREPROCESSOR_PREFS, import_ale, is_atari_id, make_
 from flowrl.envs.memory import CueRecall, StatelessCartPole
 from flowrl.envs.multi_agent import multi_agent_creator
 from flowrl.envs.pixels import MinAtarEnv
+from flowrl.errors import ConfigError
 
 _IDS = {
     "flowrl/StatelessCartPole-v1": dict(entry_point="flowrl.envs.memory:StatelessCartPole",
@@ -67,6 +72,71 @@ def ensure_registered(env_id: str, where: str = "") -> None:
         import_ale(where or repr(env_id))
 
 
+def env_reference(env: Any, where: str = "env") -> Callable[[dict], Any] | None:
+    """The env creator that ``env``, a reference ``"pkg.mod:Name"``, names: attribute
+    ``Name`` of module ``pkg.mod``, a ``gymnasium.Env`` subclass or a function,
+    which workers call as ``Name(env_config)`` (RLlib 1.x's convention for env
+    classes). None when ``env`` is no reference, and for gymnasium's own
+    ``"module:EnvId"``: an env id that ``module`` registers when imported, which
+    ``gymnasium.make`` makes. Both forms import the module, here and in every
+    process that makes the env (Ray workers included), so it must be importable
+    there. A ConfigError naming ``where``, the reference and the fix otherwise
+    (see :mod:`flowrl.user_code`).
+
+    >>> env_reference("CartPole-v1"), env_reference("gymnasium.envs.classic_control:CartPole-v1")
+    (None, None)
+    >>> env = env_reference("flowrl.envs.turn_based:TicTacToe")({})
+    >>> type(env).__name__
+    'TicTacToe'
+    >>> env_reference("flowrl.envs.memory:Corridor-v0")
+    Traceback (most recent call last):
+    ...
+    flowrl.errors.ConfigError: env='flowrl.envs.memory:Corridor-v0': module 'flowrl.envs.memory' has no attribute 'Corridor-v0' and registers no gymnasium env of that id; give 'module:EnvClass' (a gymnasium.Env subclass or a function env_config -> env) or 'module:EnvId' with an id the module registers (gymnasium.register)
+    """
+    from flowrl.user_code import import_module, is_module_name, split_reference
+    parts = split_reference(env)
+    if parts is None:
+        return None
+    module_name, name = parts
+    at = f"{where}={env!r}"
+    try:
+        module = import_module(module_name, at)
+    except ConfigError as e:
+        raise ConfigError(f"{e}; an env named 'module:EnvClass' or 'module:EnvId' needs its "
+                          "module importable wherever the env is made") from None
+    try:
+        gym.spec(name)
+        return None                       # gymnasium's "module:EnvId"
+    except Exception:  # gymnasium raises several error types, all meaning "not registered"
+        pass
+    obj: Any = module
+    for attr in name.split(".") if is_module_name(name) else [name]:
+        obj = getattr(obj, attr, None)
+    if obj is None:
+        close = difflib.get_close_matches(name, [n for n in dir(module) if not n.startswith("_")],
+                                          n=1)
+        hint = f"did you mean {module_name}:{close[0]}? otherwise " if close else ""
+        raise ConfigError(f"{at}: module {module_name!r} has no attribute {name!r} and registers "
+                          f"no gymnasium env of that id; {hint}give 'module:EnvClass' (a "
+                          "gymnasium.Env subclass or a function env_config -> env) or "
+                          "'module:EnvId' with an id the module registers (gymnasium.register)")
+    if not callable(obj):
+        raise ConfigError(f"{at}: {name} is a {type(obj).__name__}, not an env class or a "
+                          "function env_config -> env")
+    try:
+        signature = inspect.signature(obj)
+    except (TypeError, ValueError):  # a builtin without a signature: the call decides
+        return obj
+    try:
+        signature.bind({})
+    except TypeError:
+        raise ConfigError(f"{at}: workers call {name}(env_config) with the env_config dict, "
+                          f"and {name}{signature} takes no such argument; give it one "
+                          "(def __init__(self, env_config=None)), or register the env with "
+                          "gymnasium.register and name its id ('module:EnvId')") from None
+    return obj
+
+
 def reports_episode_infos(env: Any) -> bool:
     """Whether ``env``'s wrapper chain (``env``, ``env.env``, ``env.env.env``...)
     holds a ``gymnasium.wrappers.RecordEpisodeStatistics`` (or its vector
@@ -91,5 +161,6 @@ def reports_episode_infos(env: Any) -> bool:
 
 
 __all__ = ["StatelessCartPole", "CueRecall", "MinAtarEnv", "make_atari", "is_atari_id",
-           "ensure_registered", "register_envs", "reports_episode_infos", "PREPROCESSOR_PREFS",
+           "ensure_registered", "register_envs", "env_reference", "reports_episode_infos",
+           "PREPROCESSOR_PREFS",
            "multi_agent_creator"]

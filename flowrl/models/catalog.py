@@ -3,8 +3,9 @@
 :func:`get_model` builds, for the observation space the model sees
 (:func:`model_observation_space`):
 
-- ``custom_model`` set: that class (or the one registered under that name with
-  :func:`register_model`);
+- ``custom_model`` set: that class, the one registered under that name with
+  :func:`register_model`, or the one a reference ``"pkg.mod:Class"`` names
+  (imported in the process that builds the model: :mod:`flowrl.user_code`);
 - an image (a rank-3 ``Box``): :class:`~flowrl.models.visionnet.VisionNetwork`;
 - anything else: :class:`~flowrl.models.fcnet.FullyConnectedNetwork` over the
   flattened observation;
@@ -28,6 +29,7 @@ from flowrl.models.config import MODEL_REGISTRY, ModelConfig
 from flowrl.models.fcnet import FullyConnectedNetwork
 from flowrl.models.recurrent import LSTMWrapper
 from flowrl.models.visionnet import ImpalaResNet, VisionNetwork
+from flowrl.user_code import load_reference, split_reference
 
 def register_model(name: str, model_class: type) -> None:
     """Make ``model_class`` buildable as ``model={"custom_model": name}``, as RLlib's
@@ -38,7 +40,9 @@ def register_model(name: str, model_class: type) -> None:
 
     A name registers in the process that calls this; Ray workers build their
     policies from the class itself when the config holds the class, so prefer
-    ``custom_model=TheClass`` for models defined outside an importable module.
+    ``custom_model=TheClass`` for models defined outside an importable module. A
+    module that registers models can be imported before a config is built with
+    ``flowrl train --import MODULE`` (the config field ``imports``).
 
     >>> register_model("no_model", dict)
     Traceback (most recent call last):
@@ -64,13 +68,18 @@ def model_class(config: ModelConfig, obs_space: gym.Space) -> type:
     custom = config.custom_model
     if custom is None:
         return VisionNetwork if is_image(obs_space) else FullyConnectedNetwork
-    if isinstance(custom, str):
+    where = f"model.custom_model={custom!r}"
+    if isinstance(custom, str) and split_reference(custom) is not None:
+        custom = load_reference(custom, "model.custom_model")
+    elif isinstance(custom, str):
         if custom not in MODEL_REGISTRY:
-            raise ConfigError(f"model.custom_model={custom!r}: no model is registered under "
-                              f"that name (registered: {sorted(MODEL_REGISTRY)}); call "
-                              "flowrl.models.register_model(name, cls) first, or give the class")
+            raise ConfigError(f"{where}: no model is registered under that name (registered: "
+                              f"{sorted(MODEL_REGISTRY)}); call "
+                              "flowrl.models.register_model(name, cls) first (in a module "
+                              "imported with flowrl --import MODULE or the config field "
+                              "imports), name the class as 'pkg.mod:Class', or give the class")
         return MODEL_REGISTRY[custom]
-    _check_model_class(custom, f"model.custom_model={custom!r}")
+    _check_model_class(custom, where)
     return custom
 
 

@@ -31,8 +31,10 @@ What the fields choose (the catalog, :func:`flowrl.models.get_model`, builds it)
   background, and centred pixels keep it from dominating the first layer: on
   Pong, IMPALA's value function learns far faster (docs/benchmarks.md, "Atari
   learning");
-- ``custom_model``: a :class:`~flowrl.models.TorchModelV2` subclass, or the name
-  given to :func:`~flowrl.models.register_model`, built with
+- ``custom_model``: a :class:`~flowrl.models.TorchModelV2` subclass, the name
+  given to :func:`~flowrl.models.register_model`, or a reference
+  ``"pkg.mod:Class"`` to a class of an importable module (what YAML and ``--set``
+  can write; the string is stored and each process imports the module), built with
   ``custom_model_config`` in ``model_config["custom_model_config"]``. The
   catalog registers the IMPALA ResNet as ``"impala_resnet"``.
 
@@ -53,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from flowrl.errors import ConfigError
+from flowrl.user_code import split_reference
 
 ACTIVATIONS = ("tanh", "relu", "elu", "swish", "linear")
 
@@ -131,8 +134,12 @@ class ModelConfig:
         custom = self.custom_model
         if custom is not None and not (isinstance(custom, str) and custom) \
                 and not isinstance(custom, type):
-            raise bad("custom_model", custom, "give a TorchModelV2 subclass or the name "
-                      "it was registered under with flowrl.models.register_model")
+            raise bad("custom_model", custom, "give a TorchModelV2 subclass, the name "
+                      "it was registered under with flowrl.models.register_model, or "
+                      "'pkg.mod:Class'")
+        if isinstance(custom, str) and ":" in custom and split_reference(custom) is None:
+            raise bad("custom_model", custom, "write a class of an importable module as "
+                      "'pkg.mod:Class', e.g. 'my_models:TinyNet'")
         if not isinstance(self.custom_model_config, dict):
             raise bad("custom_model_config", self.custom_model_config,
                       "must be a dict (passed to the custom model as "

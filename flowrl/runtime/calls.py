@@ -126,9 +126,14 @@ class Calls(ABC):
 
     @abstractmethod
     def create(self, cls: type, *args: Any, num_cpus: float = 1.0,
-               on_driver_node: bool = False, **kwargs: Any) -> Any:
+               on_driver_node: bool = False, python_path: Sequence[str] = (),
+               **kwargs: Any) -> Any:
         """A new worker ``cls(*args, **kwargs)`` with ``num_cpus`` reserved (Ray),
-        pinned to the driver's node when ``on_driver_node`` (Ray)."""
+        pinned to the driver's node when ``on_driver_node`` (Ray). ``python_path``:
+        directories the worker's process imports from before its own ``PYTHONPATH``
+        (Ray: the actor's ``runtime_env``; in-process the driver's ``sys.path``
+        applies), for user modules found where a fresh process would not look
+        (:func:`flowrl.user_code.module_roots`)."""
 
     @abstractmethod
     def call(self, handle: Any, method: str, *args: Any) -> Any:
@@ -181,7 +186,8 @@ class InProcessCalls(Calls):
     name = "local"
 
     def create(self, cls: type, *args: Any, num_cpus: float = 1.0,
-               on_driver_node: bool = False, **kwargs: Any) -> Any:
+               on_driver_node: bool = False, python_path: Sequence[str] = (),
+               **kwargs: Any) -> Any:
         return cls(*args, **kwargs)
 
     def call(self, handle: Any, method: str, *args: Any) -> _Done:

@@ -63,6 +63,7 @@ are killed).
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -526,11 +527,16 @@ class RayCalls(Calls):
     remote = True
 
     def create(self, cls: type, *args: Any, num_cpus: float = 1.0,
-               on_driver_node: bool = False, **kwargs: Any) -> Any:
+               on_driver_node: bool = False, python_path: Sequence[str] = (),
+               **kwargs: Any) -> Any:
         options: dict[str, Any] = {"num_cpus": num_cpus}
         if on_driver_node:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
                 node_id=ray.get_runtime_context().get_node_id(), soft=False)
+        if python_path:  # the actor's process starts with them ahead of PYTHONPATH
+            inherited = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+            options["runtime_env"] = {"env_vars": {
+                "PYTHONPATH": os.pathsep.join([*python_path, *inherited])}}
         return remote_class(cls).options(**options).remote(*args, **kwargs)
 
     def call(self, handle: Any, method: str, *args: Any) -> ray.ObjectRef:

@@ -42,7 +42,7 @@ import inspect
 import os
 import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -159,16 +159,19 @@ def check_policy_config(factory: Callable[..., Any], config: dict, where: str) -
 
 def make_env_creator(env, env_config: dict, preprocessor_pref: str | None = "deepmind", *,
                  training: bool = True) -> Callable[[], Any]:
-    """A function making one env: ``env(env_config)`` for a creator; for a flowrl
-    multi-agent id (:mod:`flowrl.envs.multi_agent`), its creator's; for an id,
+    """A function making one env: ``env(env_config)`` for a creator, and for a
+    reference ``"pkg.mod:Name"`` to one (:func:`flowrl.envs.env_reference`, which
+    imports ``pkg.mod`` in this process); for a flowrl multi-agent id
+    (:mod:`flowrl.envs.multi_agent`), its creator's; for an id,
     ``gymnasium.make(env, **env_config)`` after making the id's namespace known in
     this process (a Ray worker imports nothing for it otherwise: ``flowrl/`` ids
     need :mod:`flowrl.envs`, ``ALE/`` ids ale-py). ``ALE/`` ids go through
     :func:`flowrl.envs.make_atari` with ``preprocessor_pref`` and ``training``
     (False for evaluation: whole games, raw rewards)."""
     if isinstance(env, str):
-        from flowrl.envs import ensure_registered, is_atari_id, make_atari, multi_agent_creator
-        creator = multi_agent_creator(env)
+        from flowrl.envs import (ensure_registered, env_reference, is_atari_id, make_atari,
+                                 multi_agent_creator)
+        creator = multi_agent_creator(env) or env_reference(env)
         if creator is not None:
             return lambda: creator(env_config)
         ensure_registered(env)
@@ -320,6 +323,9 @@ class RolloutWorker(ShardHost):
     ``"async"`` or ``"envpool"`` the callbacks' ``base_env.get_sub_environments()``
     is empty (the envs live in other processes or in EnvPool).
 
+    ``imports``: modules to import before anything is built (modules that register
+    the env or the model; :func:`flowrl.user_code.import_modules`).
+
     ``spaces`` (policy id -> ``(observation_space, action_space)``) makes a worker
     without an env: its policies are built for those spaces and nothing is made or
     reset (a driver worker with ``create_env_on_driver=False``, whose remote workers
@@ -345,7 +351,11 @@ class RolloutWorker(ShardHost):
                  seed: int | None = None, worker_index: int = 0, explore: bool = True,
                  torch_threads: int | None = None, preprocessor_pref: str | None = "deepmind",
                  training: bool = True, callbacks: Any = None, vector_env: str = "sync",
-                 spaces: dict[str, tuple[gym.Space, gym.Space]] | None = None):
+                 spaces: dict[str, tuple[gym.Space, gym.Space]] | None = None,
+                 imports: Sequence[str] = ()):
+        if imports:
+            from flowrl.user_code import import_modules
+            import_modules(imports, f"RolloutWorker (worker {worker_index}) imports")
         if vector_env not in VECTOR_ENVS:
             raise ConfigError(f"RolloutWorker(vector_env={vector_env!r}): choose one of "
                               f"{list(VECTOR_ENVS)}")

@@ -94,6 +94,11 @@ class WorkerConfig:
     by hand keeps a driver worker that samples; algorithms pass their config's
     (``AlgorithmConfig.create_env_on_driver``, default False as in RLlib 1.x).
     Without remote workers the local worker always has envs.
+    ``imports`` names modules every worker imports before it makes its env and
+    policies (``AlgorithmConfig.imports``: modules that register envs or models);
+    ``python_path`` directories remote workers import from
+    (:meth:`~flowrl.runtime.calls.Calls.create`), where the driver found the
+    modules the config names (:func:`flowrl.user_code.module_roots`).
 
     >>> WorkerConfig(num_envs_per_worker=0)
     Traceback (most recent call last):
@@ -122,6 +127,8 @@ class WorkerConfig:
     callbacks: Any = None
     vector_env: str = "sync"
     create_env_on_driver: bool = True
+    imports: Sequence[str] = ()
+    python_path: Sequence[str] = ()
 
     @property
     def tolerates_failures(self) -> bool:
@@ -147,7 +154,7 @@ class WorkerConfig:
             rollout_fragment_length=self.rollout_fragment_length, seed=self.seed,
             explore=self.explore, policies_to_train=self.policies_to_train,
             preprocessor_pref=self.preprocessor_pref, training=self.training,
-            callbacks=self.callbacks, vector_env=self.vector_env)
+            callbacks=self.callbacks, vector_env=self.vector_env, imports=tuple(self.imports))
         if self.policies is not None:
             kwargs.update(policies=self.policies, policy_mapping_fn=self.policy_mapping_fn)
         else:
@@ -569,7 +576,8 @@ class WorkerSet:
         extra = {"torch_threads": config.remote_torch_threads} if self.calls.remote else {}
         return self.calls.create(
             RolloutWorker, self._env, worker_index=worker_index, **self._remote_kwargs, **extra,
-            num_cpus=config.num_cpus_per_worker if num_cpus is None else num_cpus)
+            num_cpus=config.num_cpus_per_worker if num_cpus is None else num_cpus,
+            python_path=tuple(config.python_path))
 
     def _remote_spaces(self) -> dict:
         """Remote worker 1's :meth:`~RolloutWorker.policy_spaces`, once every remote
