@@ -29,6 +29,14 @@ one-line reason and writes nothing. Restoring runs no code from the checkpoint;
 one whose extra state was pickled (``user_state.pkl``) is refused unless
 ``--restore-allow-pickle`` says its source is trusted.
 
+Custom code: ``--env pkg.mod:Class`` and ``--set model.custom_model=pkg.mod:Class``
+name a class of an importable module (:mod:`flowrl.user_code`), and ``--import
+MODULE`` (repeatable, on every command) imports a module before anything is built,
+for modules that register envs or models; ``train``, ``tune`` and ``plan`` add it
+to the config field ``imports``, which rollout workers and Tune trials import too.
+Modules are looked up among the installed packages, on ``PYTHONPATH`` and, last, in
+the current directory.
+
 ``flowrl evaluate CHECKPOINT [--episodes N] [--video DIR] [--allow-pickle]`` plays
 N episodes with the checkpoint's policy and prints the mean and std of the return;
 ``--video DIR`` records each episode there as an MP4 (gymnasium's ``RecordVideo``;
@@ -130,6 +138,25 @@ CHECKPOINT_HELP = ("checkpoint, a directory of checkpoints (its latest), a run d
                    "a Ray Tune trial's checkpoint or trial directory")
 
 
+def _module(text: str) -> str:
+    from flowrl.user_code import is_module_name
+    if not is_module_name(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a module name; give a dotted "
+                                         "module name such as my_envs or pkg.envs")
+    return text
+
+
+def _add_import(parser: argparse.ArgumentParser, workers: bool) -> None:
+    also = (" Rollout workers (and Tune trials) import it too (config field imports)."
+            if workers else "")
+    parser.add_argument("--import", dest="imports", action="append", default=[],
+                        type=_module, metavar="MODULE",
+                        help="import MODULE before anything is built (repeatable): a module "
+                        "that registers envs (gymnasium.register) or models "
+                        "(flowrl.models.register_model). It must be installed, on PYTHONPATH "
+                        "or in the current directory." + also)
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="flowrl", description="Distributed RL training loops "
                                 "as dataflow plans.")
@@ -172,6 +199,7 @@ def _parser() -> argparse.ArgumentParser:
                    "--set evaluation_duration=K, default 10)")
     t.add_argument("--no-tensorboard", action="store_true", help="no TensorBoard event files")
     t.add_argument("--quiet", action="store_true", help="no live display")
+    _add_import(t, workers=True)
     e = sub.add_parser("evaluate", help="play episodes with a checkpoint's policy")
     e.add_argument("checkpoint", type=_path, help=CHECKPOINT_HELP)
     e.add_argument("--allow-pickle", action="store_true",
@@ -185,6 +213,7 @@ def _parser() -> argparse.ArgumentParser:
     e.add_argument("--video", type=_path, default=None, metavar="DIR",
                    help="record every episode as an MP4 in DIR (needs moviepy: pip install "
                    "'flowrl[video]')")
+    _add_import(e, workers=False)
     x = sub.add_parser("export", help="write a checkpoint's policy model as TorchScript or ONNX")
     x.add_argument("checkpoint", type=_path, help=CHECKPOINT_HELP)
     x.add_argument("--format", choices=["torchscript", "onnx"], required=True,
@@ -196,6 +225,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="which policy of a multi-agent checkpoint (default: default_policy)")
     x.add_argument("--allow-pickle", action="store_true",
                    help="load the checkpoint's user_state.pkl; only for checkpoints you trust")
+    _add_import(x, workers=False)
     tu = sub.add_parser("tune", help="run a hyperparameter sweep on Ray Tune")
     tu.add_argument("--config", type=_path, required=True, metavar="SWEEP.yaml",
                     help="sweep spec: algo, env, config (with grid_search/choice/uniform/"
@@ -208,6 +238,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="continue the experiment <storage_path>/<name> if it exists "
                     "(resume: true)")
     tu.add_argument("--quiet", action="store_true", help="no Tune progress table")
+    _add_import(tu, workers=True)
     pl = sub.add_parser("plan", help="write an algorithm's plan as DOT/SVG/PNG")
     pl.add_argument("algo", help="algorithm: " + ", ".join(sorted(_algorithms())))
     pl.add_argument("--env", default="CartPole-v1")
@@ -217,7 +248,26 @@ def _parser() -> argparse.ArgumentParser:
     pl.add_argument("--format", choices=["dot", "svg", "png"], default=None,
                     help="default: from -o's suffix, else dot")
     pl.add_argument("-o", "--output", type=_path, default=None, help="file to write (default: stdout)")
+    _add_import(pl, workers=False)
     return p
+
+
+def _import_user_modules(modules: Sequence[str]) -> None:
+    """Let modules in the current directory be imported, as ``python -m`` does (after
+    every other entry of ``sys.path``, so they never shadow installed packages; Ray
+    workers started here look there too), then import ``--import``'s modules."""
+    from flowrl.user_code import import_modules
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
+    import_modules(modules, "--import")
+
+
+def _with_imports(config: dict[str, Any], modules: Sequence[str]) -> None:
+    """Add ``--import``'s modules to ``config``'s field ``imports`` (after those it
+    lists), so that rollout workers and Tune trials import them too."""
+    listed = config.get("imports") or []
+    if modules and isinstance(listed, (list, tuple)):
+        config["imports"] = [*listed, *(m for m in modules if m not in listed)]
 
 
 def _error(msg: str, code: int) -> int:
@@ -392,6 +442,7 @@ def _train_spec(args: argparse.Namespace) -> dict[str, Any]:
         if value is not None:
             spec["config"][name] = value
     spec = apply_overrides(spec, args.set)
+    _with_imports(spec["config"], args.imports)
     if spec["algo"] is None:
         raise ConfigError("give the algorithm: flowrl train ALGO, or 'algo:' in --config")
     if spec["env"] is None:
@@ -445,14 +496,14 @@ def train(args: argparse.Namespace) -> int:
 
 
 def _train_loop(args, algo, stop: dict[str, Any], logger_cls) -> int:
-    env_name = str(algo.config.env if isinstance(algo.config.env, str)
-                   else getattr(algo.config.env, "__name__", "env")).replace("/", "_")
+    from flowrl.experiment import run_name
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    run_dir = os.path.join(args.run_dir, f"{algo.name}-{env_name}-{stamp}")
+    name = f"{run_name(algo.name, algo.config.env)}-{stamp}"
+    run_dir = os.path.join(args.run_dir, name)
     n = 1
     while os.path.exists(run_dir):
         n += 1
-        run_dir = os.path.join(args.run_dir, f"{algo.name}-{env_name}-{stamp}_{n}")
+        run_dir = os.path.join(args.run_dir, f"{name}_{n}")
     ckpt = _Checkpointer(algo, args.checkpoint_dir or os.path.join(run_dir, "checkpoint"),
                          args.checkpoint_freq, args.keep_checkpoints)
     code, reason = EXIT_OK, ""
@@ -530,6 +581,7 @@ def export(args: argparse.Namespace) -> int:
 def tune(args: argparse.Namespace) -> int:
     from flowrl.sweep import load_sweep, run_sweep, summary
     spec = load_sweep(args.config, args.set + (["resume=true"] if args.resume else []))
+    _with_imports(spec["config"], args.imports)
     grid, resumed = run_sweep(spec, verbose=0 if args.quiet else 1)
     text, failed = summary(grid, spec)
     print(("resumed " if resumed else "") + text)
@@ -547,6 +599,7 @@ def plan(args: argparse.Namespace) -> int:
         raise ConfigError(f"--format {fmt} needs -o FILE")
     from flowrl.experiment import apply_overrides, check_spec, make_config
     spec = apply_overrides(check_spec({"config": {"num_workers": args.num_workers}}), args.set)
+    _with_imports(spec["config"], args.imports)
     fields = {"env": args.env, **spec["config"], "backend": "local"}
     algo = cls(make_config(cls, fields))
     try:
@@ -577,6 +630,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as e:  # argparse already printed the usage error
         return int(e.code or 0)
     try:
+        _import_user_modules(args.imports)
         return {"train": train, "evaluate": evaluate, "export": export, "plan": plan,
                 "tune": tune}[args.command](args)
     except ConfigError as e:

@@ -38,6 +38,7 @@ import copy
 import dataclasses
 import difflib
 import math
+import re
 from typing import Any, Sequence
 
 from flowrl.errors import ConfigError
@@ -218,6 +219,20 @@ def check_stop(key: Any, value: Any, where: str) -> int | float:
     return bound
 
 
+def run_name(algo: str, env: Any) -> str:
+    """``<algo>-<env>`` as a file name, what run directories (``flowrl train``) and
+    Tune experiments (``flowrl tune``) are named after: an env creator by its
+    ``__name__``, and every run of characters other than letters, digits, ``_``,
+    ``.`` and ``-`` (the ``/`` of a namespace, the ``:`` of ``module:Name``, which
+    some file systems and tools refuse) replaced by one ``_``.
+
+    >>> run_name("ppo", "ALE/Pong-v5"), run_name("pg", "my_envs:Corridor")
+    ('ppo-ALE_Pong-v5', 'pg-my_envs_Corridor')
+    """
+    env_name = env if isinstance(env, str) else getattr(env, "__name__", "env")
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{algo}-{env_name}")
+
+
 def parse_override(text: str) -> tuple[str, Any]:
     """``"key=value"`` -> ``(key, value)`` with ``value`` parsed as YAML."""
     import yaml
@@ -258,4 +273,5 @@ def apply_overrides(spec: dict[str, Any], overrides: Sequence[str]) -> dict[str,
 
 
 __all__ = ["suggest", "closest", "read_numbers", "load_spec", "check_spec", "apply_overrides",
-           "parse_override", "make_config", "algorithm_class", "config_fields", "STOP_KEYS"]
+           "parse_override", "make_config", "algorithm_class", "config_fields", "run_name",
+           "STOP_KEYS"]

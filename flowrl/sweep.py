@@ -70,7 +70,7 @@ from typing import Any, Sequence
 
 from flowrl.errors import ConfigError, TrialError
 from flowrl.experiment import (algorithm_class, check_stop, config_fields, make_config, read_yaml,
-                               suggest)
+                               run_name, suggest)
 
 SWEEP_KEYS = ("algo", "env", "config", "stop", "num_samples", "scheduler", "metric", "mode",
               "storage_path", "name", "resume", "checkpoint_frequency", "keep_checkpoints",
@@ -216,11 +216,6 @@ def _check_scheduler(raw: Any, fields: Sequence[str], where: str) -> dict | None
     return {"type": kind, **params}
 
 
-def _default_name(algo: str, env: Any) -> str:
-    env_name = env if isinstance(env, str) else getattr(env, "__name__", "env")
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{algo}-{env_name}")
-
-
 def check_sweep(data: dict[str, Any], where: str = "sweep") -> dict[str, Any]:
     """A normalised, checked copy of sweep spec ``data`` (see the module docstring);
     ConfigError naming the first problem. Builds no algorithm and starts nothing."""
@@ -279,7 +274,7 @@ def check_sweep(data: dict[str, Any], where: str = "sweep") -> dict[str, Any]:
             ("mode", "max", lambda v: v in ("max", "min"), "max or min"),
             ("storage_path", DEFAULT_STORAGE, lambda v: isinstance(v, str) and v != "",
              "a directory path"),
-            ("name", _default_name(cls.name, env),
+            ("name", run_name(cls.name, env),
              lambda v: isinstance(v, str) and re.fullmatch(r"[A-Za-z0-9_.=-]+", v) is not None,
              "a directory name (letters, digits, _ . = -)"),
             ("resume", False, lambda v: isinstance(v, bool), "true or false"),
