@@ -3,11 +3,13 @@ writes, discovery, pruning and checked loads.
 
 Layout (format 2). One checkpoint is a directory holding
 
-- ``state.json`` (:data:`CHECKPOINT_FILE`): ``{"format": 2, "arrays": NAME|null,
-  "user_state": NAME|null, "state": ...}``: the state as plain JSON data, encoded
-  by :mod:`flowrl.state_codec` (tuples, dicts with non-string keys, numpy scalars
-  are tagged objects ``{"__flowrl__": KIND, ...}``; an array or tensor is a
-  reference by key into the arrays file);
+- ``state.json`` (:data:`CHECKPOINT_FILE`): ``{"format": 2, "state": ..., "arrays":
+  NAME|null, "user_state": NAME|null, "sha256": {...}}``: the state as plain JSON
+  data, encoded by :mod:`flowrl.state_codec` (tuples, dicts with non-string keys,
+  numpy scalars are tagged objects ``{"__flowrl__": KIND, ...}``; an array or
+  tensor is a reference by key into the arrays file), and the SHA-256 of every
+  data file (by name) and of the document itself (``"state.json"``: the compact
+  JSON of every entry but ``sha256``);
 - ``arrays.safetensors``: every numpy array and torch tensor of the state (dtypes
   kept; bfloat16 stored as its int16 bits), present when there is one;
 - ``user_state.pkl``: only when the state holds objects that are neither plain data
@@ -50,7 +52,14 @@ unreferenced data file inside one (removed by the next write into it).
 
 Loads (:func:`read_checkpoint`) turn every way a checkpoint can be bad (missing,
 not a checkpoint, truncated, another format, a pickle) into a
-:class:`~flowrl.errors.ConfigError` with a one-line reason.
+:class:`~flowrl.errors.ConfigError` with a one-line reason. A file whose bytes
+changed on disk is found by its SHA-256 and called corrupt, naming the file;
+checkpoints written before checksums (no ``sha256`` entry) load unchecked. Given a
+directory of numbered checkpoints (or a run directory, or a Tune trial's), a load
+whose newest checkpoint is corrupt (unreadable, truncated, a checksum that
+differs, a data file missing) takes the newest one that reads, and logs one
+warning (logger ``flowrl.checkpoint``) naming the corrupt ones and the one used;
+a path naming one checkpoint loads that one or fails.
 
 >>> import tempfile, os
 >>> import numpy as np
@@ -68,8 +77,10 @@ True
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
+import logging
 import os
 import pickle
 import re
@@ -93,6 +104,21 @@ _NAME = re.compile(r"^checkpoint_(\d+)$")
 _TMP = re.compile(r"^\..+\.tmp-(\d+)-\d+$")
 _DATA = re.compile(r"^(arrays(\.\d+)?\.safetensors|user_state(\.\d+)?\.pkl)$")
 _counter = itertools.count()
+#: The entries of a ``state.json`` document.
+_DOC_KEYS = ("format", "state", "arrays", "user_state", "sha256")
+log = logging.getLogger("flowrl.checkpoint")
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _document_sha256(doc: dict[str, Any]) -> str:
+    """The SHA-256 of ``doc``'s entries but ``sha256``, as compact JSON: what a
+    ``state.json`` records of itself (parsing and dumping again gives the same
+    text, so it needs no copy of the original bytes)."""
+    rest = {k: v for k, v in doc.items() if k != "sha256"}
+    return _sha256(json.dumps(rest, separators=(",", ":")).encode())
 
 
 # -- writing -----------------------------------------------------------------------
@@ -192,11 +218,13 @@ def write_checkpoint(path: str, state: dict[str, Any]) -> str:
         if not overwrite:
             os.mkdir(target)
             aside.append(target)
+        sums: dict[str, str] = {}
         for key, default, data in (("arrays", ARRAYS_FILE, arrays),
                                    ("user_state", USER_STATE_FILE, user)):
             doc[key] = None if data is None else _free_name(target, default)
             if data is None:
                 continue
+            sums[doc[key]] = _sha256(data)
             if overwrite:      # aside first, so a killed write leaves nothing inside
                 tmp = _tmp_name(parent, f"{base}.{doc[key]}")
                 aside.append(tmp)
@@ -205,6 +233,7 @@ def write_checkpoint(path: str, state: dict[str, Any]) -> str:
                 aside[-1] = os.path.join(path, doc[key])
             else:
                 _write_file(os.path.join(target, doc[key]), data)
+        doc["sha256"] = {CHECKPOINT_FILE: _document_sha256(doc), **sums}
         text = json.dumps(doc, separators=(",", ":")).encode()
         if overwrite:
             tmp = _tmp_name(parent, f"{base}.{CHECKPOINT_FILE}")
@@ -310,13 +339,42 @@ def _find_legacy(path: str) -> str | None:
     return None
 
 
+def _candidates(path: str) -> tuple[list[str], bool]:
+    """The ``state.json`` files :func:`read_checkpoint` may load for ``path``, newest
+    first, and whether ``path`` is a directory of numbered checkpoints (where a
+    corrupt newest one gives way to an older one) rather than one checkpoint."""
+    if os.path.isfile(path):
+        name = os.path.basename(path)
+        if name == LEGACY_FILE:
+            raise _legacy_error(path)
+        if name != CHECKPOINT_FILE:
+            raise ConfigError(f"{path!r} is not a checkpoint's {CHECKPOINT_FILE}; give the "
+                              "checkpoint directory")
+        return [path], False
+    if not os.path.isdir(path):
+        raise ConfigError(f"no checkpoint at {path!r}: no such file or directory")
+    file = _state_file(path)
+    if file is not None:
+        return [file], False
+    numbered = list_checkpoints(path) or list_checkpoints(os.path.join(path, "checkpoint"))
+    if not numbered:
+        legacy = _find_legacy(path)
+        if legacy is not None:
+            raise _legacy_error(legacy)
+        raise ConfigError(f"no checkpoint at {path!r}: it holds neither {CHECKPOINT_FILE} nor "
+                          "a complete checkpoint_NNNNNN/ directory (for a Ray Tune "
+                          "experiment, give one trial's directory)")
+    return [_state_file(d) for d in reversed(numbered)], True
+
+
 def resolve_checkpoint(path: str) -> str:
     """The ``state.json`` behind ``path``: that file, a checkpoint directory, a Ray
     Tune checkpoint directory (its ``algorithm/``), a directory of numbered
     checkpoints (its latest complete one: a ``--checkpoint-dir``, or a Tune trial's
     directory), or a ``flowrl train`` run directory (the latest in its
     ``checkpoint/``). ConfigError with a one-line reason when there is none, or
-    only format-1 ones.
+    only format-1 ones. (:func:`read_checkpoint` takes an older one of a directory
+    when this one is corrupt.)
 
     >>> import tempfile
     >>> trial = tempfile.mkdtemp()
@@ -325,28 +383,38 @@ def resolve_checkpoint(path: str) -> str:
     >>> os.path.relpath(resolve_checkpoint(trial), trial)
     'checkpoint_000001/algorithm/state.json'
     """
-    if os.path.isfile(path):
-        name = os.path.basename(path)
-        if name == LEGACY_FILE:
-            raise _legacy_error(path)
-        if name != CHECKPOINT_FILE:
-            raise ConfigError(f"{path!r} is not a checkpoint's {CHECKPOINT_FILE}; give the "
-                              "checkpoint directory")
-        return path
-    if not os.path.isdir(path):
-        raise ConfigError(f"no checkpoint at {path!r}: no such file or directory")
-    file = _state_file(path)
-    if file is not None:
-        return file
-    latest = latest_checkpoint(path) or latest_checkpoint(os.path.join(path, "checkpoint"))
-    if latest is None:
-        legacy = _find_legacy(path)
-        if legacy is not None:
-            raise _legacy_error(legacy)
-        raise ConfigError(f"no checkpoint at {path!r}: it holds neither {CHECKPOINT_FILE} nor "
-                          "a complete checkpoint_NNNNNN/ directory (for a Ray Tune "
-                          "experiment, give one trial's directory)")
-    return _state_file(latest)
+    return _candidates(path)[0][0]
+
+
+def run_directory(path: str) -> str | None:
+    """The ``flowrl train`` run directory that the checkpoint behind ``path``
+    (:func:`resolve_checkpoint`) was written into, ``<run>/checkpoint/checkpoint_NNNNNN/``
+    with ``<run>/result.jsonl`` beside it; None for a checkpoint anywhere else (a
+    ``--checkpoint-dir``, a Tune trial, a copy).
+
+    >>> import tempfile
+    >>> run = tempfile.mkdtemp()
+    >>> _ = write_checkpoint(os.path.join(run, "checkpoint", checkpoint_name(2)), {"n": 2})
+    >>> run_directory(run) is None       # no result.jsonl: not a run directory
+    True
+    >>> open(os.path.join(run, "result.jsonl"), "w").close()
+    >>> run_directory(os.path.join(run, "checkpoint")) == run
+    True
+    """
+    from flowrl.loggers import RESULT_FILE
+    checkpoint_dir = os.path.dirname(os.path.abspath(resolve_checkpoint(path)))
+    parent = os.path.dirname(checkpoint_dir)
+    run = os.path.dirname(parent)
+    if (_NAME.match(os.path.basename(checkpoint_dir)) and os.path.basename(parent) == "checkpoint"
+            and os.path.isfile(os.path.join(run, RESULT_FILE))):
+        return run
+    return None
+
+
+class _Corrupt(Exception):
+    """A checkpoint whose files do not read back as they were written (truncated,
+    bytes changed, a file missing); :func:`read_checkpoint` turns it into a
+    ConfigError, after trying older checkpoints of a directory."""
 
 
 def _read_bytes(file: str) -> bytes:
@@ -354,7 +422,16 @@ def _read_bytes(file: str) -> bytes:
         with open(file, "rb") as f:
             return f.read()
     except OSError as e:
-        raise ConfigError(f"cannot read checkpoint {file!r}: {e.strerror or e}") from None
+        raise _Corrupt(f"cannot read checkpoint {file!r}: {e.strerror or e}") from None
+
+
+def _check_sha256(data: bytes, sums: dict | None, name: str, file: str) -> None:
+    if sums is None:
+        return      # written before checksums
+    if sums.get(name) != _sha256(data):
+        raise _Corrupt(f"checkpoint file {file!r} is corrupt: its SHA-256 is not the one "
+                       "recorded when it was saved (its bytes changed on disk); restore an "
+                       "older checkpoint or copy this one again")
 
 
 def _named_file(directory: str, doc: dict, key: str, file: str) -> str | None:
@@ -363,8 +440,8 @@ def _named_file(directory: str, doc: dict, key: str, file: str) -> str | None:
     if name is None:
         return None
     if not isinstance(name, str) or not _DATA.match(name):
-        raise ConfigError(f"cannot read checkpoint {file!r}: its {key!r} entry {name!r} is "
-                          "not a checkpoint data file name")
+        raise _Corrupt(f"cannot read checkpoint {file!r}: its {key!r} entry {name!r} is "
+                       "not a checkpoint data file name")
     return os.path.join(directory, name)
 
 
@@ -372,9 +449,57 @@ def read_checkpoint(path: str, *, allow_pickle: bool = False) -> dict[str, Any]:
     """Load the checkpoint behind ``path`` (see :func:`resolve_checkpoint`); the dict
     gains ``"path"`` (its ``state.json``). Nothing read can run code, except
     ``user_state.pkl`` with ``allow_pickle=True`` (only for a checkpoint you trust);
-    without it, objects stored there read back as :class:`PickledValue`.
-    ConfigError, one line, when it cannot be read or is not a flowrl checkpoint."""
-    file = resolve_checkpoint(path)
+    without it, objects stored there read back as :class:`PickledValue`. Every file
+    is checked against the SHA-256 its ``state.json`` recorded (when it has any).
+
+    When ``path`` is a directory of numbered checkpoints (a run directory, a Tune
+    trial's) and the newest is corrupt, the newest that reads is loaded and one
+    warning names the corrupt ones and the one used. ConfigError, one line, when
+    it cannot be read or is not a flowrl checkpoint (for a directory: when no
+    checkpoint in it reads).
+
+    >>> import tempfile
+    >>> d = tempfile.mkdtemp()
+    >>> for n in (1, 2):
+    ...     _ = write_checkpoint(os.path.join(d, checkpoint_name(n)), {"n": n})
+    >>> newest = os.path.join(d, checkpoint_name(2))
+    >>> with open(os.path.join(newest, CHECKPOINT_FILE), "rb") as f:
+    ...     text = f.read()
+    >>> with open(os.path.join(newest, CHECKPOINT_FILE), "wb") as f:    # one byte changed
+    ...     _ = f.write(text.replace(b'"n":2', b'"n":7'))
+    >>> read_checkpoint(d)["n"]            # the newest that reads (a warning names both)
+    1
+    >>> try:
+    ...     read_checkpoint(newest)        # this checkpoint and no other
+    ... except ConfigError as e:
+    ...     print(str(e).split(": ", 1)[1])
+    its SHA-256 is not the one recorded when it was saved (its bytes changed on disk); restore an older checkpoint or copy this one again
+    """
+    files, several = _candidates(path)
+    corrupt: list[tuple[str, str]] = []
+    for file in files:
+        try:
+            state = _read_one(file, allow_pickle)
+        except _Corrupt as e:
+            if not several:
+                raise ConfigError(str(e)) from None
+            corrupt.append((os.path.dirname(file), str(e)))
+            continue
+        if corrupt:
+            names = ", ".join(repr(d) for d, _ in corrupt)
+            log.warning("skipping corrupt checkpoint%s %s (%s); using %r, the newest "
+                        "checkpoint in %r that reads", "s" if len(corrupt) > 1 else "",
+                        names, corrupt[0][1], os.path.dirname(file), path)
+        return state
+    older = (f"; the {len(corrupt) - 1} older checkpoints in {path!r} are corrupt too"
+             if len(corrupt) > 1 else "")
+    raise ConfigError(f"{corrupt[0][1]}{older}")
+
+
+def _read_one(file: str, allow_pickle: bool) -> dict[str, Any]:
+    """Load the checkpoint whose ``state.json`` is ``file`` (see
+    :func:`read_checkpoint`); _Corrupt when its files do not read back as written,
+    ConfigError when they are not loadable by design (a pickle, another format)."""
     directory = os.path.dirname(file)
     raw = _read_bytes(file)
     if raw[:1] == b"\x80":   # pickle protocol 2+; never loaded
@@ -384,39 +509,56 @@ def read_checkpoint(path: str, *, allow_pickle: bool = False) -> dict[str, Any]:
         doc = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as e:
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise ConfigError(f"cannot read checkpoint {file!r}: not valid JSON, truncated or "
-                          f"corrupt ({reason})") from None
+        raise _Corrupt(f"cannot read checkpoint {file!r}: not valid JSON, truncated or "
+                       f"corrupt ({reason})") from None
     if not isinstance(doc, dict) or "format" not in doc:
-        raise ConfigError(f"{file!r} is not a flowrl checkpoint (no format version)")
+        raise _Corrupt(f"{file!r} is not a flowrl checkpoint (no format version)")
     if doc["format"] != FORMAT_VERSION:
         raise ConfigError(f"{file!r} has checkpoint format {doc['format']!r}; this flowrl "
                           f"reads format {FORMAT_VERSION}")
+    unknown = sorted(set(doc) - set(_DOC_KEYS))
+    if unknown:
+        raise _Corrupt(f"checkpoint file {file!r} is corrupt: unknown entry {unknown[0]!r} "
+                       f"(a flowrl checkpoint holds {list(_DOC_KEYS)})")
+    sums = doc.get("sha256")
+    if sums is not None:
+        if not isinstance(sums, dict):
+            raise _Corrupt(f"checkpoint file {file!r} is corrupt: its sha256 entry is not a "
+                           "mapping of file names to digests")
+        if sums.get(CHECKPOINT_FILE) != _document_sha256(doc):
+            raise _Corrupt(f"checkpoint file {file!r} is corrupt: its SHA-256 is not the one "
+                           "recorded when it was saved (its bytes changed on disk); restore "
+                           "an older checkpoint or copy this one again")
     if not isinstance(doc.get("state"), dict):
-        raise ConfigError(f"{file!r} is not a flowrl checkpoint (no state object)")
+        raise _Corrupt(f"{file!r} is not a flowrl checkpoint (no state object)")
     arrays_file = _named_file(directory, doc, "arrays", file)
     user_file = _named_file(directory, doc, "user_state", file)
     arrays: dict[str, np.ndarray] = {}
     if arrays_file is not None:
         import safetensors
         import safetensors.numpy
+        data = _read_bytes(arrays_file)
+        _check_sha256(data, sums, doc["arrays"], arrays_file)
         try:
-            arrays = safetensors.numpy.load(_read_bytes(arrays_file))
+            arrays = safetensors.numpy.load(data)
         except (safetensors.SafetensorError, ValueError, TypeError) as e:
-            raise ConfigError(f"cannot read checkpoint {arrays_file!r}: not a safetensors "
-                              f"file, truncated or corrupt ({str(e).splitlines()[0]})") from None
+            raise _Corrupt(f"cannot read checkpoint {arrays_file!r}: not a safetensors "
+                           f"file, truncated or corrupt ({str(e).splitlines()[0]})") from None
     pickled = None
     if user_file is not None and allow_pickle:
+        data = _read_bytes(user_file)
+        _check_sha256(data, sums, doc["user_state"], user_file)
         try:
-            pickled = pickle.loads(_read_bytes(user_file))  # allowed: the caller trusts it
+            pickled = pickle.loads(data)  # allowed: the caller trusts it
         except Exception as e:  # whatever a corrupt pickle raises
-            raise ConfigError(f"cannot read checkpoint {user_file!r}: {type(e).__name__}: "
-                              f"{str(e).splitlines()[0] if str(e) else 'corrupt'}") from None
+            raise _Corrupt(f"cannot read checkpoint {user_file!r}: {type(e).__name__}: "
+                           f"{str(e).splitlines()[0] if str(e) else 'corrupt'}") from None
         if not isinstance(pickled, dict):
-            raise ConfigError(f"cannot read checkpoint {user_file!r}: not a user-state file")
+            raise _Corrupt(f"cannot read checkpoint {user_file!r}: not a user-state file")
     try:
         state = decode_state(doc["state"], arrays, pickled, user_file)
     except StateError as e:
-        raise ConfigError(f"cannot read checkpoint {file!r}: {e}") from None
+        raise _Corrupt(f"cannot read checkpoint {file!r}: {e}") from None
     state["path"] = file
     return state
 
@@ -424,5 +566,6 @@ def read_checkpoint(path: str, *, allow_pickle: bool = False) -> dict[str, Any]:
 __all__ = ["CHECKPOINT_FILE", "ARRAYS_FILE", "USER_STATE_FILE", "FORMAT_VERSION", "TAG",
            "TUNE_SUBDIR",
            "PickledValue", "find_pickled", "encode_state", "checkpoint_name",
-           "write_checkpoint", "read_checkpoint", "resolve_checkpoint", "list_checkpoints",
+           "write_checkpoint", "read_checkpoint", "resolve_checkpoint", "run_directory",
+           "list_checkpoints",
            "latest_checkpoint", "prune_checkpoints", "remove_stale_temporaries"]
