@@ -508,8 +508,8 @@ def load_for_evaluation(path: str, *, allow_pickle: bool = False) -> LoadedCheck
     workers = WorkerSet(config.env, policy_class, worker_config, num_workers=0,
                         backend="local")
     try:
-        restore_local_worker(workers.local_worker(), worker_state,
-                             f"load_for_evaluation({state['path']!r})")
+        restore_local_worker(workers.local_worker(), state,
+                             f"load_for_evaluation({state['path']!r})", config.env)
         extra = state.get("extra")
         if isinstance(extra, dict) and extra.get("exploration"):
             restore_exploration(workers, extra["exploration"])

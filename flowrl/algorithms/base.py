@@ -753,18 +753,60 @@ def _configured_lr(worker: Any) -> None:
                 group["lr"] = lr
 
 
-def restore_local_worker(local: Any, worker_state: dict[str, Any], where: str) -> None:
+def _env_text(env: Any) -> str:
+    """How restore errors name an env: an id quoted, a creator by its name, an env
+    read back from a checkpoint's pickle by its type."""
+    from flowrl.checkpoint import PickledValue
+    from flowrl.workers.rollout_worker import describe_env
+    return env.type_name if isinstance(env, PickledValue) else describe_env(env)
+
+
+def policy_spaces_text(local: Any) -> dict[str, dict[str, str]]:
+    """``{policy_id: {"observation_space": ..., "action_space": ...}}`` of the
+    driver's worker ``local``, as text (``str`` of each gymnasium space): what a
+    checkpoint records of the env its policies were built for."""
+    return {pid: {"observation_space": str(obs), "action_space": str(act)}
+            for pid, (obs, act) in local.policy_spaces().items()}
+
+
+def restore_local_worker(local: Any, state: dict[str, Any], where: str, env: Any) -> None:
     """Give the driver's worker ``local`` a checkpoint's ``worker`` state (weights,
-    optimizer and RNG states of its policies); a ConfigError naming ``where`` when the
-    checkpoint's policies or model differ from the worker's. :meth:`Algorithm.restore`
-    and :func:`flowrl.evaluation.load_for_evaluation` both use it."""
+    optimizer and RNG states of its policies), ``state`` being the whole checkpoint
+    and ``env`` the config's env. A ConfigError naming ``where`` when the
+    checkpoint's policies differ from the worker's; when the spaces its policies
+    were built for (``state["spaces"]``) differ, naming the env of the checkpoint
+    and of the config and the spaces that differ; when the model does not fit,
+    naming both envs where they differ (checkpoints without spaces).
+    :meth:`Algorithm.restore` and :func:`flowrl.evaluation.load_for_evaluation`
+    both use it."""
+    worker_state = state["worker"]
     saved_policies = set(worker_state["policies"])
     if saved_policies != set(local.policy_map):
         raise ConfigError(f"{where}: the checkpoint has policies {sorted(saved_policies)}, "
                           f"this algorithm {sorted(local.policy_map)}")
+    config = state.get("config") if isinstance(state.get("config"), dict) else {}
+    trained_on = (f"env {_env_text(config['env'])}" if config.get("env") is not None
+                  else "an env it does not name")
+    here = f"this config's env is {_env_text(env)}"
+    saved_spaces = state.get("spaces") if isinstance(state.get("spaces"), dict) else {}
+    for pid, spaces in sorted(policy_spaces_text(local).items()):
+        saved = saved_spaces.get(pid)
+        if not isinstance(saved, dict):
+            continue          # a checkpoint written before spaces were recorded
+        differ = [f"{key.replace('_', ' ')} {saved.get(key)} there, {spaces[key]} here"
+                  for key in ("observation_space", "action_space") if saved.get(key) != spaces[key]]
+        if differ:
+            raise ConfigError(f"{where}: the checkpoint was trained on {trained_on} and "
+                              f"{here}, and policy {pid!r} sees other spaces: "
+                              f"{'; '.join(differ)}; restore it with the env (and env_config) "
+                              "it was trained on, or train a new policy for this env")
     try:
         local.set_state(worker_state)
     except ConfigError as e:
+        if config.get("env") is not None and config.get("env") != env:
+            raise ConfigError(f"{where}: the checkpoint was trained on {trained_on} and "
+                              f"{here}, and its model does not fit ({e}); restore it with the "
+                              "env it was trained on") from None
         raise ConfigError(f"{where}: the checkpoint's model does not fit this config "
                           f"({e}); use the model settings it was trained with") from None
 
@@ -1102,8 +1144,9 @@ class Algorithm:
         policies' RNGs), every remote worker's policy state (their sampling RNGs)
         keyed by its ``worker_index``, the run's metrics (counters, info), the
         driver's python/numpy/torch global RNG states, the worker seeds, the config's
-        fields (when they can be stored, for ``flowrl evaluate``) and
-        :meth:`extra_state`. The write goes aside and is renamed into place
+        fields (when they can be stored, for ``flowrl evaluate``), the spaces each
+        policy was built for (as text: a restore with an env of other spaces names
+        both envs) and :meth:`extra_state`. The write goes aside and is renamed into place
         (:func:`flowrl.checkpoint.write_checkpoint`): a failed save raises FlowError
         and, unless it says otherwise, leaves an earlier checkpoint at ``path``
         byte-identical.
@@ -1118,6 +1161,7 @@ class Algorithm:
                  "seeds": {"seed": self.config.seed,
                            "num_workers": len(self.workers.remote_workers())},
                  "config": _config_state(self.config),
+                 "spaces": policy_spaces_text(self.workers.local_worker()),
                  "extra": self.extra_state()}
         return checkpoint.write_checkpoint(path, state)
 
@@ -1165,7 +1209,7 @@ class Algorithm:
                     f"{found.file}, and unpickling can run any code: pass allow_pickle=True "
                     "(CLI: --restore-allow-pickle) only for a checkpoint from a source you "
                     "trust, or make extra_state() return plain data and arrays")
-        restore_local_worker(self.workers.local_worker(), state["worker"], where)
+        restore_local_worker(self.workers.local_worker(), state, where, self.config.env)
         self.workers.foreach_worker(functools.partial(_set_indexed_state, remotes))
         unsaved = sorted(set(self.workers.worker_indices()) - set(remotes))
         if unsaved:
