@@ -1,8 +1,8 @@
 """The ``flowrl`` command: ``flowrl train``, ``flowrl evaluate``, ``flowrl export``,
 ``flowrl tune`` and ``flowrl plan``.
 
-``flowrl train [ALGO] [--env ENV] [--config FILE.yaml] [--set key=value ...]``
-trains until a stop criterion holds: ``--stop-reward`` (default: the env's
+``flowrl train [ALGO] [--env ENV] [--config FILE.yaml] [--set key=value ...]
+[--restore PATH]`` trains until a stop criterion holds: ``--stop-reward`` (default: the env's
 registered reward threshold, e.g. 475 for CartPole-v1), ``--stop-timesteps``,
 ``--stop-iters``, ``--stop-time SECONDS`` (``time_total_s``, which a restored run
 continues; the first one reached stops). After every iteration it shows the
@@ -23,9 +23,15 @@ last ``--keep-checkpoints K`` kept) and a final one at the end or on Ctrl-C.
 Saves are atomic (:mod:`flowrl.checkpoint`); a periodic save that fails is
 skipped, counted in the results (``num_checkpoints_skipped``) and logged once per
 reason. ``--restore PATH`` continues a checkpoint, a checkpoint directory (its
-latest complete checkpoint), a run directory or a Ray Tune trial's; it is read
+latest complete checkpoint that reads: a corrupt newest one gives way to an older
+one, with a warning), a run directory or a Ray Tune trial's; it is read
 and applied before anything is written, so a failed restore exits 2 with a
-one-line reason and writes nothing. Restoring runs no code from the checkpoint;
+one-line reason and writes nothing. ALGO, ``--env`` and the config default to the
+checkpoint's (``flowrl train --restore PATH`` alone continues it as it was
+trained); what the command line gives overrides them. A checkpoint inside a run
+directory continues that run: results are appended to its ``result.jsonl`` and
+TensorBoard files, checkpoints join its ``checkpoint/``, unless ``--run-dir``
+asks for a new run directory. Restoring runs no code from the checkpoint;
 one whose extra state was pickled (``user_state.pkl``) is refused unless
 ``--restore-allow-pickle`` says its source is trusted.
 
@@ -81,6 +87,8 @@ from typing import Any, Sequence
 from flowrl.errors import ConfigError, FlowError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+#: Where ``flowrl train`` puts new run directories unless ``--run-dir`` says otherwise.
+DEFAULT_RUN_DIR = "runs"
 log = logging.getLogger("flowrl.cli")
 
 
@@ -192,7 +200,10 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--restore-allow-pickle", action="store_true",
                    help="let --restore load the checkpoint's user_state.pkl (pickled "
                    "extra state); unpickling can run any code: only for checkpoints you trust")
-    t.add_argument("--run-dir", type=_path, default="runs", help="parent of the run directory")
+    t.add_argument("--run-dir", type=_path, default=None,
+                   help=f"parent of a new run directory (default: {DEFAULT_RUN_DIR}); a "
+                   "--restore of a checkpoint inside a run directory appends to that run "
+                   "unless --run-dir is given")
     t.add_argument("--seed", type=int, default=None)
     t.add_argument("--eval-interval", type=_int_at_least(1), default=None, metavar="N",
                    help="evaluate every N iterations (evaluation_interval; episodes: "
@@ -429,10 +440,46 @@ class _Checkpointer:
         return self.last_path
 
 
-def _train_spec(args: argparse.Namespace) -> dict[str, Any]:
-    """The experiment spec from --config, the positional/flag values and --set."""
+def _read_restore(args: argparse.Namespace) -> dict[str, Any]:
+    """The checkpoint ``--restore`` names, read before anything is built or written
+    (a corrupt newest checkpoint of a directory gives way to an older one)."""
+    from flowrl import checkpoint
+    try:
+        return checkpoint.read_checkpoint(args.restore, allow_pickle=args.restore_allow_pickle)
+    except ConfigError as e:
+        raise ConfigError(f"--restore: {e}") from None
+
+
+def _restored_spec(args: argparse.Namespace, restored: dict[str, Any]) -> dict[str, Any] | None:
+    """``{"algo", "env", "config"}`` of the checkpoint ``--restore`` read, what the
+    command line then overrides; None when its config cannot be rebuilt (not saved,
+    or pickled without ``--restore-allow-pickle``) and the command line names the
+    algorithm and the env itself, which then start from the defaults."""
+    from flowrl.algorithms.base import saved_config
+    from flowrl.experiment import algorithm_class
+    where = f"--restore {args.restore!r}"
+    try:
+        saved_config(algorithm_class(restored.get("algorithm")), restored, where)  # checked
+    except ConfigError as e:
+        if args.algo is not None and (args.env is not None or args.config is not None):
+            log.info("%s; building the config from the command line", e)
+            return None
+        raise ConfigError(f"{e}; or give the algorithm and the env on the command line "
+                          "(flowrl train ALGO --env ENV --restore ...)") from None
+    fields = dict(restored["config"])
+    return {"algo": restored["algorithm"], "env": fields.pop("env", None), "config": fields}
+
+
+def _train_spec(args: argparse.Namespace, base: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The experiment spec from ``base`` (a restored checkpoint's algo, env and
+    config), overridden in turn by --config (its algo, env, stop and each config
+    field it sets), the positional/flag values and --set (``--set model.x=...``
+    changes one key of the model the layers below gave)."""
     from flowrl.experiment import apply_overrides, check_spec, load_spec
     spec = load_spec(args.config) if args.config else check_spec({})
+    if base is not None:
+        spec["algo"] = spec["algo"] if spec["algo"] is not None else base["algo"]
+        spec["config"] = {**base["config"], **spec["config"]}
     if args.algo is not None:
         spec["algo"] = args.algo
     if args.env is not None:
@@ -444,11 +491,15 @@ def _train_spec(args: argparse.Namespace) -> dict[str, Any]:
     spec = apply_overrides(spec, args.set)
     _with_imports(spec["config"], args.imports)
     if spec["algo"] is None:
-        raise ConfigError("give the algorithm: flowrl train ALGO, or 'algo:' in --config")
+        raise ConfigError("give the algorithm: flowrl train ALGO, 'algo:' in --config, or "
+                          "--restore CHECKPOINT to continue one")
     if spec["env"] is None:
         spec["env"] = spec["config"].pop("env", None)
+    if spec["env"] is None and base is not None:
+        spec["env"] = base["env"]
     if spec["env"] is None:
-        raise ConfigError("give the env: --env ENV, or 'env:' in --config")
+        raise ConfigError("give the env: --env ENV, 'env:' in --config, or --restore "
+                          "CHECKPOINT to continue one")
     stop = spec["stop"]
     for flag, key in (("stop_reward", "episode_reward_mean"),
                       ("stop_timesteps", "timesteps_total"), ("stop_iters", "training_iteration"),
@@ -459,11 +510,14 @@ def _train_spec(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def train(args: argparse.Namespace) -> int:
-    from flowrl import checkpoint
     from flowrl.experiment import algorithm_class, make_config
     from flowrl.loggers import ResultLogger
-    spec = _train_spec(args)
+    restored = _read_restore(args) if args.restore else None
+    spec = _train_spec(args, _restored_spec(args, restored) if restored is not None else None)
     cls = algorithm_class(spec["algo"])
+    if restored is not None and restored.get("algorithm") != cls.name:
+        raise ConfigError(f"--restore {args.restore!r}: the checkpoint is from "
+                          f"{restored.get('algorithm')!r}, not {cls.name!r}")
     if "env" in spec["config"]:
         raise ConfigError("give the env once: 'env:' at the top of the spec or --env, "
                           "not in config")
@@ -476,34 +530,44 @@ def train(args: argparse.Namespace) -> int:
     if not stop:
         raise ConfigError(f"env {config.env!r} has no reward threshold; give --stop-reward, "
                           "--stop-timesteps, --stop-iters or --stop-time")
-    restored = None
-    if args.restore:  # read and checked before anything is built or written
-        try:
-            restored = checkpoint.read_checkpoint(args.restore,
-                                                  allow_pickle=args.restore_allow_pickle)
-        except ConfigError as e:
-            raise ConfigError(f"--restore: {e}") from None
-        if restored.get("algorithm") != cls.name:
-            raise ConfigError(f"--restore {args.restore!r}: the checkpoint is from "
-                              f"{restored.get('algorithm')!r}, not {cls.name!r}")
     algo = cls(config)
     try:
         if restored is not None:
             algo.restore(restored["path"], allow_pickle=args.restore_allow_pickle)
-        return _train_loop(args, algo, stop, ResultLogger)
+        return _train_loop(args, algo, stop, ResultLogger, restored)
     finally:
         algo.stop()
 
 
-def _train_loop(args, algo, stop: dict[str, Any], logger_cls) -> int:
+def _run_directory(args: argparse.Namespace, algo: Any,
+                   restored: dict[str, Any] | None) -> tuple[str, bool]:
+    """``(run directory, resumed)``: the run directory the restored checkpoint was
+    written into, to go on appending to (unless ``--run-dir`` asks for a new one
+    elsewhere), else a new ``<run-dir>/<algo>-<env>-<time>``."""
+    from flowrl import checkpoint
     from flowrl.experiment import run_name
+    if restored is not None and args.run_dir is None:
+        owner = checkpoint.run_directory(restored["path"])
+        if owner is not None:
+            return owner, True
+    parent = args.run_dir if args.run_dir is not None else DEFAULT_RUN_DIR
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
     name = f"{run_name(algo.name, algo.config.env)}-{stamp}"
-    run_dir = os.path.join(args.run_dir, name)
+    run_dir = os.path.join(parent, name)
     n = 1
     while os.path.exists(run_dir):
         n += 1
-        run_dir = os.path.join(args.run_dir, f"{name}_{n}")
+        run_dir = os.path.join(parent, f"{name}_{n}")
+    return run_dir, False
+
+
+def _train_loop(args, algo, stop: dict[str, Any], logger_cls,
+                restored: dict[str, Any] | None = None) -> int:
+    run_dir, resumed = _run_directory(args, algo, restored)
+    title = f"flowrl {algo.name} {algo.config.env}"
+    if resumed:
+        title += (f", resumed at iteration {algo.metrics.counters.get('training_iteration', 0)} "
+                  f"in {run_dir}")
     ckpt = _Checkpointer(algo, args.checkpoint_dir or os.path.join(run_dir, "checkpoint"),
                          args.checkpoint_freq, args.keep_checkpoints)
     code, reason = EXIT_OK, ""
@@ -512,7 +576,7 @@ def _train_loop(args, algo, stop: dict[str, Any], logger_cls) -> int:
     steps_at_start = algo.metrics.counters.get("num_steps_sampled", 0)
     with logger_cls(run_dir, tensorboard=not args.no_tensorboard) as results, \
             _Interrupts() as interrupts, \
-            _Progress(f"flowrl {algo.name} {algo.config.env}", args.quiet,
+            _Progress(title, args.quiet,
                       evaluation=algo.config.evaluation_interval is not None) as progress:
         while True:
             if interrupts.requested:

@@ -73,7 +73,12 @@ def flatten_scalars(result: dict, prefix: str = "") -> dict[str, float]:
 class ResultLogger:
     """Appends results to ``<run_dir>/result.jsonl`` and to a TensorBoard event file
     in ``run_dir`` (``tensorboard=False`` for JSON only). ``close()`` (or the
-    ``with`` block) flushes both."""
+    ``with`` block) flushes both.
+
+    A run directory that already holds results (a resumed run) keeps them: lines
+    are appended to its ``result.jsonl``, and the new event file goes beside the
+    old ones under a name of its own (tensorboardX names files by the second and
+    would overwrite one of the same second), so TensorBoard shows one run."""
 
     def __init__(self, run_dir: str, tensorboard: bool = True):
         os.makedirs(run_dir, exist_ok=True)
@@ -82,7 +87,9 @@ class ResultLogger:
         self._tb = None
         if tensorboard:
             from tensorboardX import SummaryWriter
-            self._tb = SummaryWriter(logdir=run_dir, flush_secs=5)
+            earlier = glob.glob(os.path.join(run_dir, "events.out.tfevents.*"))
+            self._tb = SummaryWriter(logdir=run_dir, flush_secs=5,
+                                     filename_suffix=f".{len(earlier)}" if earlier else "")
 
     def log(self, result: dict) -> None:
         """Write one result (a JSON line, and its scalars to TensorBoard)."""
