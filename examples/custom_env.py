@@ -8,6 +8,12 @@ goal pays +1. flowrl builds each worker's envs by calling the env creator with
 shown. PPO learns to walk straight to the goal.
 
     python examples/custom_env.py [--length N] [--iters N]
+
+The command line names them as text, from this directory (where the flowrl
+command finds ``custom_env``):
+
+    flowrl train ppo --env custom_env:corridor_creator --set env_config.corridor_length=5
+    flowrl train ppo --import custom_env --env Corridor-v0
 """
 
 from __future__ import annotations
