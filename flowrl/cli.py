@@ -61,7 +61,8 @@ before any trial starts) and prints the best trial and any failed trial's reason
 it exits 1 when a trial failed.
 
 ``flowrl plan ALGO [--env ENV] [--format dot|svg|png] [-o FILE]`` writes the
-algorithm's plan as DOT text (stdout without ``-o``) or, through Graphviz, SVG/PNG.
+algorithm's plan as DOT text or, through Graphviz, SVG/PNG, to FILE or (without
+``-o``) to stdout, byte for byte (``flowrl plan ppo --format svg > ppo.svg``).
 
 Exit codes: 0 done (stop criterion reached), 1 a run-time failure (its message
 is printed), 2 bad input (unknown algorithm or env, bad option, unusable
@@ -258,7 +259,8 @@ def _parser() -> argparse.ArgumentParser:
                     help="config override, e.g. --set num_aggregation_workers=1 (repeatable)")
     pl.add_argument("--format", choices=["dot", "svg", "png"], default=None,
                     help="default: from -o's suffix, else dot")
-    pl.add_argument("-o", "--output", type=_path, default=None, help="file to write (default: stdout)")
+    pl.add_argument("-o", "--output", type=_path, default=None,
+                    help="file to write (default: stdout; a PNG only when it is not a terminal)")
     _add_import(pl, workers=False)
     return p
 
@@ -659,8 +661,10 @@ def plan(args: argparse.Namespace) -> int:
     if fmt is None:
         suffix = os.path.splitext(args.output or "")[1].lstrip(".").lower()
         fmt = suffix if suffix in ("svg", "png") else "dot"
-    if fmt != "dot" and not args.output:
-        raise ConfigError(f"--format {fmt} needs -o FILE")
+    if fmt == "png" and not args.output and _is_terminal(sys.stdout):
+        raise ConfigError("--format png without -o writes the image's bytes to stdout, which "
+                          "is a terminal here; give -o FILE.png or redirect stdout "
+                          "(flowrl plan ALGO --format png > plan.png)")
     from flowrl.experiment import apply_overrides, check_spec, make_config
     spec = apply_overrides(check_spec({"config": {"num_workers": args.num_workers}}), args.set)
     _with_imports(spec["config"], args.imports)
@@ -674,16 +678,30 @@ def plan(args: argparse.Namespace) -> int:
                     f.write(text)
             else:
                 sys.stdout.write(text)
-        else:
+        elif args.output:
             path = args.output
             if not path.lower().endswith("." + fmt):
                 path += "." + fmt
             algo.plan.render(path)
+        else:
+            _write_binary_stdout(algo.plan.to_image(fmt), f"--format {fmt}")
     finally:
         algo.stop()
     if args.output:
         print(f"wrote {args.output}", file=sys.stderr)
     return EXIT_OK
+
+
+def _write_binary_stdout(data: bytes, what: str) -> None:
+    """Write ``data`` to stdout as it is (no newline or encoding changes), after any
+    text already written there."""
+    sys.stdout.flush()
+    binary = getattr(sys.stdout, "buffer", None)
+    if binary is None:  # stdout replaced by a text-only stream
+        raise ConfigError(f"{what}: stdout here takes text only, not an image's bytes; "
+                          "give -o FILE")
+    binary.write(data)
+    binary.flush()
 
 
 def main(argv: Sequence[str] | None = None) -> int:

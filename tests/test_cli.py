@@ -377,6 +377,34 @@ def test_plan_svg_or_clear_error(tmp_path, capsys):
         assert code == 1 and "graphviz" in capsys.readouterr().err.lower()
 
 
+FAKE_IMAGES = {"png": b"\x89PNG\r\n\x1a\n", "svg": b"<svg>\n"}
+
+
+@pytest.mark.parametrize("fmt", ["png", "svg"])
+def test_plan_writes_an_image_to_stdout_byte_for_byte(fmt, tmp_path):
+    """``flowrl plan ppo --format svg`` (the README's line) without -o: the image's
+    bytes on stdout, unchanged. A stand-in ``dot`` on PATH prints a fixed header
+    (PNG's, with its CR LF, ^Z and non-UTF-8 byte) and then the DOT file it got."""
+    fake = tmp_path / "bin" / "dot"
+    fake.parent.mkdir()
+    header = "".join(f"\\{b:03o}" for b in FAKE_IMAGES[fmt])
+    fake.write_text(f"#!/bin/sh\nprintf '{header}'\ncat \"$2\"\n")
+    fake.chmod(0o755)
+    out = subprocess.run([sys.executable, "-m", "flowrl.cli", "plan", "ppo", "--format", fmt],
+                         capture_output=True, timeout=120, cwd=tmp_path,
+                         env={**os.environ, "PYTHONWARNINGS": "ignore",
+                              "PATH": f"{fake.parent}{os.pathsep}{os.environ['PATH']}"})
+    assert out.returncode == 0, out.stderr.decode()
+    assert out.stdout.startswith(FAKE_IMAGES[fmt] + b"digraph"), out.stdout[:40]
+    assert b'"ppo/train"' in out.stdout and b"wrote" not in out.stdout
+
+
+def test_plan_refuses_png_bytes_on_a_terminal(monkeypatch, capsys):
+    monkeypatch.setattr("flowrl.cli._is_terminal", lambda stream: True)
+    assert main(["plan", "pg", "--format", "png"]) == 2
+    assert "give -o FILE.png or redirect stdout" in capsys.readouterr().err
+
+
 def test_console_entry_point(tmp_path):
     out = subprocess.run([sys.executable, "-m", "flowrl.cli", "plan", "a2c"],
                          capture_output=True, text=True, timeout=60, cwd=tmp_path,

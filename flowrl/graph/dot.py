@@ -74,23 +74,36 @@ def plan_to_dot(plan: "Plan", stats: dict[str, Any] | None = None) -> str:
     return dot.to_string()
 
 
+#: What :func:`plan_to_image` draws through Graphviz.
+IMAGE_FORMATS = ("svg", "png")
+
+
+def plan_to_image(plan: "Plan", fmt: str, stats: dict[str, Any] | None = None) -> bytes:
+    """The plan drawn by Graphviz's ``dot`` as ``fmt`` (``"svg"`` or ``"png"``): the
+    file's bytes, from :func:`plan_to_dot`'s text. FlowError naming what to install
+    when Graphviz is missing."""
+    if fmt not in IMAGE_FORMATS:
+        raise ConfigError(f"unknown image format {fmt!r}; use one of {list(IMAGE_FORMATS)}, "
+                          "or to_dot() for DOT text")
+    if shutil.which("dot") is None:
+        raise FlowError(f"drawing plan {plan.name!r} as {fmt} needs Graphviz's `dot` program, "
+                        "which is not installed; install the graphviz package (apt-get install "
+                        "graphviz, brew install graphviz or conda install graphviz), or write "
+                        "a .dot file / use plan.to_dot()")
+    (graph,) = pydot.graph_from_dot_data(plan_to_dot(plan, stats))
+    return graph.create(format=fmt)
+
+
 def render(plan: "Plan", path: str, stats: dict[str, Any] | None = None) -> str:
     """Write ``path`` (.dot text, or .svg/.png through Graphviz's ``dot``); returns it."""
     fmt = os.path.splitext(path)[1].lstrip(".").lower()
-    if fmt not in ("dot", "gv", "svg", "png"):
+    if fmt not in ("dot", "gv", *IMAGE_FORMATS):
         raise ConfigError(f"render({path!r}): unknown format {fmt!r}; use a .dot, .svg or .png path")
-    text = plan_to_dot(plan, stats)
     if fmt in ("dot", "gv"):
         with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+            f.write(plan_to_dot(plan, stats))
         return path
-    if shutil.which("dot") is None:
-        raise FlowError(f"render({path!r}) needs Graphviz's `dot` program, which is not "
-                        "installed; install the graphviz package (apt-get install graphviz, "
-                        "brew install graphviz or conda install graphviz), or write a .dot "
-                        "file / use plan.to_dot()")
-    (graph,) = pydot.graph_from_dot_data(text)
-    data = graph.create(format=fmt)
+    data = plan_to_image(plan, fmt, stats)
     with open(path, "wb") as f:
         f.write(data)
     return path

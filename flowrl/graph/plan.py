@@ -185,6 +185,13 @@ class Plan:
         from flowrl.graph.dot import plan_to_dot
         return plan_to_dot(self, stats)
 
+    def to_image(self, fmt: str, stats: dict[str, Any] | None = None) -> bytes:
+        """The plan drawn by Graphviz as ``fmt`` (``"svg"`` or ``"png"``): the image
+        file's bytes, for writing anywhere (``flowrl plan --format svg`` writes them to
+        stdout)."""
+        from flowrl.graph.dot import plan_to_image
+        return plan_to_image(self, fmt, stats)
+
     def render(self, path: str, stats: dict[str, Any] | None = None) -> str:
         """Write the plan as SVG/PNG (by ``path``'s suffix) through Graphviz, or ``.dot`` text."""
         from flowrl.graph.dot import render
