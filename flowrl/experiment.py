@@ -17,8 +17,9 @@ without a dot, which YAML reads as strings (``lr: 1e-3``, ``timesteps_total: 1e6
 are read as numbers (:func:`read_numbers`). ``--set key=value`` overrides one config
 field (``value`` is parsed as YAML: ``0.01``, ``[32, 32]``, ``null``);
 ``--set env_config.size=5`` sets one key of a dict field and ``--set
-stop.timesteps_total=1000`` one stop criterion. Unknown names are ConfigErrors that
-suggest the closest valid one (difflib):
+stop.timesteps_total=1000`` one stop criterion. A file or value that is not YAML is
+a ConfigError naming the line and column of the problem (:func:`yaml_problem`).
+Unknown names are ConfigErrors that suggest the closest valid one (difflib):
 
 >>> make_config("ppo", {"env": "CartPole-v1", "lr_rate": 0.1})
 Traceback (most recent call last):
@@ -142,18 +143,58 @@ def make_config(algo: Any, fields: dict[str, Any]):
     return cls.config_class(**fields)
 
 
+def yaml_problem(error: Any, text: str) -> str:
+    """What PyYAML's ``error`` (raised while reading ``text``) says is wrong and where,
+    as 1-based line and column (PyYAML counts from 0), with the line's own text and
+    what the parser was inside of: ``line 3, column 10: mapping values are not allowed
+    here; the line reads '  lr: 0.1: 2'``.
+
+    >>> import yaml
+    >>> text = "config:\\n  model: [32, 32\\n  lr: 1\\n"
+    >>> try:
+    ...     yaml.safe_load(text)
+    ... except yaml.YAMLError as e:
+    ...     print(yaml_problem(e, text))
+    line 3, column 5: expected ',' or ']', but got ':' (while parsing a flow sequence from \
+line 2, column 10); the line reads '  lr: 1'
+    """
+    mark = getattr(error, "problem_mark", None) or getattr(error, "context_mark", None)
+    problem = getattr(error, "problem", None) or getattr(error, "context", None)
+    position = getattr(error, "position", None)  # a ReaderError's: bytes that are not text
+    if mark is not None and problem is not None:
+        line, column = mark.line, mark.column
+        inside, at = getattr(error, "context", None), getattr(error, "context_mark", None)
+        if inside and inside != problem:
+            problem += f" ({inside}" + (f" from line {at.line + 1}, column {at.column + 1})"
+                                        if at else ")")
+    elif position is not None:
+        before = text[:position]
+        line, column = before.count("\n"), position - (before.rfind("\n") + 1)
+        problem = f"{getattr(error, 'reason', 'unreadable text')}: save it as UTF-8"
+    else:
+        return str(error).splitlines()[0] if str(error) else type(error).__name__
+    lines = text.splitlines()
+    reads = (f"; the line reads {lines[line][:80]!r}" if line < len(lines)
+             else "; the text ends there")
+    return f"line {line + 1}, column {column + 1}: {problem}{reads}"
+
+
 def read_yaml(path: str) -> Any:
     """The YAML document in file ``path`` (None for an empty file); an unreadable
-    file or bad YAML is a one-line ConfigError naming ``--config path``."""
+    file or bad YAML is a one-line ConfigError naming ``--config path`` and, for bad
+    YAML, the line and column (1-based) and what is wrong there (:func:`yaml_problem`)."""
     import yaml
     try:
-        with open(path) as f:
-            return yaml.safe_load(f)
+        with open(path, "rb") as f:  # PyYAML decodes it: UTF-8, or UTF-16 with a BOM
+            data = f.read()
     except OSError as e:
         raise ConfigError(f"--config {path!r}: cannot read it ({e.strerror or e})") from None
+    try:
+        return yaml.safe_load(data)
     except yaml.YAMLError as e:
-        first = str(e).splitlines()[0] if str(e) else "bad YAML"
-        raise ConfigError(f"--config {path!r}: not valid YAML ({first})") from None
+        text = data.decode("utf-8", errors="replace")
+        raise ConfigError(f"--config {path!r}: not valid YAML at {yaml_problem(e, text)}; "
+                          "fix the file there") from None
 
 
 def load_spec(path: str) -> dict[str, Any]:
@@ -234,7 +275,20 @@ def run_name(algo: str, env: Any) -> str:
 
 
 def parse_override(text: str) -> tuple[str, Any]:
-    """``"key=value"`` -> ``(key, value)`` with ``value`` parsed as YAML."""
+    """``"key=value"`` -> ``(key, value)`` with ``value`` parsed as YAML. A value that
+    is not YAML is a ConfigError naming the key, where in the value the problem is
+    (1-based; :func:`yaml_problem`) and how to pass it as text instead:
+
+    >>> parse_override("model=[32, 32]")
+    ('model', [32, 32])
+    >>> parse_override("model=[32, 32")
+    Traceback (most recent call last):
+    ...
+    flowrl.errors.ConfigError: --set model='[32, 32': not valid YAML at line 1, column 8: \
+expected ',' or ']', but got '<stream end>' (while parsing a flow sequence from line 1, \
+column 1); the line reads '[32, 32'; fix the value, or quote it to pass it as text: \
+--set 'model="..."'
+    """
     import yaml
     key, sep, raw = str(text).partition("=")
     key = key.strip()
@@ -242,8 +296,10 @@ def parse_override(text: str) -> tuple[str, Any]:
         raise ConfigError(f"--set {text!r}: write key=value, e.g. --set lr=0.0005")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
-        value = raw
+    except yaml.YAMLError as e:
+        raise ConfigError(f"--set {key}={raw!r}: not valid YAML at {yaml_problem(e, raw)}; fix "
+                          f"the value, or quote it to pass it as text: --set '{key}=\"...\"'"
+                          ) from None
     return key, value
 
 
@@ -272,6 +328,6 @@ def apply_overrides(spec: dict[str, Any], overrides: Sequence[str]) -> dict[str,
     return spec
 
 
-__all__ = ["suggest", "closest", "read_numbers", "load_spec", "check_spec", "apply_overrides",
+__all__ = ["suggest", "closest", "read_numbers", "yaml_problem", "read_yaml", "load_spec", "check_spec", "apply_overrides",
            "parse_override", "make_config", "algorithm_class", "config_fields", "run_name",
            "STOP_KEYS"]

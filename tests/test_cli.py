@@ -180,6 +180,40 @@ PROGRESS_LINE = re.compile(r"^iter (\d+) \| timesteps (\d+) \| mean return (-|[-
                            r"episodes \d+ \| steps/s [\d,]+ \| time \(s\) [\d.]+$")
 
 
+@pytest.mark.parametrize("text, where", [
+    ("algo: pg\nenv: CartPole-v1\nconfig:\n  lr: 0.1: 2\n",
+     "line 4, column 10: mapping values are not allowed here; the line reads '  lr: 0.1: 2'"),
+    ("algo: pg\nconfig:\n  model: [32, 32\n  lr: 1\n",
+     "line 4, column 5: expected ',' or ']', but got ':' (while parsing a flow sequence from "
+     "line 3, column 10); the line reads '  lr: 1'"),
+    ("algo: pg\nconfig:\n\tlr: 1\n",
+     "line 3, column 1: found character '\\t' that cannot start any token (while scanning for "
+     "the next token)"),
+    ("algo: pg\nenv: 'CartPole-v1\n", "line 3, column 1: found unexpected end of stream "
+     "(while scanning a quoted scalar from line 2, column 6); the text ends there"),
+    (b"algo: pg\nenv: \x89\n", "line 2, column 6: invalid start byte: save it as UTF-8"),
+])
+def test_a_config_file_that_is_not_yaml_names_the_line_and_column(text, where, tmp_path, capsys):
+    spec = tmp_path / "bad.yaml"
+    spec.write_bytes(text if isinstance(text, bytes) else text.encode())
+    assert main(["train", "--config", str(spec), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"flowrl: error: --config {str(spec)!r}: not valid YAML at {where}"), err
+    assert "Traceback" not in err
+
+
+def test_a_set_value_that_is_not_yaml_names_the_column_and_how_to_quote_it(capsys):
+    assert main(["train", "pg", "--env", "CartPole-v1", "--set", "model=[32, 32"]) == 2
+    assert capsys.readouterr().err == (
+        "flowrl: error: --set model='[32, 32': not valid YAML at line 1, column 8: expected "
+        "',' or ']', but got '<stream end>' (while parsing a flow sequence from line 1, column "
+        "1); the line reads '[32, 32'; fix the value, or quote it to pass it as text: --set "
+        "'model=\"...\"'\n")
+    assert main(["plan", "pg", "--set", "env_config={size: 5"]) == 2
+    assert "--set env_config='{size: 5': not valid YAML at line 1, column 9" in \
+        capsys.readouterr().err
+
+
 def test_without_a_terminal_each_iteration_is_one_line_and_the_last_names_the_return(
         tmp_path, capsys):
     assert main(["train", "pg", "--env", "CartPole-v1", *FAST_PG, "--stop-iters", "3",
