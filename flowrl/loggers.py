@@ -5,7 +5,8 @@ one JSON line of ``result.jsonl`` (the whole nested dict; NaN becomes ``null``) 
 as TensorBoard scalars through tensorboardX (no TensorFlow needed), one scalar per
 numeric leaf of that same JSON, tagged by its path (``info/learner/default_policy/kl``)
 at step ``timesteps_total``. So the event file holds exactly the scalars of the
-JSON line. :func:`read_scalars` reads an event file back without TensorBoard.
+JSON line. :func:`read_scalars` reads an event file back without TensorBoard. To
+watch them: ``pip install 'flowrl[tensorboard]'``, then ``tensorboard --logdir runs``.
 
 >>> import tempfile
 >>> d = tempfile.mkdtemp()

@@ -57,6 +57,25 @@ def test_python_examples_of_a_page_run(page, capsys):
     assert capsys.readouterr().out.strip(), f"docs/{page}'s examples printed nothing"
 
 
+def test_where_the_docs_run_tensorboard_they_name_the_extra_that_installs_it():
+    """flowrl writes TensorBoard files through tensorboardX; the TensorBoard app is
+    not a dependency, so every paragraph of the README, the pages and the docstrings
+    that says ``tensorboard --logdir`` names ``flowrl[tensorboard]``, an extra of
+    pyproject.toml."""
+    assert re.search(r'^tensorboard = \["tensorboard>=[0-9.]+"\]',
+                     (ROOT / "pyproject.toml").read_text(), flags=re.M)
+    files = [ROOT / "README.md", *sorted(DOCS.rglob("*.md")),
+             *sorted((ROOT / "flowrl").rglob("*.py"))]
+    said = []
+    for path in files:
+        for paragraph in re.split(r"\n\s*\n", path.read_text()):
+            paragraph = re.sub(r"\s+", " ", paragraph)
+            if "tensorboard --logdir" in paragraph:
+                said.append((path.relative_to(ROOT).as_posix(),
+                             "flowrl[tensorboard]" in paragraph))
+    assert said and all(named for _, named in said), said
+
+
 def _doctest_fences():
     import importlib.util
     spec = importlib.util.spec_from_file_location("doctest_fences",
