@@ -35,6 +35,13 @@ asks for a new run directory. Restoring runs no code from the checkpoint;
 one whose extra state was pickled (``user_state.pkl``) is refused unless
 ``--restore-allow-pickle`` says its source is trusted.
 
+Atari: for an ``ALE/...`` env without ``--config`` (or ``--restore``), ``flowrl
+train ALGO`` starts from the ``config`` block of ALGO's tuned Pong example
+(``tuned_examples/<algo>-pong.yaml``, shipped with the package:
+:func:`flowrl.experiment.atari_defaults`) instead of the algorithm's defaults, which
+are tuned for CartPole; flags and ``--set`` override it field by field, and the
+first line it prints (on stderr) names the file, or says that ALGO has none.
+
 Custom code: ``--env pkg.mod:Class`` and ``--set model.custom_model=pkg.mod:Class``
 name a class of an importable module (:mod:`flowrl.user_code`), and ``--import
 MODULE`` (repeatable, on every command) imports a module before anything is built,
@@ -472,11 +479,45 @@ def _restored_spec(args: argparse.Namespace, restored: dict[str, Any]) -> dict[s
     return {"algo": restored["algorithm"], "env": fields.pop("env", None), "config": fields}
 
 
+def _atari_defaults(args: argparse.Namespace) -> tuple[dict[str, Any] | None, str | None]:
+    """``(base, notice)`` for ``flowrl train ALGO --env ALE/...`` (or ``--set
+    env=ALE/...``) without ``--config``: the tuned Pong example of ALGO as the layer
+    beneath the command line (:func:`flowrl.experiment.atari_defaults`) and the line
+    that says so; for an algorithm without one, no base and a line saying its
+    defaults are not tuned for Atari; ``(None, None)`` for other envs."""
+    from flowrl.envs.atari import is_atari_id
+    from flowrl.experiment import (algorithm_class, atari_defaults, parse_override,
+                                   tuned_examples_dir)
+    env = args.env
+    if env is None:
+        env = next((v for k, v in reversed([parse_override(t) for t in args.set])
+                    if k == "env"), None)
+    if args.algo is None or not is_atari_id(env):
+        return None, None
+    name = algorithm_class(args.algo).name
+    found = atari_defaults(name)
+    if found is None:
+        return None, (f"{env}: {name} has no tuned Atari example ({name}-pong.yaml in "
+                      f"{_shown_path(tuned_examples_dir())}), so its defaults, which are not "
+                      "tuned for Atari, apply; --config FILE.yaml or --set KEY=VALUE to "
+                      "change them")
+    path, config = found
+    return ({"algo": name, "env": None, "config": config},
+            f"{env}: using the Atari defaults of {_shown_path(path)} (its config block); "
+            "--set KEY=VALUE changes one, --config FILE.yaml replaces them")
+
+
+def _shown_path(path: Any) -> str:
+    """``path`` relative to the current directory when it lies below it, else absolute."""
+    relative = os.path.relpath(path)
+    return relative if not relative.startswith(os.pardir) else os.path.abspath(path)
+
+
 def _train_spec(args: argparse.Namespace, base: dict[str, Any] | None = None) -> dict[str, Any]:
     """The experiment spec from ``base`` (a restored checkpoint's algo, env and
-    config), overridden in turn by --config (its algo, env, stop and each config
-    field it sets), the positional/flag values and --set (``--set model.x=...``
-    changes one key of the model the layers below gave)."""
+    config, or the Atari defaults), overridden in turn by --config (its algo, env,
+    stop and each config field it sets), the positional/flag values and --set
+    (``--set model.x=...`` changes one key of the model the layers below gave)."""
     from flowrl.experiment import apply_overrides, check_spec, load_spec
     spec = load_spec(args.config) if args.config else check_spec({})
     if base is not None:
@@ -511,11 +552,25 @@ def _train_spec(args: argparse.Namespace, base: dict[str, Any] | None = None) ->
     return spec
 
 
+def _layered_spec(args: argparse.Namespace,
+                  restored: dict[str, Any] | None) -> tuple[dict[str, Any], str | None]:
+    """``(spec, notice)``: what ``flowrl train`` trains, the command line over the
+    restored checkpoint's spec or, without ``--restore`` and ``--config``, over an
+    ALE env's Atari defaults; ``notice`` is the line saying where those came from."""
+    base = _restored_spec(args, restored) if restored is not None else None
+    notice = None
+    if base is None and args.config is None:
+        base, notice = _atari_defaults(args)
+    return _train_spec(args, base), notice
+
+
 def train(args: argparse.Namespace) -> int:
     from flowrl.experiment import algorithm_class, make_config
     from flowrl.loggers import ResultLogger
     restored = _read_restore(args) if args.restore else None
-    spec = _train_spec(args, _restored_spec(args, restored) if restored is not None else None)
+    spec, notice = _layered_spec(args, restored)
+    if notice is not None:
+        print(notice, file=sys.stderr, flush=True)
     cls = algorithm_class(spec["algo"])
     if restored is not None and restored.get("algorithm") != cls.name:
         raise ConfigError(f"--restore {args.restore!r}: the checkpoint is from "

@@ -39,6 +39,7 @@ import copy
 import dataclasses
 import difflib
 import math
+import pathlib
 import re
 from typing import Any, Sequence
 
@@ -231,6 +232,42 @@ def check_spec(data: dict[str, Any], where: str = "spec") -> dict[str, Any]:
     return spec
 
 
+def tuned_examples_dir() -> pathlib.Path:
+    """The directory of the tuned examples (``<algo>-<env>.yaml`` specs): in an
+    installed package ``flowrl/tuned_examples/``, where the wheel puts them, else
+    ``tuned_examples/`` beside the ``flowrl`` package of a source checkout.
+
+    >>> (tuned_examples_dir() / "ppo-pong.yaml").is_file()
+    True
+    """
+    package = pathlib.Path(__file__).resolve().parent
+    installed = package / "tuned_examples"
+    return installed if installed.is_dir() else package.parent / "tuned_examples"
+
+
+def atari_defaults(algo: str) -> tuple[pathlib.Path, dict[str, Any]] | None:
+    """``(path, config)``: the tuned Pong example of algorithm ``algo``
+    (``<algo>-pong.yaml`` in :func:`tuned_examples_dir`) and its ``config`` block,
+    which ``flowrl train ALGO --env ALE/...`` starts from when no ``--config`` is
+    given (algorithm defaults are tuned for CartPole); None when ``algo`` has no
+    such example. The example's ``algo`` must be ``algo`` (a ConfigError otherwise).
+
+    >>> path, config = atari_defaults("impala")
+    >>> path.name, config["model"]["zero_mean"]
+    ('impala-pong.yaml', True)
+    >>> atari_defaults("a2c") is None
+    True
+    """
+    path = tuned_examples_dir() / f"{algo}-pong.yaml"
+    if not path.is_file():
+        return None
+    spec = load_spec(str(path))
+    if spec["algo"] != algo:
+        raise ConfigError(f"{path}: algo is {spec['algo']!r}; the Atari defaults of {algo!r} "
+                          f"must be an {algo!r} spec")
+    return path, spec["config"]
+
+
 def check_stop(key: Any, value: Any, where: str) -> int | float:
     """The bound of stop criterion ``key``: ``value``, or the number a string such as
     ``"1e6"`` spells (:func:`read_numbers`). ConfigError unless ``key`` is a stop
@@ -328,6 +365,6 @@ def apply_overrides(spec: dict[str, Any], overrides: Sequence[str]) -> dict[str,
     return spec
 
 
-__all__ = ["suggest", "closest", "read_numbers", "yaml_problem", "read_yaml", "load_spec", "check_spec", "apply_overrides",
-           "parse_override", "make_config", "algorithm_class", "config_fields", "run_name",
-           "STOP_KEYS"]
+__all__ = ["suggest", "closest", "read_numbers", "yaml_problem", "read_yaml", "load_spec",
+           "check_spec", "apply_overrides", "parse_override", "make_config", "algorithm_class",
+           "config_fields", "run_name", "tuned_examples_dir", "atari_defaults", "STOP_KEYS"]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pathlib
 import pickle
 import random
 import re
@@ -14,6 +15,7 @@ import sys
 import time
 
 import pytest
+import yaml
 
 from flowrl import checkpoint
 from flowrl.cli import main
@@ -212,6 +214,57 @@ def test_a_set_value_that_is_not_yaml_names_the_column_and_how_to_quote_it(capsy
     assert main(["plan", "pg", "--set", "env_config={size: 5"]) == 2
     assert "--set env_config='{size: 5': not valid YAML at line 1, column 9" in \
         capsys.readouterr().err
+
+
+TUNED = pathlib.Path(__file__).resolve().parents[1] / "tuned_examples"
+
+
+def train_spec(argv):
+    """What ``flowrl train ARGV`` would train and the line it prints first, without
+    building or training anything."""
+    from flowrl.cli import _layered_spec, _parser
+    return _layered_spec(_parser().parse_args(["train", *argv]), None)
+
+
+@pytest.mark.parametrize("algo", ["ppo", "impala", "appo", "dqn", "apex"])
+def test_an_atari_env_starts_from_the_tuned_pong_example(algo):
+    pong = yaml.safe_load((TUNED / f"{algo}-pong.yaml").read_text())["config"]
+    spec, notice = train_spec([algo, "--env", "ALE/Breakout-v5"])
+    assert spec["config"] == pong and spec["env"] == "ALE/Breakout-v5"
+    assert notice == (f"ALE/Breakout-v5: using the Atari defaults of "
+                      f"{os.path.relpath(TUNED / f'{algo}-pong.yaml')} (its config block); "
+                      "--set KEY=VALUE changes one, --config FILE.yaml replaces them")
+
+
+def test_flags_and_set_override_the_atari_defaults_and_a_config_file_replaces_them(tmp_path):
+    pong = yaml.safe_load((TUNED / "ppo-pong.yaml").read_text())["config"]
+    spec, _ = train_spec(["ppo", "--set", "env=ALE/Pong-v5", "--num-workers", "1",
+                          "--set", "train_batch_size=512", "--set", "model.zero_mean=true"])
+    assert spec["env"] == "ALE/Pong-v5"
+    assert spec["config"] == {**pong, "num_workers": 1, "train_batch_size": 512,
+                              "model": {**pong["model"], "zero_mean": True}}
+    own = tmp_path / "own.yaml"
+    own.write_text("algo: ppo\nenv: ALE/Pong-v5\nconfig: {lr: 0.001}\n")
+    assert train_spec(["--config", str(own)]) == (
+        {"algo": "ppo", "env": "ALE/Pong-v5", "stop": {}, "config": {"lr": 0.001}}, None)
+    assert train_spec(["ppo", "--env", "CartPole-v1"])[0]["config"] == {}
+    spec, notice = train_spec(["a2c", "--env", "ALE/Pong-v5"])
+    assert spec["config"] == {} and notice.startswith(
+        "ALE/Pong-v5: a2c has no tuned Atari example (a2c-pong.yaml in ")
+
+
+def test_the_atari_defaults_make_a_valid_config_and_flowrl_train_says_so_first(capsys):
+    pytest.importorskip("ale_py")
+    from flowrl.experiment import algorithm_class, make_config
+    spec, _ = train_spec(["ppo", "--env", "ALE/Pong-v5"])
+    config = make_config(algorithm_class("ppo"), {"env": spec["env"], **spec["config"]})
+    pong = yaml.safe_load((TUNED / "ppo-pong.yaml").read_text())["config"]
+    assert config.train_batch_size == pong["train_batch_size"]
+    assert config.model.orthogonal_init is pong["model"]["orthogonal_init"] is True
+    assert main(["train", "ppo", "--env", "ALE/Pong-v5", "--set", "lr_rate=1"]) == 2
+    first, second = capsys.readouterr().err.splitlines()
+    assert first.startswith("ALE/Pong-v5: using the Atari defaults of ")
+    assert second.startswith("flowrl: error: unknown field 'lr_rate' in ppo config")
 
 
 def test_without_a_terminal_each_iteration_is_one_line_and_the_last_names_the_return(
