@@ -21,8 +21,10 @@ hook                   called
 ``on_learn_on_batch``  at the start of a policy's ``learn_on_batch``
                        (``policy, train_batch, result``); what it puts in
                        ``result`` is reported as that policy's learner stat
-                       ``info/learner/<policy id>/custom_metrics``; not called
-                       for ``compute_gradients`` (A3C), as in RLlib 1.x
+                       ``info/learner/<policy id>/custom_metrics``, from the
+                       iteration's last ``learn_on_batch``; not called for
+                       ``compute_gradients`` (A3C), as in RLlib 1.x, nor by
+                       DD-PPO's workers, which run their SGD themselves
 ``on_train_result``    on the driver at the end of ``Algorithm.train()``
                        (``algorithm, result``; also ``trainer=``, RLlib 1.x's
                        name); what it adds to ``result`` is in what ``train()``

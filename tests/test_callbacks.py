@@ -126,6 +126,32 @@ def test_hooks_get_their_kwargs_counts_and_custom_metrics_reach_the_result(backe
     assert flat["info/learner/default_policy/custom_metrics/rows"] == 100
 
 
+class CountLearnCalls(DefaultCallbacks):
+    def __init__(self):
+        self.calls = 0
+
+    def on_learn_on_batch(self, *, policy, train_batch, result, **kwargs):
+        self.calls += 1
+        result["call"] = self.calls
+
+
+def test_learn_custom_metrics_are_the_iterations_last_learn_step_under_the_policys_stats():
+    """The place docs/callbacks-evaluation.md gives: ``result["info"]["learner"][policy
+    id]["custom_metrics"]``, from the last ``learn_on_batch`` of the iteration (DQN
+    learns many times per iteration), not a mean over them."""
+    from flowrl.algorithms import DQN, DQNConfig
+    with DQN(DQNConfig(env="CartPole-v1", learning_starts=64, timesteps_per_iteration=256,
+                       callbacks=CountLearnCalls, seed=0)) as algo:
+        calls, results = [], []
+        for _ in range(2):
+            results.append(algo.train())
+            calls.append(algo.get_policy().callbacks.calls)
+    assert calls[0] > 1 and calls[1] > calls[0] + 1
+    for r, n in zip(results, calls):
+        assert r["info"]["learner"]["default_policy"]["custom_metrics"] == {"call": n}
+        assert flatten_scalars(r)["info/learner/default_policy/custom_metrics/call"] == n
+
+
 class TrainerKwarg(DefaultCallbacks):
     """RLlib 1.x's signature: ``trainer=``, no ``**kwargs``."""
 
