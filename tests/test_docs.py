@@ -80,9 +80,6 @@ def test_where_the_docs_run_tensorboard_they_name_the_extra_that_installs_it():
 #: commits). Links to other projects' issues are fine.
 INTERNAL = re.compile(r"\btests/\w|\btest_\w+\.py\b|\b[Ii]ssue\s*#?\d+|\b[Tt]he issue\b|"
                       r"\b[Ii]ssue's\b")
-#: Files whose owners are rewriting them; take a name out once it reads clean.
-INTERNAL_LEFT = {"docs/benchmarks.md", "flowrl/policies/numpy_forward.py",
-                 "flowrl/policies/replica.py", "flowrl/policies/torch_policy.py"}
 
 
 def _docstrings(path: pathlib.Path):
@@ -101,7 +98,7 @@ def test_pages_and_rendered_docstrings_name_no_issue_or_test_file():
     for path in (ROOT / "flowrl").rglob("*.py"):
         if any(INTERNAL.search(doc) for doc in _docstrings(path)):
             found.add(path.relative_to(ROOT).as_posix())
-    assert not found - INTERNAL_LEFT, sorted(found - INTERNAL_LEFT)
+    assert not found, sorted(found)
 
 
 def _doctest_fences():

@@ -50,8 +50,8 @@ class ParameterGuard:
 
     It reads each module's ``_modules`` and ``_parameters`` dicts, which are
     private to torch (a public walk per acting call would cost more than the
-    forward it guards); ``tests/test_numpy_inference.py`` fails loudly, naming
-    this class, if torch stops keeping a module's children and parameters there.
+    forward it guards); the test suite fails loudly, naming this class, if torch
+    stops keeping a module's children and parameters there.
 
     >>> g = ParameterGuard(nn.Linear(2, 2))
     >>> g.intact()

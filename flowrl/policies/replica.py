@@ -6,8 +6,8 @@ process's start-up (``benchmarks/startup.py`` measures it, with and without
 replicas). So for the built-in policies (those that set ``numpy_replica = True``
 in their own class body) a :class:`~flowrl.workers.WorkerSet` builds its remote
 workers with :class:`NumpyActingPolicy` replicas (:func:`acting_replica` makes
-the factory). ``tests/test_numpy_acting.py`` checks that premise: a Ray worker
-built with replicas has no torch in ``sys.modules`` after sampling.
+the factory). The test suite checks that premise: a Ray worker built with
+replicas has no torch in ``sys.modules`` after sampling.
 
 What a replica is. Acting, values, postprocessing, weights and checkpoint state
 run in numpy, with the same maths, seeds and random streams as

@@ -102,8 +102,8 @@ class Adam(torch.optim.Adam):
     measures it, ``startup-adam.log`` in its results has the saved run). flowrl
     never compiles an optimizer, so it calls the wrapped methods
     themselves: the same code, updates and state as ``torch.optim.Adam``
-    (``tests/test_policies.py`` checks both bit for bit and that no ``torch._dynamo``
-    is imported; it fails loudly if a torch release moves the wrappers). ``step``
+    (the test suite checks both bit for bit and that no ``torch._dynamo`` is
+    imported; it fails loudly if a torch release moves the wrappers). ``step``
     keeps the no-grad mode its wrapper set. Everything else (``state_dict``, LR
     schedulers, ``param_groups``, ``defaults``) is ``torch.optim.Adam``'s own.
     """
