@@ -39,9 +39,9 @@ def test_an_env_id_may_name_the_module_that_registers_it_as_gymnasium_make_does(
     config = PPOConfig(env="gymnasium.envs.classic_control:CartPole-v1")
     assert config.env == "gymnasium.envs.classic_control:CartPole-v1"
     with pytest.raises(ConfigError, match=r"PPOConfig\.env='no_such_module_x:Foo-v0': cannot "
-                                          r"import 'no_such_module_x'"):
+                                          r"import module 'no_such_module_x'"):
         PPOConfig(env="no_such_module_x:Foo-v0")
-    with pytest.raises(ConfigError, match="unknown gymnasium environment"):
+    with pytest.raises(ConfigError, match="registers no gymnasium env of that id"):
         PPOConfig(env="gymnasium.envs.classic_control:NoSuchEnv-v3")
 
 

@@ -88,10 +88,12 @@ def _shares(consumer_sleep_s: float) -> list[int]:
 
 @pytest.mark.ray
 def test_async_gradients_on_ray_serve_every_worker(ray_session):
-    """Issue 44 #15: workers whose gradients are instant used to hand one worker all 12
-    items, because the others' first pull still imported the worker package."""
+    """Workers whose gradients are instant used to hand one worker all 12 items,
+    because the others' first pull still imported the worker package. With a consumer
+    this fast the shares follow how fast each worker process runs (a loaded machine
+    gave [1, 5, 6]); every worker must get some."""
     for _ in range(3):
-        assert min(_shares(0.0)) >= 2
+        assert min(_shares(0.0)) >= 1
 
 
 @pytest.mark.ray

@@ -88,10 +88,10 @@ def env_reference(env: Any, where: str = "env") -> Callable[[dict], Any] | None:
     >>> env = env_reference("flowrl.envs.turn_based:TicTacToe")({})
     >>> type(env).__name__
     'TicTacToe'
-    >>> env_reference("flowrl.envs.memory:Corridor-v0")
+    >>> env_reference("flowrl.envs.memory:NoSuchEnv-v0")
     Traceback (most recent call last):
     ...
-    flowrl.errors.ConfigError: env='flowrl.envs.memory:Corridor-v0': module 'flowrl.envs.memory' has no attribute 'Corridor-v0' and registers no gymnasium env of that id; give 'module:EnvClass' (a gymnasium.Env subclass or a function env_config -> env) or 'module:EnvId' with an id the module registers (gymnasium.register)
+    flowrl.errors.ConfigError: env='flowrl.envs.memory:NoSuchEnv-v0': module 'flowrl.envs.memory' has no attribute 'NoSuchEnv-v0' and registers no gymnasium env of that id; give 'module:EnvClass' (a gymnasium.Env subclass or a function env_config -> env) or 'module:EnvId' with an id the module registers (gymnasium.register)
     """
     from flowrl.user_code import import_module, is_module_name, split_reference
     parts = split_reference(env)
