@@ -37,6 +37,31 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
+def forward_with_dead_units(policy, train: dict) -> tuple:
+    """``(inputs, values, logp, dead)`` of ``policy``'s model on the rows of ``train``
+    (no gradient): the action distribution inputs, the values, the log-probabilities
+    of the rows' actions, and per ReLU layer the share of its units (channel x
+    position) that are 0 on every row."""
+    import torch
+
+    from flowrl.batch import SampleBatch as SB
+
+    outputs: dict[str, torch.Tensor] = {}
+    hooks = [m.register_forward_hook(
+                 lambda _m, _i, o, name=name: outputs.__setitem__(name, o.detach()))
+             for name, m in policy.model.named_modules() if isinstance(m, torch.nn.ReLU)]
+    try:
+        with torch.no_grad():
+            inputs, values = policy.model_out(train)
+            logp = policy.dist_class(inputs).logp(train[SB.ACTIONS])
+    finally:
+        for h in hooks:
+            h.remove()
+    dead = {name: float((o.reshape(len(o), -1).max(0).values <= 0).float().mean())
+            for name, o in outputs.items()}
+    return inputs, values, logp, dead
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", default=os.path.join(HERE, "..", "tuned_examples",
@@ -74,17 +99,7 @@ def main(argv=None) -> None:
             algo.workers.sync_weights()
         batch = remote.sample()
         train = policy._train_tensors(batch)
-        outputs: dict[str, torch.Tensor] = {}
-        hooks = [m.register_forward_hook(
-                     lambda _m, _i, o, name=name: outputs.__setitem__(name, o.detach()))
-                 for name, m in policy.model.named_modules() if isinstance(m, torch.nn.ReLU)]
-        with torch.no_grad():
-            inputs, values = policy.model_out(train)
-            logp = policy.dist_class(inputs).logp(train[SB.ACTIONS])
-        for h in hooks:
-            h.remove()
-        dead = {name: float((o.reshape(len(o), -1).max(0).values <= 0).float().mean())
-                for name, o in outputs.items()}
+        inputs, values, logp, dead = forward_with_dead_units(policy, train)
         same_episode = batch[SB.EPS_ID][1:] == batch[SB.EPS_ID][:-1]
         obs, frames = batch[SB.OBS], batch[SB.NEXT_FRAME]
         rebuilt = np.concatenate([obs[:-1, 1:], frames[:-1, None]], axis=1)

@@ -56,24 +56,13 @@ def build(spec: dict, variant: dict, seed: int):
 
 
 def probe(policy, batch) -> tuple[float, float, list[float]]:
-    import torch
-
-    from flowrl.batch import SampleBatch as SB
+    """``(explained variance, value std, dead share per ReLU layer)`` on ``batch``."""
+    from impala_pong_checks import forward_with_dead_units
 
     train = policy._train_tensors(batch)
-    outputs: dict[str, torch.Tensor] = {}
-    hooks = [m.register_forward_hook(
-                 lambda _m, _i, o, name=name: outputs.__setitem__(name, o.detach()))
-             for name, m in policy.model.named_modules() if isinstance(m, torch.nn.ReLU)]
-    with torch.no_grad():
-        inputs, values = policy.model_out(train)
-        logp = policy.dist_class(inputs).logp(train[SB.ACTIONS])
-        vs, _ = policy.vtrace_targets(train, logp, values)
-    for h in hooks:
-        h.remove()
-    dead = [float((o.reshape(len(o), -1).max(0).values <= 0).float().mean())
-            for o in outputs.values()]
-    return 1.0 - float((vs - values).var() / vs.var()), float(values.std()), dead
+    _, values, logp, dead = forward_with_dead_units(policy, train)
+    vs, _ = policy.vtrace_targets(train, logp, values)
+    return 1.0 - float((vs - values).var() / vs.var()), float(values.std()), list(dead.values())
 
 
 def main(argv=None) -> None:
