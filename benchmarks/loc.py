@@ -9,7 +9,8 @@ both sides:
 - **What is counted.** The entry function (flowrl: ``ALGO.execution_plan``;
   RLlib: ``ALGO.training_step``) plus every function it calls or passes on,
   transitively, that the algorithm defines itself: functions in
-  ``flowrl/algorithms/<algo>.py`` files (not ``base.py``), and functions in
+  ``flowrl/algorithms/<algo>.py`` files (not the shared ``base.py``, ``config.py``,
+  ``validators.py``), and functions in
   RLlib's ``ray/rllib/algorithms/<algo>/`` packages (not ``algorithm.py``, the
   base class). ``self.f``/``cls.f`` resolve on the algorithm's class, ``super().f``
   on the next class of its MRO, bare names on the function's module. Library code
@@ -214,7 +215,7 @@ def flowrl_row(algo: str) -> dict[str, Any]:
     cls = algorithms.ALGORITHMS[algo]
     directory = Path(algorithms.__file__).resolve().parent
     entry = _attr_on(cls, "execution_plan")
-    return count(entry, cls, _in(directory, ("base.py", "__init__.py")))
+    return count(entry, cls, _in(directory, ("base.py", "config.py", "validators.py", "__init__.py")))
 
 
 def rllib_row(algo: str) -> dict[str, Any] | None:

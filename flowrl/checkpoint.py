@@ -61,6 +61,15 @@ differs, a data file missing) takes the newest one that reads, and logs one
 warning (logger ``flowrl.checkpoint``) naming the corrupt ones and the one used;
 a path naming one checkpoint loads that one or fails.
 
+An algorithm's checkpoint (``Algorithm.save``) holds the driver worker's state,
+the remote workers' states by ``worker_index``, the run's metrics, the global RNG
+states (:func:`global_rng_state`), the config's fields (:func:`config_fields`),
+the spaces each policy was built for (:func:`policy_spaces_text`) and the
+algorithm's extra state. :func:`check_algorithm_state` checks one before a
+restore, :func:`saved_config` rebuilds its config and
+:func:`restore_local_worker` gives its state to the driver's worker, naming both
+envs when the spaces or the model differ.
+
 >>> import tempfile, os
 >>> import numpy as np
 >>> d = tempfile.mkdtemp()
@@ -568,4 +577,166 @@ __all__ = ["CHECKPOINT_FILE", "ARRAYS_FILE", "USER_STATE_FILE", "FORMAT_VERSION"
            "PickledValue", "find_pickled", "encode_state", "checkpoint_name",
            "write_checkpoint", "read_checkpoint", "resolve_checkpoint", "run_directory",
            "list_checkpoints",
-           "latest_checkpoint", "prune_checkpoints", "remove_stale_temporaries"]
+           "latest_checkpoint", "prune_checkpoints", "remove_stale_temporaries",
+           "global_rng_state", "set_global_rng_state", "config_fields", "saved_config",
+           "check_algorithm_state", "policy_spaces_text", "restore_local_worker"]
+
+
+# -- what an algorithm's checkpoint holds ------------------------------------------------
+# ``Algorithm.save`` writes ``{"algorithm": name, "worker": the driver worker's state,
+# "remote_workers": {worker_index: state}, "metrics", "rng": global_rng_state(),
+# "seeds", "config": config_fields(config), "spaces": policy_spaces_text(local),
+# "extra": extra_state()}``; the functions below build and check those entries.
+
+def global_rng_state() -> dict[str, Any]:
+    """The process's python, numpy and torch global RNG states (the ``rng`` entry)."""
+    import random
+
+    import torch
+    return {"python": random.getstate(), "numpy": np.random.get_state(),
+            "torch": torch.get_rng_state().numpy().copy()}
+
+
+def set_global_rng_state(state: dict[str, Any] | None) -> None:
+    """Restore what :func:`global_rng_state` returned (nothing for None or empty)."""
+    if not state:
+        return
+    import random
+
+    import torch
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    torch.set_rng_state(torch.tensor(state["torch"]))
+
+
+def config_fields(config: Any) -> dict[str, Any] | None:
+    """The fields of ``config`` (an AlgorithmConfig) for a checkpoint (``flowrl
+    evaluate`` rebuilds the config from them), or None when one of them can be
+    neither stored nor pickled. Fields that are functions or classes (an env
+    creator, a mapping function) end up in the checkpoint's ``user_state.pkl``."""
+    import dataclasses
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.init}
+    fields["model"] = config.model.to_dict()
+    try:
+        encode_state(fields)
+    except FlowError:
+        return None
+    return fields
+
+
+def saved_config(cls: type, state: dict[str, Any], where: str) -> Any:
+    """The config of algorithm class ``cls`` rebuilt from a checkpoint's ``state``
+    (what :func:`config_fields` stored), validated as any config is. A ConfigError
+    naming ``where`` when the checkpoint holds none, when a field was pickled and
+    the checkpoint was read without ``allow_pickle``, or when this flowrl's config
+    refuses it. ``Algorithm.from_checkpoint`` and
+    :func:`flowrl.evaluation.load_for_evaluation` both use it."""
+    fields = state.get("config")
+    if not isinstance(fields, dict):
+        raise ConfigError(f"{where}: the checkpoint holds no config (it could not be stored "
+                          "when saved); build the algorithm from its config and call "
+                          "restore() instead")
+    pickled = find_pickled(fields)
+    if pickled is not None:
+        raise ConfigError(f"{where}: its config field {pickled.where} ({pickled.type_name}) "
+                          "was saved with pickle, and unpickling can run any code: pass "
+                          "allow_pickle=True (CLI: --allow-pickle) only for a checkpoint you "
+                          "trust")
+    try:
+        return cls.config_class(**fields)
+    except (TypeError, FlowError) as e:
+        raise ConfigError(f"{where}: its config cannot be rebuilt here "
+                          f"({type(e).__name__}: {e})") from None
+
+
+def check_algorithm_state(state: dict[str, Any], name: str, where: str) -> dict[int, Any]:
+    """Check that ``state`` (as :func:`read_checkpoint` returns it) is a checkpoint of
+    algorithm ``name`` written by ``Algorithm.save`` and holds nothing still pickled;
+    return its remote workers' states by ``worker_index``. A ConfigError naming
+    ``where`` otherwise.
+
+    >>> check_algorithm_state({"algorithm": "ppo", "worker": {"policies": {}},
+    ...                        "metrics": {}}, "ppo", "restore")
+    {}
+    >>> check_algorithm_state({"algorithm": "dqn"}, "ppo", "restore")
+    Traceback (most recent call last):
+    ...
+    flowrl.errors.ConfigError: restore: the checkpoint is from 'dqn', not 'ppo'
+    """
+    if state.get("algorithm") != name:
+        raise ConfigError(f"{where}: the checkpoint is from {state.get('algorithm')!r}, "
+                          f"not {name!r}")
+    missing = sorted({"worker", "metrics"} - set(state))
+    if missing or not isinstance(state["worker"], dict) or "policies" not in state["worker"]:
+        raise ConfigError(f"{where}: the checkpoint lacks {missing or ['worker.policies']}; "
+                          "it was not written by Algorithm.save()")
+    remotes = state.get("remote_workers") or {}
+    if not isinstance(remotes, dict):
+        raise ConfigError(f"{where}: the checkpoint's remote_workers is not a mapping of "
+                          "worker_index to state; it was not written by Algorithm.save()")
+    for part in ("worker", "remote_workers", "metrics", "rng", "extra"):
+        found = find_pickled(state.get(part))
+        if found is not None:
+            raise ConfigError(
+                f"{where}: {found.where} ({found.type_name}) was saved with pickle in "
+                f"{found.file}, and unpickling can run any code: pass allow_pickle=True "
+                "(CLI: --restore-allow-pickle) only for a checkpoint from a source you "
+                "trust, or make extra_state() return plain data and arrays")
+    return remotes
+
+
+def _env_text(env: Any) -> str:
+    """How restore errors name an env: an id quoted, a creator by its name, an env
+    read back from a checkpoint's pickle by its type."""
+    from flowrl.workers.rollout_worker import describe_env
+    return env.type_name if isinstance(env, PickledValue) else describe_env(env)
+
+
+def policy_spaces_text(local: Any) -> dict[str, dict[str, str]]:
+    """``{policy_id: {"observation_space": ..., "action_space": ...}}`` of the
+    driver's worker ``local``, as text (``str`` of each gymnasium space): what a
+    checkpoint records of the env its policies were built for."""
+    return {pid: {"observation_space": str(obs), "action_space": str(act)}
+            for pid, (obs, act) in local.policy_spaces().items()}
+
+
+def restore_local_worker(local: Any, state: dict[str, Any], where: str, env: Any) -> None:
+    """Give the driver's worker ``local`` a checkpoint's ``worker`` state (weights,
+    optimizer and RNG states of its policies), ``state`` being the whole checkpoint
+    and ``env`` the config's env. A ConfigError naming ``where`` when the
+    checkpoint's policies differ from the worker's; when the spaces its policies
+    were built for (``state["spaces"]``) differ, naming the env of the checkpoint
+    and of the config and the spaces that differ; when the model does not fit,
+    naming both envs where they differ (checkpoints without spaces).
+    :meth:`Algorithm.restore` and :func:`flowrl.evaluation.load_for_evaluation`
+    both use it."""
+    worker_state = state["worker"]
+    saved_policies = set(worker_state["policies"])
+    if saved_policies != set(local.policy_map):
+        raise ConfigError(f"{where}: the checkpoint has policies {sorted(saved_policies)}, "
+                          f"this algorithm {sorted(local.policy_map)}")
+    config = state.get("config") if isinstance(state.get("config"), dict) else {}
+    trained_on = (f"env {_env_text(config['env'])}" if config.get("env") is not None
+                  else "an env it does not name")
+    here = f"this config's env is {_env_text(env)}"
+    saved_spaces = state.get("spaces") if isinstance(state.get("spaces"), dict) else {}
+    for pid, spaces in sorted(policy_spaces_text(local).items()):
+        saved = saved_spaces.get(pid)
+        if not isinstance(saved, dict):
+            continue          # a checkpoint written before spaces were recorded
+        differ = [f"{key.replace('_', ' ')} {saved.get(key)} there, {spaces[key]} here"
+                  for key in ("observation_space", "action_space") if saved.get(key) != spaces[key]]
+        if differ:
+            raise ConfigError(f"{where}: the checkpoint was trained on {trained_on} and "
+                              f"{here}, and policy {pid!r} sees other spaces: "
+                              f"{'; '.join(differ)}; restore it with the env (and env_config) "
+                              "it was trained on, or train a new policy for this env")
+    try:
+        local.set_state(worker_state)
+    except ConfigError as e:
+        if config.get("env") is not None and config.get("env") != env:
+            raise ConfigError(f"{where}: the checkpoint was trained on {trained_on} and "
+                              f"{here}, and its model does not fit ({e}); restore it with the "
+                              "env it was trained on") from None
+        raise ConfigError(f"{where}: the checkpoint's model does not fit this config "
+                          f"({e}); use the model settings it was trained with") from None

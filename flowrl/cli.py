@@ -101,7 +101,7 @@ log = logging.getLogger("flowrl.cli")
 
 
 def check_env(env: str, where: str) -> None:
-    from flowrl.algorithms.base import check_env as check
+    from flowrl.algorithms.validators import check_env as check
     check(env, where)
 
 
@@ -302,7 +302,7 @@ def _algo_class(name: str):
 
 
 def _default_stop_reward(env: Any) -> float | None:
-    from flowrl.algorithms.base import gym_spec
+    from flowrl.algorithms.validators import gym_spec
     if not isinstance(env, str):
         return None
     try:
@@ -464,7 +464,7 @@ def _restored_spec(args: argparse.Namespace, restored: dict[str, Any]) -> dict[s
     command line then overrides; None when its config cannot be rebuilt (not saved,
     or pickled without ``--restore-allow-pickle``) and the command line names the
     algorithm and the env itself, which then start from the defaults."""
-    from flowrl.algorithms.base import saved_config
+    from flowrl.checkpoint import saved_config
     from flowrl.experiment import algorithm_class
     where = f"--restore {args.restore!r}"
     try:

@@ -483,7 +483,7 @@ def load_for_evaluation(path: str, *, allow_pickle: bool = False) -> LoadedCheck
     ('pg', 1, 2)
     """
     from flowrl import checkpoint
-    from flowrl.algorithms.base import restore_local_worker, saved_config
+    from flowrl.checkpoint import restore_local_worker, saved_config
     from flowrl.algorithms.dqn import restore_exploration
     from flowrl.experiment import algorithm_class
     from flowrl.metrics import MetricsContext

@@ -219,7 +219,7 @@ def _check_scheduler(raw: Any, fields: Sequence[str], where: str) -> dict | None
 def check_sweep(data: dict[str, Any], where: str = "sweep") -> dict[str, Any]:
     """A normalised, checked copy of sweep spec ``data`` (see the module docstring);
     ConfigError naming the first problem. Builds no algorithm and starts nothing."""
-    from flowrl.algorithms.base import check_env, gym_spec
+    from flowrl.algorithms.validators import check_env, gym_spec
     if not isinstance(data, dict):
         raise ConfigError(f"{where}: expected a mapping with keys {list(SWEEP_KEYS)}, "
                           f"got {type(data).__name__}")

@@ -16,7 +16,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import run  # noqa: E402
 
 from flowrl.algorithms import AlgorithmConfig, build_algorithm  # noqa: E402
-from flowrl.algorithms.base import _num  # noqa: E402
+from flowrl.algorithms.validators import number  # noqa: E402
 from flowrl.ops import ForwardUpdates, LocalComputeUpdates, StandardMetricsReporting  # noqa: E402
 from flowrl.policies import PGPolicy  # noqa: E402
 
@@ -26,7 +26,7 @@ class ASPConfig(AlgorithmConfig):
     """Adds ``significance_threshold``: deltas at or below it stay on the worker."""
 
     significance_threshold: float = 1e-4
-    checks = {"significance_threshold": _num(0)}
+    checks = {"significance_threshold": number(0)}
 
 
 def execution_plan(workers, config: ASPConfig):

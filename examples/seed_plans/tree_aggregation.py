@@ -17,7 +17,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import count_sampled, run  # noqa: E402
 
 from flowrl.algorithms import A2CConfig, build_algorithm  # noqa: E402
-from flowrl.algorithms.base import _int_ge  # noqa: E402
+from flowrl.algorithms.validators import int_ge  # noqa: E402
 from flowrl.ops import (ConcatBatches, StandardMetricsReporting, TrainOneStep,  # noqa: E402
                         rollout_shards)
 from flowrl.policies import A2CPolicy  # noqa: E402
@@ -28,7 +28,7 @@ class TreeConfig(A2CConfig):
     """A2C's config plus ``num_aggregation_workers``."""
 
     num_aggregation_workers: int = 2
-    checks = {"num_aggregation_workers": _int_ge(1)}
+    checks = {"num_aggregation_workers": int_ge(1)}
 
 
 def record_steps_sampled(batch):

@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from flowrl.algorithms.base import Algorithm, AlgorithmConfig, _num, _or_none
+from flowrl.algorithms.base import Algorithm, AlgorithmConfig
+from flowrl.algorithms.validators import number, or_none
 from flowrl.graph.stream import LocalStream
 from flowrl.ops import ConcatBatches, ParallelRollouts, StandardMetricsReporting, TrainOneStep
 from flowrl.policies import A2CPolicy
@@ -34,8 +35,8 @@ class A2CConfig(AlgorithmConfig):
     grad_clip: float | None = 40.0
 
     checks: ClassVar[dict[str, tuple]] = {
-        "lambda_": _num(0, 1), "vf_loss_coeff": _num(0), "entropy_coeff": _num(0),
-        "grad_clip": _or_none(_num(0, open_lo=True)),
+        "lambda_": number(0, 1), "vf_loss_coeff": number(0), "entropy_coeff": number(0),
+        "grad_clip": or_none(number(0, open_lo=True)),
     }
 
 

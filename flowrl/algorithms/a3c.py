@@ -18,7 +18,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from flowrl.algorithms.base import Algorithm, AlgorithmConfig, _num, _or_none
+from flowrl.algorithms.base import Algorithm, AlgorithmConfig
+from flowrl.algorithms.validators import number, or_none
 from flowrl.errors import ConfigError
 from flowrl.graph.stream import LocalStream
 from flowrl.ops import ApplyGradients, AsyncGradients, StandardMetricsReporting
@@ -51,8 +52,8 @@ class A3CConfig(AlgorithmConfig):
     min_time_s_per_reporting: float = 0.5
 
     checks: ClassVar[dict[str, tuple]] = {
-        "lambda_": _num(0, 1), "vf_loss_coeff": _num(0), "entropy_coeff": _num(0),
-        "grad_clip": _or_none(_num(0, open_lo=True)),
+        "lambda_": number(0, 1), "vf_loss_coeff": number(0), "entropy_coeff": number(0),
+        "grad_clip": or_none(number(0, open_lo=True)),
     }
 
     def __post_init__(self) -> None:

@@ -39,9 +39,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from flowrl.algorithms.base import Algorithm, _int_ge, _num
+from flowrl.algorithms.base import Algorithm
 from flowrl.algorithms.dqn import (DQN, DQNConfig, check_replay_fits, indexed_exploration_states,
                                    restore_exploration)
+from flowrl.algorithms.validators import int_ge, number
 from flowrl.errors import ConfigError
 from flowrl.graph.stream import Concurrently, LocalStream
 from flowrl.metrics import (LEARNER_INFO, STEPS_TRAINED_COUNTER, WORKER_UPDATE_TIMER,
@@ -102,9 +103,9 @@ class ApeXConfig(DQNConfig):
     max_sample_requests_in_flight_per_worker: int = 2
 
     checks: ClassVar[dict[str, tuple]] = {
-        "num_replay_buffer_shards": _int_ge(1), "max_weight_sync_delay": _int_ge(1),
-        "learner_queue_size": _int_ge(1), "learner_queue_timeout": _num(0, open_lo=True),
-        "max_sample_requests_in_flight_per_worker": _int_ge(1),
+        "num_replay_buffer_shards": int_ge(1), "max_weight_sync_delay": int_ge(1),
+        "learner_queue_size": int_ge(1), "learner_queue_timeout": number(0, open_lo=True),
+        "max_sample_requests_in_flight_per_worker": int_ge(1),
     }
 
     def __post_init__(self) -> None:

@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from flowrl.algorithms.base import _num
-from flowrl.algorithms.impala import (IMPALA, IMPALAConfig, _bool, async_learner_plan,
+from flowrl.algorithms.impala import (IMPALA, IMPALAConfig, async_learner_plan,
                                       make_learner_thread)
+from flowrl.algorithms.validators import boolean, number
 from flowrl.graph.stream import LocalStream
 from flowrl.ops import UpdateKL
 from flowrl.policies import APPOPolicy
@@ -50,8 +50,8 @@ class APPOConfig(IMPALAConfig):
     lambda_: float = 1.0
 
     checks: ClassVar[dict[str, tuple]] = {
-        "clip_param": _num(0, open_lo=True), "use_kl_loss": _bool(), "kl_coeff": _num(0),
-        "kl_target": _num(0, open_lo=True), "lambda_": _num(0, 1),
+        "clip_param": number(0, open_lo=True), "use_kl_loss": boolean(), "kl_coeff": number(0),
+        "kl_target": number(0, open_lo=True), "lambda_": number(0, 1),
     }
 
 

@@ -41,8 +41,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from flowrl.algorithms.base import _num
 from flowrl.algorithms.ppo import PPO, PPOConfig
+from flowrl.algorithms.validators import number
 from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError, FlowError, WorkerError
 from flowrl.graph.stream import LocalStream
@@ -83,7 +83,7 @@ class DDPPOConfig(PPOConfig):
     gloo_timeout_s: float = 300.0
     recreate_failed_workers: bool = False
 
-    checks: ClassVar[dict[str, tuple]] = {"gloo_timeout_s": _num(0, open_lo=True)}
+    checks: ClassVar[dict[str, tuple]] = {"gloo_timeout_s": number(0, open_lo=True)}
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -28,8 +28,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from flowrl.algorithms.base import (MAX_MAGNITUDE, Algorithm, AlgorithmConfig, _int_ge, _num,
-                                   _or_none, _str_dict)
+from flowrl.algorithms.base import Algorithm, AlgorithmConfig
+from flowrl.algorithms.validators import MAX_MAGNITUDE, int_ge, number, or_none, str_dict
 from flowrl.errors import ConfigError
 from flowrl.experiment import read_numbers
 from flowrl.graph.stream import Concurrently, LocalStream
@@ -84,12 +84,12 @@ class DQNConfig(AlgorithmConfig):
     checkpoint_replay_buffer: bool = False
 
     checks: ClassVar[dict[str, tuple]] = {
-        "buffer_size": _int_ge(1), "learning_starts": _int_ge(0),
-        "prioritized_replay_alpha": _num(0), "prioritized_replay_beta": _num(0),
-        "prioritized_replay_eps": _num(0), "target_network_update_freq": _int_ge(0),
-        "n_step": _int_ge(1), "grad_clip": _or_none(_num(0, open_lo=True)),
-        "training_intensity": _or_none(_num(0, open_lo=True)),
-        "exploration_config": _or_none(_str_dict()),
+        "buffer_size": int_ge(1), "learning_starts": int_ge(0),
+        "prioritized_replay_alpha": number(0), "prioritized_replay_beta": number(0),
+        "prioritized_replay_eps": number(0), "target_network_update_freq": int_ge(0),
+        "n_step": int_ge(1), "grad_clip": or_none(number(0, open_lo=True)),
+        "training_intensity": or_none(number(0, open_lo=True)),
+        "exploration_config": or_none(str_dict()),
     }
 
     def __post_init__(self) -> None:

@@ -25,7 +25,8 @@ import logging
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from flowrl.algorithms.base import Algorithm, AlgorithmConfig, _int_ge, _num, _or_none
+from flowrl.algorithms.base import Algorithm, AlgorithmConfig
+from flowrl.algorithms.validators import boolean, int_ge, number, or_none
 from flowrl.batch import concat_samples
 from flowrl.errors import ConfigError
 from flowrl.graph.stream import Concurrently, LocalStream
@@ -36,10 +37,6 @@ from flowrl.ops import (Dequeue, Enqueue, LearnerThread, MixInReplay, ParallelRo
                         StandardMetricsReporting, rollout_shards)
 from flowrl.ops.gradient_ops import send_weights
 from flowrl.policies import IMPALAPolicy
-
-
-def _bool():
-    return (lambda v: isinstance(v, bool)), "True or False"
 
 
 @dataclass
@@ -95,16 +92,16 @@ class IMPALAConfig(AlgorithmConfig):
 
     has_learner_queue: ClassVar[bool] = True  # takes max_policy_lag
     checks: ClassVar[dict[str, tuple]] = {
-        "num_data_loader_buffers": _int_ge(1), "minibatch_buffer_size": _int_ge(1),
-        "num_sgd_iter": _int_ge(1), "learner_queue_size": _int_ge(1),
-        "learner_queue_timeout": _num(0, open_lo=True),
-        "max_sample_requests_in_flight_per_worker": _int_ge(1),
-        "broadcast_interval": _int_ge(1), "num_aggregation_workers": _int_ge(0),
-        "replay_proportion": _num(0), "replay_buffer_num_slots": _int_ge(0),
-        "vtrace": _bool(), "vtrace_clip_rho_threshold": _or_none(_num(0, open_lo=True)),
-        "vtrace_clip_pg_rho_threshold": _or_none(_num(0, open_lo=True)),
-        "grad_clip": _or_none(_num(0, open_lo=True)), "vf_loss_coeff": _num(0),
-        "entropy_coeff": _num(0),
+        "num_data_loader_buffers": int_ge(1), "minibatch_buffer_size": int_ge(1),
+        "num_sgd_iter": int_ge(1), "learner_queue_size": int_ge(1),
+        "learner_queue_timeout": number(0, open_lo=True),
+        "max_sample_requests_in_flight_per_worker": int_ge(1),
+        "broadcast_interval": int_ge(1), "num_aggregation_workers": int_ge(0),
+        "replay_proportion": number(0), "replay_buffer_num_slots": int_ge(0),
+        "vtrace": boolean(), "vtrace_clip_rho_threshold": or_none(number(0, open_lo=True)),
+        "vtrace_clip_pg_rho_threshold": or_none(number(0, open_lo=True)),
+        "grad_clip": or_none(number(0, open_lo=True)), "vf_loss_coeff": number(0),
+        "entropy_coeff": number(0),
     }
 
     def __post_init__(self) -> None:

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from flowrl.algorithms.base import (Algorithm, AlgorithmConfig, _int_ge, _LazyClass,
-                                    _lr_schedule, _num, _one_of, _or_none)
+from flowrl.algorithms.base import Algorithm, AlgorithmConfig, LazyClass
+from flowrl.algorithms.validators import int_ge, lr_schedule_pairs, number, one_of, or_none
 from flowrl.errors import ConfigError
 from flowrl.graph.stream import LocalStream
 from flowrl.ops import (ConcatBatches, MultiGPUTrainOneStep, ParallelRollouts,
@@ -76,13 +76,13 @@ class PPOConfig(AlgorithmConfig):
     standardize_advantages: str = "batch"
 
     checks: ClassVar[dict[str, tuple]] = {
-        "sgd_minibatch_size": _int_ge(0), "num_sgd_iter": _int_ge(1),
-        "adam_epsilon": _num(0, open_lo=True),
-        "lambda_": _num(0, 1), "clip_param": _num(0, open_lo=True),
-        "vf_clip_param": _num(0, open_lo=True), "vf_loss_coeff": _num(0),
-        "entropy_coeff": _num(0), "kl_coeff": _num(0), "kl_target": _num(0, open_lo=True),
-        "grad_clip": _or_none(_num(0, open_lo=True)), "lr_schedule": _or_none(_lr_schedule()),
-        "standardize_advantages": _one_of(STANDARDIZE_ADVANTAGES),
+        "sgd_minibatch_size": int_ge(0), "num_sgd_iter": int_ge(1),
+        "adam_epsilon": number(0, open_lo=True),
+        "lambda_": number(0, 1), "clip_param": number(0, open_lo=True),
+        "vf_clip_param": number(0, open_lo=True), "vf_loss_coeff": number(0),
+        "entropy_coeff": number(0), "kl_coeff": number(0), "kl_target": number(0, open_lo=True),
+        "grad_clip": or_none(number(0, open_lo=True)), "lr_schedule": or_none(lr_schedule_pairs()),
+        "standardize_advantages": one_of(STANDARDIZE_ADVANTAGES),
     }
 
     def __post_init__(self) -> None:
@@ -96,7 +96,7 @@ class PPO(Algorithm):
     """Proximal policy optimisation; see the module docstring."""
 
     config_class = PPOConfig
-    policy_class = _LazyClass("flowrl.policies.ppo:PPOPolicy")  # torch: imported when built
+    policy_class = LazyClass("flowrl.policies.ppo:PPOPolicy")  # torch: imported when built
     name = "ppo"
 
     @classmethod
