@@ -130,6 +130,7 @@ def test_restore_in_a_fresh_process_continues(tmp_path):
     assert json.loads(out.stdout.strip().splitlines()[-1]) == [2, 256, 256]
 
 
+@pytest.mark.slow   # the default suite checks PPO's update on a bandit (test_learning_updates)
 @pytest.mark.parametrize("backend", ["local", pytest.param("ray", marks=pytest.mark.ray)])
 def test_ppo_learns_cartpole(backend, request):
     if backend == "ray":

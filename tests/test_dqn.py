@@ -182,6 +182,7 @@ QUICK = dict(env="CartPole-v1", lr=1e-3, n_step=3, train_batch_size=64, learning
              timesteps_per_iteration=2000, training_intensity=8, seed=0)
 
 
+@pytest.mark.slow   # the default suite checks DQN's update on a bandit (test_learning_updates)
 def test_dqn_learns_cartpole_quickly():
     """Clear progress (not the goal): random play scores about 20."""
     algo = DQN(DQNConfig(**QUICK))

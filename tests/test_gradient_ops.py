@@ -156,6 +156,7 @@ def test_apply_gradients_without_a_producer_names_the_fix():
         run.take(1)
 
 
+@pytest.mark.slow   # the default suite checks A3C's update on a bandit (test_learning_updates)
 def test_a3c_learns_a_little_on_cartpole():
     from flowrl.algorithms import A3C, A3CConfig
     algo = A3C(A3CConfig(env="CartPole-v1", num_workers=2, seed=0,

@@ -171,6 +171,7 @@ def test_weights_go_back_to_producing_workers_every_broadcast_interval():
         assert 1 <= counters["num_weight_syncs"] <= 1 + counters["num_weight_broadcasts"] // 3
 
 
+@pytest.mark.slow   # the default suite checks their updates on a bandit (test_learning_updates)
 @pytest.mark.parametrize("cls, config", [(IMPALA, IMPALAConfig), (APPO, APPOConfig)])
 def test_quick_learning_progress(cls, config):
     algo = cls(config(env="CartPole-v1", num_workers=2, seed=0, num_envs_per_worker=4,
