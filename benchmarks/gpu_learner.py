@@ -119,6 +119,7 @@ def time_learner(steps: int, seed: int, cuda: bool) -> dict:
     """IMPALA learner steps/s on one loaded 500-row batch: CPU, then CUDA."""
     import torch
     from flowrl.batch import concat_samples
+    from flowrl.ops.multi_gpu import set_towers
     algo = build("impala", 0, seed)
     try:
         worker, policy = algo.workers.local_worker(), algo.get_policy()
@@ -130,7 +131,7 @@ def time_learner(steps: int, seed: int, cuda: bool) -> dict:
         out = {"rows": batch.count, "torch_threads": torch.get_num_threads()}
         for name, device in [("cpu", torch.device("cpu"))] + (
                 [("cuda", torch.device("cuda"))] if cuda else []):
-            policy.set_towers([device])
+            set_towers(policy, [device])
             loaded = policy.load_batch(batch)
             for _ in range(3):  # warm-up: the optimizer state, cuDNN's algorithm choice
                 policy.sgd_step(loaded)

@@ -87,12 +87,13 @@ def test_recurrent_training_inputs_stay_on_the_towers_device():
 def _vtrace_weights(batch, towers: int) -> dict:
     import torch
 
+    from flowrl.ops.multi_gpu import set_towers
     from flowrl.policies import IMPALAPolicy
     from flowrl.workers import RolloutWorker
 
     worker = RolloutWorker("CartPole-v1", policy=IMPALAPolicy, seed=0)
     policy = worker.get_policy()
-    policy.set_towers([torch.device("cpu")] * towers)
+    set_towers(policy, [torch.device("cpu")] * towers)
     policy.learn_on_batch(batch, num_sgd_iter=2, sgd_minibatch_size=0)
     worker.stop()
     return policy.get_weights()
@@ -101,6 +102,7 @@ def _vtrace_weights(batch, towers: int) -> dict:
 def test_towers_split_a_vtrace_batch_on_trajectory_boundaries():
     # One env, one 75-step fragment: an even split cuts an episode in two, and
     # V-trace would then cut that trace where single-tower training does not.
+    from flowrl.ops.multi_gpu import set_towers
     from flowrl.policies import IMPALAPolicy
     from flowrl.workers import RolloutWorker
 

@@ -22,6 +22,7 @@ from flowrl.algorithms import PPO, PPOConfig
 from flowrl.batch import SampleBatch as SB
 from flowrl.errors import ConfigError
 from flowrl.models.sequences import SEQ_MASK
+from flowrl.ops.multi_gpu import set_towers
 from flowrl.policies import PPOPolicy
 from flowrl.policies.ppo import standardize_advantages
 from flowrl.policies.torch_policy import LoadedBatch
@@ -103,7 +104,7 @@ def test_ppo_sgd_is_bit_identical_to_a_plain_loop(kl_coeff, ent_coeff, norm_adv)
 
 def test_loaded_minibatches_cover_rows_once_and_towers_share_the_gather():
     policy = PPOPolicy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), seed=0)
-    policy.set_towers([torch.device("cpu")] * 2)  # two towers, one device: one copy
+    set_towers(policy, [torch.device("cpu")] * 2)  # two towers, one device: one copy
     loaded = policy.load_batch(_batch(50, seed=2))
     mbs = list(loaded.minibatches(16, seed=np.random.default_rng(0)))
     assert [mb.count for mb in mbs] == [16, 16, 16, 2]
@@ -125,7 +126,7 @@ def test_minibatch_advantages_are_standardized_before_the_tower_split():
     for towers in (1, 2):
         policy = PPOPolicy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), seed=5,
                            standardize_advantages="minibatch")
-        policy.set_towers([torch.device("cpu")] * towers)
+        set_towers(policy, [torch.device("cpu")] * towers)
         for _ in range(3):
             policy.sgd_step(batch)  # unshuffled: the first half goes to tower 1
         weights.append(policy.get_weights())

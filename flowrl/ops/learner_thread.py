@@ -182,9 +182,9 @@ class LearnerThread(threading.Thread):
         self._ready: queue.Queue | None = None
         self._free: threading.Semaphore | None = None
         if self.multi_tower:
-            from flowrl.ops.multi_gpu import tower_devices
+            from flowrl.ops.multi_gpu import set_towers, tower_devices
             devices = tower_devices(num_gpus)
-            local_worker.foreach_trainable_policy(lambda p, _: p.set_towers(devices))
+            local_worker.foreach_trainable_policy(lambda p, _: set_towers(p, devices))
             self._ready = queue.Queue()
             self._free = threading.Semaphore(num_data_loader_buffers)
             self._loaders = [threading.Thread(target=self._load_loop, daemon=True,

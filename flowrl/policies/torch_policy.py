@@ -224,15 +224,14 @@ class ActingModule(nn.Module):
 
 
 class LoadedBatch:
-    """A batch as tensors, copied once onto every tower's device.
+    """A batch as tensors: ``copies`` holds one dict of tensors per tower (one, on
+    the policy's device, without towers; towers on one device share one dict).
 
     Made by :meth:`TorchPolicy.load_batch`. :func:`~flowrl.policies.sgd.minibatch_sgd`
     iterates it like a SampleBatch (rows shuffled as ``SampleBatch.minibatches``
     shuffles them, gathered once per epoch; a minibatch is a contiguous view of
-    that gather, or a set of row indices when made with ``rows``), and
-    :meth:`tower_shards` splits one (mini)batch's rows into contiguous parts, one
-    per tower, on trajectory boundaries (:func:`tower_bounds`), so tower training
-    sees exactly the rows and traces single-tower training would.
+    that gather, or a set of row indices when made with ``rows``). Towers split a
+    (mini)batch's rows among themselves: :func:`flowrl.ops.multi_gpu.tower_shards`.
     """
 
     def __init__(self, copies: list[dict[str, torch.Tensor]], count: int,
@@ -272,53 +271,14 @@ class LoadedBatch:
             yield LoadedBatch([{k: v[start:stop] for k, v in copy_.items()} for copy_ in copies],
                               stop - start)
 
-    def tower_shards(self) -> list[tuple[int, dict[str, torch.Tensor]]]:
-        """``(rows, tensors)`` per tower: contiguous parts of this batch's rows, as
-        even as :func:`tower_bounds` allows without cutting a trajectory (a tower
-        may get none)."""
-        n, towers = self.count, len(self.copies)
+    def tensors(self) -> dict[str, torch.Tensor]:
+        """The first copy's tensors of this batch's rows (gathered when made with
+        ``rows``): what one device trains on."""
         first = self.copies[0]
-        if towers == 1 or SEQ_LENS in first or SB.EPS_ID not in first or SB.T not in first:
-            starts = None  # one tower, whole sequences, or rows without episode ids
-        else:
-            eps, t = first[SB.EPS_ID], first[SB.T]
-            if self.rows is not None:
-                index = torch.as_tensor(self.rows, device=eps.device)
-                eps, t = eps[index], t[index]
-            follows = (eps[1:] == eps[:-1]) & (t[1:] == t[:-1] + 1)
-            starts = torch.nonzero(~follows).squeeze(-1).cpu().numpy() + 1
-        bounds = tower_bounds(n, towers, starts)
-        out = []
-        for copy_, a, b in zip(self.copies, bounds[:-1], bounds[1:]):
-            if self.rows is None:
-                out.append((int(b - a), {k: v[a:b] for k, v in copy_.items()}))
-            else:
-                idx = torch.as_tensor(self.rows[a:b])
-                out.append((int(b - a), {k: v[idx.to(v.device)] for k, v in copy_.items()}))
-        return out
-
-
-def tower_bounds(n: int, towers: int, starts: np.ndarray | None = None) -> np.ndarray:
-    """``towers + 1`` row bounds that split ``n`` rows over the towers: the even
-    split, each inner bound moved to the nearest trajectory start in ``starts``
-    (sorted row indices where a row does not continue the one before it; None:
-    anywhere). A loss over trajectories (V-trace) then sees on each tower the
-    same traces as on one, so towers change results only by rounding; a batch
-    with fewer trajectories than towers leaves some towers without rows.
-
-    >>> tower_bounds(10, 2).tolist()
-    [0, 5, 10]
-    >>> tower_bounds(10, 2, np.array([3, 8])).tolist()
-    [0, 3, 10]
-    >>> tower_bounds(10, 3, np.array([], int)).tolist()
-    [0, 0, 10, 10]
-    """
-    even = np.linspace(0, n, towers + 1).round().astype(int)
-    if starts is None:
-        return even
-    cuts = np.concatenate([[0], starts, [n]]).astype(int)
-    nearest = [cuts[np.argmin(np.abs(cuts - b))] for b in even[1:-1]]  # ties: the earlier
-    return np.array([0, *nearest, n], dtype=int)
+        if self.rows is None:
+            return first
+        index = torch.as_tensor(self.rows)
+        return {k: v[index.to(v.device)] for k, v in first.items()}
 
 
 def _explained_variance(values: torch.Tensor, targets: torch.Tensor,
@@ -437,7 +397,7 @@ class TorchPolicy(Postprocessing):
         else:
             self.generator.seed()
         self._optimizer: torch.optim.Adam | None = None  # see the optimizer property
-        self._towers: list[tuple[nn.Module, torch.device]] = [(self.model, torch.device("cpu"))]
+        self._towers = None  # see use_towers
         self._params: tuple[nn.Module, list[nn.Parameter]] | None = None  # (model, its parameters)
         self._values_seen: torch.Tensor | None = None  # the last model_out's values
 
@@ -762,10 +722,7 @@ class TorchPolicy(Postprocessing):
     def _backward(self, batch: "SampleBatch | LoadedBatch") -> dict[str, float]:
         self.model.zero_grad(set_to_none=True)  # not the optimizer's: see `optimizer`
         if isinstance(batch, LoadedBatch):
-            train = batch.copies[0]
-            if batch.rows is not None:
-                index = torch.as_tensor(batch.rows)
-                train = {k: v[index.to(v.device)] for k, v in train.items()}
+            train = batch.tensors()
         else:
             train = self._train_tensors(batch)
         loss, stats = self._loss(train)
@@ -776,110 +733,57 @@ class TorchPolicy(Postprocessing):
         out.update(total_loss=float(loss.detach()), grad_gnorm=float(norm))
         return out
 
-    # -- towers: data-parallel SGD over copies of the model on several devices -----
-    def set_towers(self, devices: Sequence[torch.device]) -> None:
-        """Train on one *tower* (model copy) per device from now on.
+    # -- towers: a hook for data-parallel SGD over model copies (flowrl.ops.multi_gpu) --
+    def use_towers(self, towers: Any) -> None:
+        """Train through ``towers`` from now on (None: on :attr:`model` alone).
 
-        Every SGD step then splits its minibatch into contiguous shards, one per
-        tower, where one trajectory ends and the next begins (:func:`tower_bounds`:
-        as even as that allows; recurrent sequences are never cut); each tower
-        computes the loss gradient on its shard with the current
-        weights; the gradients are averaged weighted by shard size (the gradient of
-        the whole minibatch, as the loss is a mean over rows), clipped by global norm
-        and applied in ONE optimizer step on :attr:`model`; the towers then copy the
-        new weights. One CPU device means the policy's own model (no copy).
-
-        >>> from flowrl.policies import PGPolicy
-        >>> p = PGPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), seed=0)
-        >>> p.set_towers([torch.device("cpu")] * 2); p.num_towers
-        2
+        ``towers`` iterates ``(model, device)`` pairs and has ``load(tensors) ->
+        copies`` (the batch's tensors on each tower's device) and
+        ``sgd_step(policy, loaded) -> stats``. :func:`flowrl.ops.multi_gpu.set_towers`
+        builds them; :meth:`load_batch` and :meth:`sgd_step` hand over to them.
         """
-        devices = list(devices)
-        if not devices:
-            raise ConfigError(f"{type(self).__name__}.set_towers: give at least one device")
-        if len(devices) == 1 and devices[0].type == "cpu":
-            self._towers = [(self.model, devices[0])]
-            return
-        self._towers = [(copy.deepcopy(self.model).to(d), d) for d in devices]
-
-    @property
-    def num_towers(self) -> int:
-        """How many towers each SGD step splits its minibatch over (see :meth:`set_towers`)."""
-        return len(self._towers)
+        self._towers = towers
 
     @property
     def towers(self) -> list[tuple[nn.Module, torch.device]]:
-        """The ``(model, device)`` of each tower (see :meth:`set_towers`); one CPU
-        tower is :attr:`model` itself."""
+        """The ``(model, device)`` of each tower; without towers, :attr:`model` on the CPU."""
+        if self._towers is None:
+            return [(self.model, torch.device("cpu"))]
         return list(self._towers)
+
+    @property
+    def num_towers(self) -> int:
+        """How many towers each SGD step splits its minibatch over."""
+        return len(self.towers)
 
     def load_batch(self, batch: SampleBatch) -> LoadedBatch:
         """``batch`` as tensors on every tower's device (the "loading" a multi-GPU
-        learner does ahead of SGD; a CPU tower shares the host tensors)."""
+        learner does ahead of SGD; without towers, the host tensors)."""
         if batch.count == 0:
             raise ConfigError(f"{type(self).__name__}.load_batch got an empty batch")
         tensors = self._train_tensors(batch)
-        copies, by_device = [], {}
-        for _, device in self._towers:
-            if device not in by_device:
-                by_device[device] = {k: v.to(device) for k, v in tensors.items()}
-            copies.append(by_device[device])
+        copies = [tensors] if self._towers is None else self._towers.load(tensors)
         count = len(tensors[SEQ_LENS]) if SEQ_LENS in tensors else batch.count
         return LoadedBatch(copies, count, source=batch)
 
-    def _sync_towers(self) -> None:
-        params = list(self.model.parameters())
-        with torch.no_grad():
-            for model, _ in self._towers:
-                if model is not self.model:
-                    for p_t, p in zip(model.parameters(), params):
-                        p_t.copy_(p)
-
     def sgd_step(self, minibatch: "SampleBatch | LoadedBatch") -> dict[str, float]:
-        """ONE optimizer step on ``minibatch`` over the towers; returns its stats
-        (the loss terms, ``total_loss`` and ``grad_gnorm`` before clipping)."""
+        """ONE optimizer step on ``minibatch`` (over the towers, if any); returns its
+        stats (the loss terms, ``total_loss`` and ``grad_gnorm`` before clipping)."""
         loaded = minibatch if isinstance(minibatch, LoadedBatch) else self.load_batch(minibatch)
-        if len(self._towers) == 1 and self._towers[0][0] is self.model:
-            rows = loaded.copies[0] if loaded.rows is None else loaded.tower_shards()[0][1]
-            return self._single_tower_step(rows)
-        params = list(self.model.parameters())
-        shards = loaded.tower_shards()
-        # Each tower's loss is a mean over its real rows (padding left out), so its
-        # gradient weighs by its share of them.
-        real = [float(shard[SEQ_MASK].sum()) if SEQ_MASK in shard else rows
-                for rows, shard in shards]
-        n = sum(real)
-        grads: list[torch.Tensor | None] = [None] * len(params)
-        totals: dict[str, float] = {}
-        for (model, _), (rows, shard), weight in zip(self._towers, shards, real):
-            if weight == 0:
-                continue
-            tower = self
-            if model is not self.model:
-                tower = copy.copy(self)
-                tower.model = model
-            loss, stats = tower._loss(shard)
-            share = weight / n
-            tower_grads = torch.autograd.grad(loss, list(model.parameters()), allow_unused=True)
-            for i, g in enumerate(tower_grads):
-                if g is not None:
-                    g = g.to(params[i].device) * share
-                    grads[i] = g if grads[i] is None else grads[i] + g
-            stats = {k: float(v) for k, v in stats.items()}
-            stats["total_loss"] = float(loss.detach())
-            for k, v in stats.items():
-                totals[k] = totals.get(k, 0.0) + share * v
-        self.optimizer.zero_grad(set_to_none=True)
-        for p, g in zip(params, grads):
-            p.grad = g
-        used = [p for p in params if p.grad is not None]
-        norm = nn.utils.clip_grad_norm_(used, self.grad_clip if self.grad_clip else math.inf)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        if len(self._towers) > 1 or self._towers[0][0] is not self.model:
-            self._sync_towers()
-        totals["grad_gnorm"] = float(norm)
-        return totals
+        if self._towers is not None:
+            return self._towers.sgd_step(self, loaded)
+        return self._single_tower_step(loaded.tensors())
+
+    def loss_on(self, model: nn.Module, train: dict[str, torch.Tensor]
+                ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """``(loss, stats)`` of ``train`` (one tower's rows) computed with ``model``, a
+        copy of :attr:`model` on a tower's device; the stats include
+        ``vf_explained_var`` as learning reports it."""
+        tower = self
+        if model is not self.model:
+            tower = copy.copy(self)
+            tower.model = model
+        return tower._loss(train)
 
     def _single_tower_step(self, train: dict[str, torch.Tensor]) -> dict[str, float]:
         """:meth:`sgd_step` on the policy's own model: the same update (one tower's
@@ -1045,5 +949,5 @@ class TorchPolicy(Postprocessing):
         self._asp_base = base
 
 
-__all__ = ["TorchPolicy", "LoadedBatch", "make_adam", "tower_bounds", "ActingModule",
+__all__ = ["TorchPolicy", "LoadedBatch", "make_adam", "ActingModule",
            "model_obs"]
