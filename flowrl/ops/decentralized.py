@@ -11,8 +11,9 @@ every other remote worker.
 
 State: the shard functions count each worker's training iterations
 (``num_iterations_trained`` in the info, keyed by ``worker_index``) and keep one
-seeded minibatch RNG per worker; the policies keep their ASP base (see
-:meth:`~flowrl.policies.torch_policy.TorchPolicy.asp_get_updates`).
+seeded minibatch RNG per worker; the policies keep their ASP base and pending
+deltas (:mod:`flowrl.policies.asp`), which the seeds' plans read through the
+policies' ``asp_*`` methods as these operators do.
 """
 
 from __future__ import annotations

@@ -48,6 +48,7 @@ from flowrl.models.fcnet import FullyConnectedNetwork
 from flowrl.models.recurrent import LSTMWrapper
 from flowrl.models.sequences import (SEQ_BOOTSTRAP_VALUE, SEQ_LENS, SEQ_MASK, SEQ_WEIGHTS,
                                      cut_sequences, next_values, pad_sequences, sequence_mask)
+from flowrl.policies.asp import SignificantUpdates
 from flowrl.policies.distributions import distribution_for
 from flowrl.policies.numpy_acting import Postprocessing, act
 from flowrl.policies.numpy_forward import (NumpyMLP, ParameterGuard, SnapshotCache, in_chunks,
@@ -398,6 +399,8 @@ class TorchPolicy(Postprocessing):
             self.generator.seed()
         self._optimizer: torch.optim.Adam | None = None  # see the optimizer property
         self._towers = None  # see use_towers
+        #: The ASP base and pending deltas (:mod:`flowrl.policies.asp`).
+        self.asp = SignificantUpdates()
         self._params: tuple[nn.Module, list[nn.Parameter]] | None = None  # (model, its parameters)
         self._values_seen: torch.Tensor | None = None  # the last model_out's values
 
@@ -901,7 +904,7 @@ class TorchPolicy(Postprocessing):
                 raise ConfigError(f"{type(self).__name__}.set_weights: {k!r} has shape "
                                   f"{np.shape(v)}, expected {tuple(own[k].shape)}")
         self.model.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in weights.items()})
-        self._asp_base = {k: np.asarray(v) for k, v in weights.items()}  # ASP: deltas from here
+        self.asp.rebase(weights)  # ASP deltas count from here
 
     def get_state(self) -> dict[str, Any]:
         """Weights, optimizer state and sampling RNG states, for checkpoints."""
@@ -920,33 +923,27 @@ class TorchPolicy(Postprocessing):
         if "action_rng" in state:  # checkpoints from before numpy inference lack it
             self._action_rng.bit_generator.state = state["action_rng"]
 
-    # -- ASP-style significant updates (flowrl.ops.LocalComputeUpdates) -----------
+    # -- the seeds' ASP significant updates (flowrl.ops.LocalComputeUpdates) --------
     def asp_accumulate_grads(self) -> None:
         """Bring the pending parameter deltas up to date: ``current - base``, where the
         base is the weights of the last :meth:`set_weights` plus every delta already
-        sent or received (before any, the weights at the first call)."""
-        current = self.get_weights()
-        if getattr(self, "_asp_base", None) is None:
-            self._asp_base = current
-        self._asp_delta = {k: current[k] - self._asp_base[k] for k in current}
+        sent or received (before any, the weights at the first call); see
+        :mod:`flowrl.policies.asp`."""
+        self.asp.pending(self.get_weights())
 
     def asp_get_updates(self, threshold: float) -> tuple[dict[str, np.ndarray], int]:
         """``({param: delta where |delta| > threshold, else 0}, num_nonzero)`` of the
         pending deltas; what is returned counts as sent (joins the base), the rest
         stays pending and keeps accumulating."""
-        self.asp_accumulate_grads()
-        updates = {k: np.where(np.abs(d) > threshold, d, 0).astype(d.dtype)
-                   for k, d in self._asp_delta.items()}
-        self._asp_base = {k: self._asp_base[k] + u for k, u in updates.items()}
-        return updates, int(sum(np.count_nonzero(u) for u in updates.values()))
+        return self.asp.take(self.get_weights(), threshold)
 
     def asp_apply_updates(self, updates: dict[str, np.ndarray]) -> None:
         """Add another worker's ``updates`` (from :meth:`asp_get_updates`) to the
         weights and the base, leaving this policy's own pending deltas pending."""
-        self.asp_accumulate_grads()
-        base = {k: self._asp_base[k] + updates.get(k, 0) for k in self._asp_base}
-        self.set_weights({k: w + updates.get(k, 0) for k, w in self.get_weights().items()})
-        self._asp_base = base
+        weights = self.asp.received(self.get_weights(), updates)
+        base = self.asp.base
+        self.set_weights(weights)
+        self.asp.base = base  # set_weights rebased: the own pending deltas stay pending
 
 
 __all__ = ["TorchPolicy", "LoadedBatch", "make_adam", "ActingModule",
