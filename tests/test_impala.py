@@ -79,12 +79,6 @@ def test_train_batch_100_reaches_1000_sampled_and_trained(num_gpus, fragment):
     assert info["num_steps_trained"] >= 1000
 
 
-@pytest.mark.ray
-def test_train_batch_100_reaches_1000_on_ray_with_two_fake_gpus(ray_session):
-    with _impala("ray", num_gpus=2, train_batch_size=100, rollout_fragment_length=74) as algo:
-        _wait_for(algo, 1000, 1000)
-
-
 def _alive_actors(class_name: str) -> set[str]:
     from ray._private import state  # the GCS actor table (no dashboard in tests)
     return {a["ActorID"] for a in state.actors().values()
@@ -121,17 +115,15 @@ def test_multi_tier_aggregation_bad_config():
         IMPALAConfig(env="CartPole-v1", num_workers=2, num_aggregation_workers=4)
 
 
-@pytest.mark.parametrize("backend", ["local", RAY])
-def test_multi_gpu_parallel_load(backend, request):
-    with _impala(_backend(backend, request), num_gpus=2, num_data_loader_buffers=2,
+def test_multi_gpu_parallel_load():
+    with _impala("local", num_gpus=2, num_data_loader_buffers=2,
                  train_batch_size=100) as algo:
         _wait_for(algo, 1000, 1000)
         assert len(algo.learner_thread._loaders) == 2
 
 
-@pytest.mark.parametrize("backend", ["local", RAY])
-def test_learner_queue_timeout_with_a_slow_env(backend, request):
-    algo = _impala(_backend(backend, request), env=slow_cartpole,
+def test_learner_queue_timeout_with_a_slow_env():
+    algo = _impala("local", env=slow_cartpole,
                    env_config={"sleep_s": 0.01}, rollout_fragment_length=150,
                    train_batch_size=150, learner_queue_timeout=0.5, num_workers=1)
     try:

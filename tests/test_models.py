@@ -261,10 +261,11 @@ def test_vtrace_runs_time_major_over_sequences_against_a_hand_computed_case():
     np.testing.assert_allclose(vs[:5].numpy(), [2.375, 2.75, 3.5, 1.5, 1.0])
 
 
-@pytest.mark.parametrize("backend", ["local", RAY])
-@pytest.mark.parametrize("algo_cls, config_cls, extra", [
-    (PPO, PPOConfig, {"sgd_minibatch_size": 32, "num_sgd_iter": 2}),
-    (IMPALA, IMPALAConfig, {}), (A3C, A3CConfig, {})])
+@pytest.mark.parametrize("algo_cls, config_cls, extra, backend", [
+    (PPO, PPOConfig, {"sgd_minibatch_size": 32, "num_sgd_iter": 2}, "local"),
+    (IMPALA, IMPALAConfig, {}, "local"), (A3C, A3CConfig, {}, "local"),
+    # A3C on Ray: gradients computed in the worker actors, applied on the driver
+    pytest.param(A3C, A3CConfig, {}, "ray", marks=pytest.mark.ray)])
 def test_lstm_trains_end_to_end(algo_cls, config_cls, extra, backend, request):
     config = config_cls(env="flowrl/CueRecall-v0", env_config={"num_cues": 2, "delay": 2},
                         num_workers=1, backend=_backend(backend, request), seed=0, model=LSTM,

@@ -52,10 +52,7 @@ def test_bad_table_or_env_config_is_a_config_error_naming_the_field():
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("backend", ["local", pytest.param("ray", marks=pytest.mark.ray)])
-def test_a_yaml_spec_trains_one_policy_per_agent(backend, tmp_path, request):
-    if backend == "ray":
-        request.getfixturevalue("ray_session")
+def test_a_yaml_spec_trains_one_policy_per_agent(tmp_path):
     spec = tmp_path / "ma.yaml"
     spec.write_text(textwrap.dedent(f"""
         algo: ppo
@@ -66,7 +63,7 @@ def test_a_yaml_spec_trains_one_policy_per_agent(backend, tmp_path, request):
           multiagent:
             policies: {{p0: null, p1: null}}
             policy_mapping_fn: {{0: p0, 1: p1, 2: p1}}
-          backend: {backend}
+          backend: local
           num_workers: 1
           num_envs_per_worker: 2
           rollout_fragment_length: 32

@@ -153,11 +153,8 @@ def test_standardize_advantages_is_checked():
         PPOConfig(env="CartPole-v1", standardize_advantages="all")
 
 
-@pytest.mark.parametrize("backend", ["local", pytest.param("ray", marks=pytest.mark.ray)])
-def test_ppo_plan_standardizes_per_minibatch_in_the_policy(backend, request):
-    if backend == "ray":
-        request.getfixturevalue("ray_session")
-    algo = PPO(PPOConfig(env="CartPole-v1", backend=backend, num_workers=1,
+def test_ppo_plan_standardizes_per_minibatch_in_the_policy():
+    algo = PPO(PPOConfig(env="CartPole-v1", num_workers=1,
                          num_envs_per_worker=2, rollout_fragment_length=32,
                          train_batch_size=128, sgd_minibatch_size=32, num_sgd_iter=2,
                          standardize_advantages="minibatch", seed=0, num_cpus_per_worker=0))
