@@ -12,7 +12,7 @@ its slowest slot. Results are ordered by episode index, whatever finished first.
 
 :func:`play_episodes` is the one episode loop (one batched policy forward per
 step over the slots still playing; a recurrent policy carries its state per
-slot). Envs are made for evaluation (Atari: whole games, raw scores). With a
+slot), built on the samplers' shared step (:mod:`flowrl.workers.env_loop`). Envs are made for evaluation (Atari: whole games, raw scores). With a
 seed, episode ``e`` resets with ``seed + e``, so an evaluation repeats exactly.
 
 :class:`Evaluation` is the plan step an :class:`~flowrl.algorithms.Algorithm`
@@ -45,7 +45,7 @@ import gymnasium as gym
 import numpy as np
 
 from flowrl.errors import ConfigError
-from flowrl.workers.episode import SINGLE_AGENT_ID, Episode
+from flowrl.workers.env_loop import Acting, Episodes, defers_vf_preds
 
 #: An episode longer than this many steps is cut there (an env without a time
 #: limit cannot hang an evaluation).
@@ -73,15 +73,6 @@ def assign_episodes(episodes: Sequence[int], slots: Sequence[tuple[int, int]]
     return out
 
 
-def _stack(parts: list) -> Any:
-    """Rows ``parts`` as one batch; None rows (an episode's first step) become zeros
-    (None when every row is)."""
-    known = next((p for p in parts if p is not None), None)
-    if known is None:
-        return None
-    return np.stack([np.zeros_like(known) if p is None else p for p in parts])
-
-
 def play_episodes(envs: Sequence[Any], policy, schedule: Sequence[Sequence[int]], *,
                   explore: bool = False, seed: int | None = None,
                   max_steps: int = MAX_EPISODE_STEPS,
@@ -107,81 +98,54 @@ def play_episodes(envs: Sequence[Any], policy, schedule: Sequence[Sequence[int]]
     >>> [e["episode"] for e in out], all(e["episode_len"] > 0 for e in out)
     ([0, 1, 2], True)
     """
-    from flowrl.inference import env_action
-    from flowrl.workers.sampler import defers_vf_preds
     if len(schedule) > len(envs):
         raise ConfigError(f"play_episodes: a schedule for {len(schedule)} envs, but "
                           f"{len(envs)} envs")
-    space = envs[0].action_space if envs else None
-    recurrent = bool(getattr(policy, "is_recurrent", False))
-    lean = {} if recurrent or not defers_vf_preds(policy) else {"vf_preds": False}
-    initial = [np.asarray(s) for s in policy.get_initial_state()] if recurrent else []
+    n = len(schedule)
+    acting = Acting(policy, envs[0].action_space if envs else None, explore=explore,
+                    num_rows=n)
+    lean = not acting.recurrent and defers_vf_preds(policy)
+    episodes = Episodes(n, callbacks)
     queues = [list(s) for s in schedule]
-    # Per env: the episode it plays (None: done), its observation, return, length,
-    # and for recurrent policies its state, previous action and reward.
-    episode: list[int | None] = [None] * len(queues)
-    obs: list[Any] = [None] * len(queues)
-    ret = [0.0] * len(queues)
-    length = [0] * len(queues)
-    state: list[list[np.ndarray]] = [list(initial) for _ in queues]
-    prev_action: list[Any] = [None] * len(queues)
-    prev_reward = [0.0] * len(queues)
+    obs: list[Any] = [None] * n  # per slot: its current observation
     out: list[dict[str, Any]] = []
-    live: list[Any] = [None] * len(queues)  # per env: its Episode, with callbacks
 
-    def begin(i: int) -> None:
+    def begin(i: int) -> bool:
+        """Slot ``i``'s next episode from a fresh reset; False when it has played all."""
         if not queues[i]:
-            episode[i] = None
-            return
-        e = episode[i] = queues[i].pop(0)
+            return False
+        e = queues[i].pop(0)
         obs[i], info = envs[i].reset(seed=None if seed is None else seed + e)
-        ret[i], length[i] = 0.0, 0
-        state[i], prev_action[i], prev_reward[i] = list(initial), None, 0.0
-        if callbacks is not None:
-            pid = next(iter(callbacks.policies))
-            live[i] = Episode(e, i, lambda agent_id, episode: pid)
-            live[i]._last[SINGLE_AGENT_ID] = (obs[i], None, 0.0, info)
-            callbacks.start(live[i])
+        episodes.begin(i, obs[i], info, episode_id=e)
+        return True
 
-    for i in range(len(queues)):
-        begin(i)
-    while True:
-        active = [i for i, e in enumerate(episode) if e is not None]
-        if not active:
-            break
-        batch = np.stack([np.asarray(obs[i]) for i in active])
-        if recurrent:
-            actions, extra = policy.compute_actions(
-                batch, explore,
-                state_batches=[np.stack([state[i][k] for i in active])
-                               for k in range(len(initial))],
-                prev_actions=_stack([prev_action[i] for i in active]),
-                prev_rewards=np.asarray([prev_reward[i] for i in active], np.float32))
-        else:
-            actions, extra = policy.compute_actions(batch, explore, **lean)
-        for row, i in enumerate(active):
-            action = actions[row]
-            step_action = env_action(space, action)
-            obs[i], reward, terminated, truncated, info = envs[i].step(step_action)
-            ret[i] += float(reward)
-            length[i] += 1
-            entry = {"episode": episode[i], "episode_reward": ret[i], "episode_len": length[i]}
-            ended = terminated or truncated or length[i] >= max_steps
-            if callbacks is not None:
-                live[i].length = length[i]
-                live[i].agent_rewards[SINGLE_AGENT_ID] = ret[i]
-                live[i]._last[SINGLE_AGENT_ID] = (obs[i], action, float(reward), info)
-                callbacks.step(live[i])
-                if ended:
-                    callbacks.end(live[i])
-                    entry.update(live[i].finished_stats())
-            if recurrent:
-                state[i] = [np.asarray(extra[f"state_out_{k}"][row])
-                            for k in range(len(initial))]
-                prev_action[i], prev_reward[i] = np.asarray(action), float(reward)
-            if ended:
-                out.append(entry)
-                begin(i)
+    playing = [i for i in range(n) if begin(i)]  # the slots with an episode under way
+    while playing:
+        actions, extra = acting.act(np.stack([np.asarray(obs[i]) for i in playing]),
+                                    lean=lean, rows=playing)
+        to_env = acting.to_env(actions)
+        rewards = np.zeros(len(playing))
+        ended = np.zeros(len(playing), bool)
+        still = []
+        for row, i in enumerate(playing):
+            obs[i], reward, terminated, truncated, info = envs[i].step(to_env[row])
+            rewards[row] = reward = float(reward)
+            episodes.t[i] += 1
+            episodes.ret[i] += reward
+            length = int(episodes.t[i])
+            ended[row] = done = bool(terminated or truncated or length >= max_steps)
+            if episodes.callbacks is not None:
+                episodes.step(i, obs[i], actions[row], reward, info, done)
+            if not done:
+                still.append(i)
+                continue
+            out.append(episodes.finish(i, {"episode": int(episodes.eps_id[i]),
+                                           "episode_reward": float(episodes.ret[i]),
+                                           "episode_len": length}))
+            if begin(i):
+                still.append(i)
+        acting.advance(extra, actions, rewards, ended, rows=playing)
+        playing = still
     return sorted(out, key=lambda e: e["episode"])
 
 

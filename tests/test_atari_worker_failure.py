@@ -33,7 +33,7 @@ class GamePoints(DefaultCallbacks):
 
 
 def _steps_into_game(worker):
-    return worker.sampler._ep_t.tolist()
+    return worker.sampler.episodes.t.tolist()
 
 
 @pytest.mark.timeout(300)

@@ -1,10 +1,11 @@
 """``Episode``: one env episode as the policy mapping and the callbacks see it.
 
-Both samplers use this one type. The multi-agent sampler makes one per episode
-always (``policy_mapping_fn(agent_id, episode)`` takes it); the single-agent
-sampler makes them only when episode callbacks are configured
-(:class:`~flowrl.callbacks.DefaultCallbacks`), so the default path tracks
-episodes in numpy arrays and builds no Python object per episode.
+Every env-stepping loop uses this one type. The multi-agent sampler makes one per
+episode always (``policy_mapping_fn(agent_id, episode)`` takes it); the
+single-agent sampler and evaluation make them only when episode callbacks are
+configured (:class:`~flowrl.callbacks.DefaultCallbacks`), so the default path
+tracks episodes in numpy arrays (:class:`~flowrl.workers.env_loop.Episodes`) and
+builds no Python object per episode.
 
 What a callback may use (RLlib 1.x names): ``episode_id`` (the rows' ``eps_id``),
 ``env_index``, ``length`` (env steps so far), ``agent_rewards`` (agent id ->
@@ -32,7 +33,8 @@ class Episode:
     ``mapping(agent_id, episode) -> policy id`` answers :meth:`policy_for`, once per
     agent (cached). The ``last_*_for`` accessors answer for the latest env step
     (after a reset: the first observation, action None, reward 0.0); samplers
-    record them only when episode callbacks are configured, else they are None.
+    record them (:meth:`record`) only when episode callbacks are configured, else
+    they are None.
 
     >>> e = Episode(7, 0, lambda agent, episode: f"p{agent % 2}")
     >>> e.policy_for(3), e.policy_for(3), e.episode_id
@@ -90,6 +92,20 @@ class Episode:
         """The info dict the env returned for ``agent_id`` at the latest step."""
         info = self._latest(agent_id, 3)
         return info() if callable(info) else info
+
+    def record(self, agent_id: Any, obs: Any, action: Any, reward: float | None,
+               info: Any) -> None:
+        """Set what the ``last_*_for(agent_id)`` accessors answer: the latest env step
+        of ``agent_id`` (after a reset: its first observation, action None, reward
+        0.0). ``info`` may be a zero-argument callable, called only when asked.
+        Samplers call it (with callbacks only).
+
+        >>> e = Episode(0, 0, lambda agent, episode: "p")
+        >>> e.record("a", [1.0], 2, 0.5, lambda: {"k": 1})
+        >>> e.last_action_for("a"), e.last_info_for("a")
+        (2, {'k': 1})
+        """
+        self._last[agent_id] = (obs, action, reward, info)
 
     def _latest(self, agent_id: Any, k: int) -> Any:
         last = self._last.get(agent_id)

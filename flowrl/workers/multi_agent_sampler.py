@@ -46,6 +46,11 @@ completed episodes are buffered as ``{"episode_reward", "episode_len",
 return of each agent that policy played) until
 :meth:`MultiAgentSampler.episode_stats` drains them.
 
+Each policy acts through the shared env-stepping loop's
+:class:`~flowrl.workers.env_loop.Acting` (the forward, the actions as the env
+takes them); this module adds what only multi-agent envs need: the grouping by
+policy, turn-taking and the per-policy rows.
+
 Callbacks (``callbacks``, an :class:`~flowrl.callbacks.EpisodeCallbacks`, or None):
 each episode's start runs once its env was reset (the first ones at the first
 ``sample()``), its step after each env step (the agents' latest observation,
@@ -65,8 +70,9 @@ import numpy as np
 
 from flowrl.batch import MultiAgentBatch, SampleBatch
 from flowrl.errors import ConfigError, OperatorError
+from flowrl.workers.env_loop import Acting, defers_vf_preds
 from flowrl.workers.episode import Episode
-from flowrl.workers.sampler import defers_vf_preds, postprocess_trajectories
+from flowrl.workers.sampler import postprocess_trajectories
 
 SB = SampleBatch
 
@@ -194,8 +200,9 @@ class MultiAgentSampler:
 
     Actions reach the env as Python ints for ``Discrete`` policies (the type
     ``Discrete.contains`` checks first) and as numpy rows otherwise (``Box``
-    actions clipped to the policy's bounds); the batch keeps the policy's numpy
-    actions, unclipped. ``callbacks``: see the module docstring.
+    actions clipped to the policy's bounds:
+    :meth:`~flowrl.workers.env_loop.Acting.to_env`); the batch keeps the policy's
+    numpy actions, unclipped. ``callbacks``: see the module docstring.
     """
 
     def __init__(self, envs: list, policies: dict[str, Any],
@@ -210,22 +217,24 @@ class MultiAgentSampler:
         self._next_eps = eps_id_base
         self._episodes: list[dict] = []
         self._checked: set[tuple[Any, str]] = set()
-        self._clips = {pid: (p.action_space.low, p.action_space.high)
-                       for pid, p in policies.items()
-                       if isinstance(p.action_space, gym.spaces.Box)}
-        self._discrete = {pid for pid, p in policies.items()
-                          if isinstance(p.action_space, gym.spaces.Discrete)}
+        # per policy: its acting (actions reach the env in the policy's action space)
+        self._acting = {pid: Acting(p, p.action_space, explore=explore)
+                        for pid, p in policies.items()}
         self._agent_index = [{a: i for i, a in enumerate(env.possible_agents)} for env in envs]
         self._obs: list[dict] = []
         self._episode: list[Episode] = []
         self._done_agents: list[set] = []  # per env: agents done in its current episode
         self._carry: list[_Carried] = []
-        self.num_forwards = 0
         for k in range(len(envs)):
             self._obs.append({})
             self._episode.append(None)  # type: ignore[arg-type]
             self._done_agents.append(set())
             self._reset(k, None if seed is None else seed + k)
+
+    @property
+    def num_forwards(self) -> int:
+        """The policies' ``compute_actions`` calls so far."""
+        return sum(a.num_forwards for a in self._acting.values())
 
     def _map(self, agent_id: Any, episode: Episode) -> str:
         pid = self.policy_mapping_fn(agent_id, episode)
@@ -256,7 +265,7 @@ class MultiAgentSampler:
         self._done_agents[k].clear()
         if self.callbacks is not None:
             for agent, o in obs.items():
-                episode._last[agent] = (o, None, 0.0, infos.get(agent, {}))
+                episode.record(agent, o, None, 0.0, infos.get(agent, {}))
             if self._started:
                 self.callbacks.start(episode)
 
@@ -289,8 +298,9 @@ class MultiAgentSampler:
         # per env: agent -> (pid, row) of its open row (its next observation not yet seen)
         open_rows: list[dict] = [{} for _ in self.envs]
         self._start_fragment(rows, trajs, traj_of, open_rows)
-        policies, explore, clips = self.policies, self.explore, self._clips
-        discrete = self._discrete
+        policies, acting = self.policies, self._acting
+        for pid, a in acting.items():  # the worker may have swapped a replica for the policy
+            a.policy = policies[pid]
         deferred = {pid for pid, p in policies.items() if defers_vf_preds(p)}
         n_envs, env_obs, episodes = len(self.envs), self._obs, self._episode
         env_range = range(n_envs)
@@ -298,12 +308,9 @@ class MultiAgentSampler:
             # Group the acting agents of all envs by policy: ONE forward per policy.
             groups: dict[str, tuple[list, list, list]] = {}  # pid -> (obs, env, agent)
             for k in env_range:
-                episode = episodes[k]
-                cached = episode._policies
+                policy_for = episodes[k].policy_for
                 for agent, o in env_obs[k].items():
-                    pid = cached.get(agent)
-                    if pid is None:
-                        pid = episode.policy_for(agent)
+                    pid = policy_for(agent)
                     g = groups.get(pid)
                     if g is None:
                         g = groups[pid] = ([], [], [])
@@ -313,12 +320,9 @@ class MultiAgentSampler:
             actions: list[dict] = [{} for _ in env_range]
             for pid, (obs_list, ks, agents) in groups.items():
                 obs = np.array(obs_list)  # np.stack costs several times more on short lists
-                acts, extra = (policies[pid].compute_actions(obs, explore, vf_preds=False)
-                               if pid in deferred else policies[pid].compute_actions(obs, explore))
-                self.num_forwards += 1
-                clip = clips.get(pid)
-                env_acts = (np.asarray(acts).tolist() if pid in discrete
-                            else np.clip(acts, *clip) if clip is not None else acts)
+                a = acting[pid]
+                acts, extra = a.act(obs, lean=pid in deferred)
+                env_acts = a.to_env(acts)
                 if n_envs == 1:
                     actions[0].update(zip(agents, env_acts))
                 else:
@@ -349,11 +353,11 @@ class MultiAgentSampler:
         obs, rewards, terms, truncs, infos = self.envs[k].step(actions)
         t = episode.length
         returns = episode.agent_rewards
-        mapped = episode._policies
+        policy_for = episode.policy_for
         for agent in actions:
             r = float(rewards.get(agent, 0.0))
             returns[agent] = returns.get(agent, 0.0) + r
-            pid = mapped[agent]
+            pid = policy_for(agent)
             ti = traj_of.get(agent)
             if ti is None:
                 ti = traj_of[agent] = len(trajs)
@@ -371,9 +375,9 @@ class MultiAgentSampler:
                     returns[agent] += float(r)
         episode.length = t + 1
         if self.callbacks is not None:
-            last = episode._last
             for agent in {*obs, *actions}:
-                last[agent] = (obs.get(agent, last.get(agent, (None,))[0]), actions.get(agent),
+                episode.record(agent, obs[agent] if agent in obs
+                               else episode.last_observation_for(agent), actions.get(agent),
                                float(rewards.get(agent, 0.0)), infos.get(agent, {}))
             self.callbacks.step(episode)
         done_agents = self._done_agents[k]
@@ -395,11 +399,11 @@ class MultiAgentSampler:
         if all_term or all_trunc:
             per_policy: dict[str, list[float]] = {}
             for agent, ret in returns.items():
-                per_policy.setdefault(mapped[agent], []).append(ret)
+                per_policy.setdefault(policy_for(agent), []).append(ret)
             entry = {
                 "episode_reward": float(sum(returns.values())), "episode_len": episode.length,
                 "policy_rewards": per_policy,
-                "agent_rewards": {a: (mapped[a], ret) for a, ret in returns.items()}}
+                "agent_rewards": {a: (policy_for(a), ret) for a, ret in returns.items()}}
             if self.callbacks is not None:
                 self.callbacks.end(episode)
                 entry.update(episode.finished_stats())

@@ -22,27 +22,37 @@ and APPO) gets, from envs that give frame stacks (``frame_stacks``: every row's
 newest frame of each ``new_obs`` (column ``new_frame``) and rebuilds the stacks
 it needs.
 
-Recurrent policies (``policy.is_recurrent``): the sampler carries each env's
-model state and previous action and reward from step to step, resets them at
-episode starts, and records ``state_in_*``/``state_out_*`` (the state before and
-after each step), ``prev_actions`` and ``prev_rewards`` per row; values for
-bootstrapping are computed from the state after the step before them.
+Each vector step is the shared env-stepping loop's step
+(:mod:`flowrl.workers.env_loop`): :class:`~flowrl.workers.env_loop.Acting` acts
+(one batched forward), gives the actions as the envs take them and carries a
+recurrent policy's state; :class:`~flowrl.workers.env_loop.Episodes` counts each
+env's episode and runs the episode callbacks. This module adds what only
+fragments need: the ``(T, N)`` buffers, the bootstrap values and the
+postprocessing.
 
-State kept between calls: the current observations, and per env the episode id,
-step within the episode and running return. Completed episodes are buffered as
-``{"episode_reward", "episode_len"}`` dicts until :meth:`VectorSampler.episode_stats`
-drains them. Numpy buffers of shape ``(T, N, ...)`` are allocated once and reused.
+Recurrent policies (``policy.is_recurrent``): each env's model state and previous
+action and reward are carried from step to step and reset at episode starts; the
+batch records ``state_in_*``/``state_out_*`` (the state before and after each
+step), ``prev_actions`` and ``prev_rewards`` per row; values for bootstrapping are
+computed from the state after the step before them.
+
+State kept between calls: the current observations and the vector env's reset
+infos, the :class:`~flowrl.workers.env_loop.Acting` and
+:class:`~flowrl.workers.env_loop.Episodes` (``acting``, ``episodes``: per env the
+episode id, step within the episode and running return). Completed episodes are
+buffered as ``{"episode_reward", "episode_len"}`` dicts until
+:meth:`VectorSampler.episode_stats` drains them. Numpy buffers of shape
+``(T, N, ...)`` are allocated once and reused.
 
 Callbacks (``callbacks``, an :class:`~flowrl.callbacks.EpisodeCallbacks`, or None):
-only then does the sampler keep an :class:`~flowrl.workers.Episode` per env
-(``_live``), record each step's observation, action, reward and info in it (the
-info is read from the vector env's only when a callback asks), run the episode
-hooks (starts at the first ``sample()``, a step after every vector step, an end
-when the episode ends, then the next episode's start) and add the episode's
-custom metrics to its entry. Without callbacks none of this runs. With
-``episode_infos`` the callbacks see the training episodes (Atari: lives) and a
-reported game carries the custom metrics of its lives (a later life's value of a
-metric replaces an earlier one's).
+only then is there an :class:`~flowrl.workers.Episode` per env, recording each
+step's observation, action, reward and info (the info is read from the vector
+env's only when a callback asks); the episode hooks run (starts at the first
+``sample()``, a step after every vector step, an end when the episode ends, then
+the next episode's start) and the episode's custom metrics join its entry.
+Without callbacks none of this runs. With ``episode_infos`` the callbacks see
+the training episodes (Atari: lives) and a reported game carries the custom
+metrics of its lives (a later life's value of a metric replaces an earlier one's).
 """
 
 from __future__ import annotations
@@ -56,7 +66,7 @@ import numpy as np
 from flowrl.batch import SampleBatch
 from flowrl.errors import FlowError
 from flowrl.replay.frames import is_frame_stack
-from flowrl.workers.episode import SINGLE_AGENT_ID, Episode, merge_finished_stats
+from flowrl.workers.env_loop import Acting, Episodes, defers_vf_preds
 
 SB = SampleBatch
 
@@ -84,35 +94,6 @@ def postprocess_trajectories(policy, batch: SampleBatch, ends, last_values) -> S
     return parts[0] if len(parts) == 1 else SampleBatch.concat_samples(parts)
 
 
-def defers_vf_preds(policy) -> bool:
-    """Whether a sampler may act with ``compute_actions(..., vf_preds=False)`` and fill
-    the ``vf_preds`` column with one ``policy.value`` call per fragment instead of one
-    value forward per step.
-
-    True for policies whose ``compute_actions`` and ``value`` are
-    :class:`~flowrl.policies.TorchPolicy`'s own and whose value network is separate
-    from the policy network (the built-in MLP: values cost no extra policy
-    forward), and for their numpy replicas
-    (:mod:`flowrl.policies.replica`); a policy that overrides either, or
-    whose ``compute_actions`` was replaced on the instance, is called as before.
-    The weights do not change within a ``sample()`` call, so the column holds the
-    same values either way (up to float rounding).
-
-    >>> from flowrl.policies import DQNPolicy, PPOPolicy
-    >>> box, two = gym.spaces.Box(-1, 1, (2,)), gym.spaces.Discrete(2)
-    >>> defers_vf_preds(PPOPolicy(box, two)), defers_vf_preds(DQNPolicy(box, two))
-    (True, False)
-    """
-    from flowrl.policies.replica import NumpyActingPolicy
-    if type(policy) is NumpyActingPolicy:  # a replica of a TorchPolicy (no torch import)
-        return not policy.materialized or defers_vf_preds(policy.materialize())
-    from flowrl.policies.torch_policy import TorchPolicy
-    cls = type(policy)
-    return (isinstance(policy, TorchPolicy) and cls.compute_actions is TorchPolicy.compute_actions
-            and cls.value is TorchPolicy.value and "compute_actions" not in vars(policy)
-            and policy.separate_value_network)
-
-
 class VectorSampler:
     """Collects postprocessed fragments from ``venv`` with ``policy``.
 
@@ -122,9 +103,10 @@ class VectorSampler:
     (gymnasium's ``RecordEpisodeStatistics`` beneath wrappers that end training
     episodes early or change rewards, as Atari's episodic life and reward
     clipping do: whole games, raw scores) instead of the sampler's own counts.
-    ``num_forwards`` counts the policy's ``compute_actions`` calls. ``Discrete`` actions reach the
-    envs as Python ints (as in the multi-agent sampler), ``Box`` actions as numpy
-    rows clipped to the bounds; the batch keeps the policy's numpy actions.
+    ``num_forwards`` counts the policy's ``compute_actions`` calls. ``Discrete`` actions
+    reach the envs as Python ints, ``Box`` actions as numpy rows clipped to the
+    bounds (:meth:`~flowrl.workers.env_loop.Acting.to_env`); the batch keeps the
+    policy's numpy actions.
     ``callbacks``: see the module docstring. ``step_error(e)``, when given, is the
     error to raise (``e`` chained) for an exception ``e`` of the vector env's
     ``step`` that is not a FlowError (a worker's names the env and the worker).
@@ -140,40 +122,40 @@ class VectorSampler:
                  episode_infos: bool = False, callbacks: Any = None,
                  step_error: Callable[[Exception], Exception] | None = None,
                  frame_stacks: bool = False):
-        self.venv, self.policy = venv, policy
+        self.venv = venv
         self.step_error = step_error
         self.frame_stacks = frame_stacks
         self.episode_infos = episode_infos
-        self.explore = explore
         self.num_envs, self.fragment_length = venv.num_envs, fragment_length
-        space = venv.single_action_space
-        self._clip = (space.low, space.high) if isinstance(space, gym.spaces.Box) else None
-        self._discrete = isinstance(space, gym.spaces.Discrete)
-        self._obs, infos = venv.reset(seed=seed)
-        n = self.num_envs
-        self._next_eps = eps_id_base
-        self._eps_id = np.arange(n, dtype=np.int64) + eps_id_base
-        self._next_eps += n
-        self._ep_t = np.zeros(n, dtype=np.int64)
-        self._ep_ret = np.zeros(n, dtype=np.float64)
+        self._obs, self._reset_infos = venv.reset(seed=seed)
+        #: the policy acting for the envs (state per env for a recurrent policy)
+        self.acting = Acting(policy, venv.single_action_space, explore=explore,
+                             num_rows=self.num_envs)
+        #: each env's episode: id, steps, return (and its Episode with callbacks)
+        self.episodes = Episodes(self.num_envs, callbacks, first_id=eps_id_base)
+        self._started = False  # whether the first episodes' start hooks ran
         self._episodes: list[dict] = []
-        #: Recurrent policies: the state each env's next step starts from, and the
-        #: previous action and reward (zeros at an episode's start).
-        self.recurrent = bool(getattr(policy, "is_recurrent", False))
-        if self.recurrent:
-            self._initial = [np.asarray(s) for s in policy.get_initial_state()]
-            self._state = [np.repeat(s[None], n, axis=0) for s in self._initial]
-            self._prev_actions: np.ndarray | None = None
-            self._prev_rewards = np.zeros(n, np.float32)
         self._buf: dict[str, np.ndarray] | None = None
         self._buf_deferred: bool | None = None
-        self.num_forwards = 0
-        self.callbacks = callbacks
-        if callbacks is not None:
-            self._live: list[Episode] | None = None  # per env, from the first sample()
-            self._reset_infos = infos
-            self._ended: dict[int, dict] = {}  # env -> finished_stats(), this step
-            self._carried: dict[int, dict] = {}  # env -> stats of lives not yet reported
+
+    @property
+    def policy(self):
+        """The acting policy (a worker may replace it between samples)."""
+        return self.acting.policy
+
+    @policy.setter
+    def policy(self, policy) -> None:
+        self.acting.policy = policy
+
+    @property
+    def callbacks(self) -> Any:
+        """The :class:`~flowrl.callbacks.EpisodeCallbacks` the sampler runs, or None."""
+        return self.episodes.callbacks
+
+    @property
+    def num_forwards(self) -> int:
+        """The policy's ``compute_actions`` calls so far."""
+        return self.acting.num_forwards
 
     def _allocate(self, actions: np.ndarray, extra: dict) -> dict[str, np.ndarray]:
         T, N = self.fragment_length, self.num_envs
@@ -190,47 +172,37 @@ class VectorSampler:
                SB.T: np.empty((T, N), np.int64)}
         buf.update({k: like(v) for k, v in extra.items()})
         buf.setdefault(SB.VF_PREDS, np.empty((T, N), np.float32))
-        if self.recurrent:
-            buf.update({f"state_in_{i}": like(s) for i, s in enumerate(self._state)})
+        if self.acting.recurrent:
+            buf.update({f"state_in_{i}": like(s) for i, s in enumerate(self.acting.state)})
             buf[SB.PREV_ACTIONS] = like(actions)
             buf[SB.PREV_REWARDS] = np.empty((T, N), np.float32)
         return buf
 
     def sample(self) -> SampleBatch:
         """``num_envs * fragment_length`` postprocessed rows, env-major."""
-        policy, venv, T = self.policy, self.venv, self.fragment_length
-        obs, clip, explore, discrete = self._obs, self._clip, self.explore, self._discrete
-        eps_id, ep_t, ep_ret = self._eps_id, self._ep_t, self._ep_ret
-        defer = defers_vf_preds(policy)
+        venv, T, acting, episodes = self.venv, self.fragment_length, self.acting, self.episodes
+        obs = self._obs
+        eps_id, ep_t, ep_ret = episodes.eps_id, episodes.t, episodes.ret
+        defer = defers_vf_preds(acting.policy)
         buf = self._buf if self._buf_deferred == defer else None
-        recurrent = self.recurrent
-        callbacks = self.callbacks
-        if callbacks is not None and self._live is None:
-            self._live = [None] * self.num_envs  # type: ignore[list-item]
+        recurrent = acting.recurrent
+        callbacks = episodes.callbacks
+        if callbacks is not None and not self._started:
+            self._started = True
             for i in range(self.num_envs):
-                self._start_episode(i, obs[i], self._reset_infos)
+                episodes.start(i, obs[i], functools.partial(vector_info, self._reset_infos, i))
         for step in range(T):
-            if recurrent:
-                actions, extra = policy.compute_actions(
-                    obs, explore, state_batches=self._state, prev_actions=self._prev_actions,
-                    prev_rewards=self._prev_rewards)
-                if self._prev_actions is None:
-                    self._prev_actions = np.zeros_like(actions)
-            else:
-                actions, extra = (policy.compute_actions(obs, explore, vf_preds=False) if defer
-                                  else policy.compute_actions(obs, explore))
+            actions, extra = acting.act(obs, lean=defer)
             if buf is None:
                 buf = self._buf = self._allocate(actions, extra)
                 self._buf_deferred = defer
             if recurrent:
-                for i, s in enumerate(self._state):
+                for i, s in enumerate(acting.state):
                     buf[f"state_in_{i}"][step] = s
-                buf[SB.PREV_ACTIONS][step] = self._prev_actions
-                buf[SB.PREV_REWARDS][step] = self._prev_rewards
+                buf[SB.PREV_ACTIONS][step] = acting.prev_actions
+                buf[SB.PREV_REWARDS][step] = acting.prev_rewards
             try:
-                next_obs, rewards, terms, truncs, infos = venv.step(
-                    np.asarray(actions).tolist() if discrete
-                    else np.clip(actions, *clip) if clip is not None else actions)
+                next_obs, rewards, terms, truncs, infos = venv.step(acting.to_env(actions))
             except FlowError:
                 raise
             except Exception as e:
@@ -251,17 +223,13 @@ class VectorSampler:
             ep_t += 1
             ep_ret += rewards
             done = terms | truncs
-            if recurrent:
-                self._state = [extra[f"state_out_{i}"].copy() for i in range(len(self._state))]
-                self._prev_actions = np.array(actions)
-                self._prev_rewards = np.asarray(rewards, np.float32).copy()
-                if done.any():
-                    for s, init in zip(self._state, self._initial):
-                        s[done] = init
-                    self._prev_actions[done] = 0
-                    self._prev_rewards[done] = 0.0
+            acting.advance(extra, actions, rewards, done)
             if callbacks is not None:
-                self._step_episodes(actions, rewards, infos, next_obs, done)
+                final, final_info = infos.get("final_obs"), infos.get("final_info", {})
+                for i, ended in enumerate(done.tolist()):
+                    episodes.step(i, final[i] if ended else next_obs[i], actions[i],
+                                  float(rewards[i]), functools.partial(
+                                      vector_info, final_info if ended else infos, i), ended)
             if done.any():
                 final = infos["final_obs"]
                 final_info = infos.get("final_info", {}) if self.episode_infos else {}
@@ -275,58 +243,13 @@ class VectorSampler:
                         game = final_info["episode"]
                         entry = {"episode_reward": float(game["r"][i]),
                                  "episode_len": int(game["l"][i])}
-                    if callbacks is not None:
-                        self._add_episode_stats(i, entry)
+                    entry = episodes.finish(i, entry)
                     if entry is not None:
                         self._episodes.append(entry)
-                    eps_id[i] = self._next_eps
-                    self._next_eps += 1
-                    ep_t[i] = 0
-                    ep_ret[i] = 0.0
-                    if callbacks is not None:
-                        self._start_episode(i, next_obs[i], infos)
+                    episodes.begin(i, next_obs[i], functools.partial(vector_info, infos, i))
             obs = next_obs
         self._obs = obs
-        self.num_forwards += T
         return self._postprocess(buf, defer)
-
-    # -- episode callbacks (only with callbacks) ------------------------------------
-    def _start_episode(self, i: int, obs: Any, infos: dict) -> None:
-        pid = next(iter(self.callbacks.policies))
-        episode = Episode(int(self._eps_id[i]), i, lambda agent_id, episode: pid)
-        episode._last[SINGLE_AGENT_ID] = (obs, None, 0.0,
-                                          functools.partial(vector_info, infos, i))
-        self._live[i] = episode
-        self.callbacks.start(episode)
-
-    def _step_episodes(self, actions, rewards, infos: dict, next_obs, done) -> None:
-        """The step's outcome into each env's Episode, its step hook, and the end hook
-        of the episodes it ended (their stats kept in ``_ended`` for their entry)."""
-        callbacks, live = self.callbacks, self._live
-        final, final_info = infos.get("final_obs"), infos.get("final_info", {})
-        for i, episode in enumerate(live):
-            episode.length = int(self._ep_t[i])
-            episode.agent_rewards[SINGLE_AGENT_ID] = float(self._ep_ret[i])
-            ended = bool(done[i])
-            episode._last[SINGLE_AGENT_ID] = (
-                final[i] if ended else next_obs[i], actions[i], float(rewards[i]),
-                functools.partial(vector_info, final_info if ended else infos, i))
-            callbacks.step(episode)
-            if ended:
-                callbacks.end(episode)
-                self._ended[i] = episode.finished_stats()
-
-    def _add_episode_stats(self, i: int, entry: dict | None) -> None:
-        """The custom metrics of env ``i``'s ended episode into its ``entry``; with
-        ``episode_infos`` (``entry`` None until the game ends) carried to the game's."""
-        stats = self._ended.pop(i)
-        carried = self._carried.pop(i, None)
-        if carried is not None:
-            stats = merge_finished_stats(carried, stats)
-        if entry is not None:
-            entry.update(stats)
-        elif stats:
-            self._carried[i] = stats
 
     def _postprocess(self, buf: dict[str, np.ndarray], deferred: bool) -> SampleBatch:
         T, N = self.fragment_length, self.num_envs
@@ -337,14 +260,15 @@ class VectorSampler:
         parts = [self._obs, buf[SB.NEXT_OBS][steps, envs]]
         if deferred:
             parts.append(buf[SB.OBS].reshape(T * N, *buf[SB.OBS].shape[2:]))
-        if self.recurrent:  # each from the state after the step before it
+        acting = self.acting
+        if acting.recurrent:  # each from the state after the step before it
             values = self.policy.value(
                 np.concatenate(parts),
                 state_batches=[np.concatenate([s, buf[f"state_out_{i}"][steps, envs]])
-                               for i, s in enumerate(self._state)],
-                prev_actions=np.concatenate([self._prev_actions,
+                               for i, s in enumerate(acting.state)],
+                prev_actions=np.concatenate([acting.prev_actions,
                                              buf[SB.ACTIONS][steps, envs]]),
-                prev_rewards=np.concatenate([self._prev_rewards,
+                prev_rewards=np.concatenate([acting.prev_rewards,
                                              buf[SB.REWARDS][steps, envs]]))
         else:
             values = self.policy.value(np.concatenate(parts))
