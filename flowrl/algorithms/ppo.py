@@ -28,9 +28,7 @@ from flowrl.ops import (ConcatBatches, MultiGPUTrainOneStep, ParallelRollouts,
                         StandardizeFields, StandardMetricsReporting, TrainOneStep, UpdateKL,
                         UpdateLR)
 from flowrl.ops.train_ops import piecewise_lr
-
-# The policy's choices, spelled out here so that a config validates without torch.
-STANDARDIZE_ADVANTAGES = ("batch", "minibatch")
+from flowrl.policies.sgd import STANDARDIZE_ADVANTAGES
 
 
 @dataclass

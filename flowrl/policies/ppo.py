@@ -18,11 +18,11 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from flowrl.algorithms.ppo import STANDARDIZE_ADVANTAGES
 from flowrl.batch import SampleBatch as SB
 from flowrl.errors import ConfigError
 from flowrl.models.sequences import SEQ_MASK
 from flowrl.policies.adaptive_kl import AdaptiveKL
+from flowrl.policies.sgd import STANDARDIZE_ADVANTAGES
 from flowrl.policies.torch_policy import LoadedBatch, TorchPolicy
 
 

@@ -17,6 +17,12 @@ import numpy as np
 
 from flowrl.errors import ConfigError
 
+#: Where PPO standardizes advantages: once per train batch (``"batch"``, the plan
+#: does it) or in every SGD step over its minibatch (``"minibatch"``, the policy
+#: does it). Here, beside the SGD loop and free of torch, so that a config validates
+#: without importing torch.
+STANDARDIZE_ADVANTAGES = ("batch", "minibatch")
+
 
 def mean_stats(stats: list[dict[str, float]]) -> dict[str, float]:
     """Key-wise mean of a list of stats dicts (keys missing from some rows are skipped).
@@ -72,4 +78,4 @@ def minibatch_sgd(batch, *, num_sgd_iter: int, sgd_minibatch_size: int | None,
     return mean_stats(epoch)
 
 
-__all__ = ["minibatch_sgd", "mean_stats", "check_sgd"]
+__all__ = ["minibatch_sgd", "mean_stats", "check_sgd", "STANDARDIZE_ADVANTAGES"]
