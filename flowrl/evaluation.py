@@ -310,7 +310,7 @@ def evaluate_policy(algo, episodes: int, seed: int | None = None,
     ``render_mode="rgb_array"`` (an env creator must honour the ``render_mode`` key
     of its ``env_config``). It needs moviepy (``pip install 'flowrl[video]'``); a
     ConfigError says so, and names an env that cannot render frames."""
-    from flowrl.workers.multi_agent_env import MultiAgentEnv
+    from flowrl.envs.multi_agent import MultiAgentEnv
     from flowrl.workers.rollout_worker import flat_observations, make_env_creator
     where = "evaluate"
     if isinstance(episodes, bool) or not isinstance(episodes, int) or episodes < 1:

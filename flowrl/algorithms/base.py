@@ -43,6 +43,7 @@ from flowrl.algorithms.validators import check_env, check_env_config, gym_spec  
 from flowrl.callbacks import call_hook, make_callbacks, overrides
 from flowrl.checkpoint import (CHECKPOINT_FILE, restore_local_worker,  # noqa: F401
                                saved_config)
+from flowrl.envs.multi_agent import MultiAgentEnv
 from flowrl.errors import ConfigError, EnvError, FlowError
 from flowrl.evaluation import Evaluation
 from flowrl.graph.plan import Plan
@@ -52,7 +53,6 @@ from flowrl.policies.replica import NumpyActingPolicy
 from flowrl.runtime.calls import ensure_ray
 from flowrl.user_code import module_roots
 from flowrl.workers import WorkerConfig, WorkerSet
-from flowrl.workers.multi_agent_env import MultiAgentEnv
 from flowrl.workers.rollout_worker import as_policy_spec, check_policy_config
 
 

@@ -5,7 +5,9 @@
 - ``flowrl/MinAtarBreakout-v0``: a 10x10 pixel task for CNN policies
   (:mod:`flowrl.envs.pixels`, ``pip install 'flowrl[minatar]'``);
 - ``flowrl/MultiAgentCartPole-v1``: a multi-agent env id (not in gymnasium's
-  registry, which holds single-agent envs; :mod:`flowrl.envs.multi_agent`);
+  registry, which holds single-agent envs; :mod:`flowrl.envs.multi_agent`, which
+  also defines the multi-agent env protocol :class:`MultiAgentEnv` and
+  :func:`make_multi_agent`; :class:`PettingZooEnv` wraps a PettingZoo env in it);
 - ``ALE/...-v5`` ids are ale-py's; :func:`make_atari` adds the DeepMind
   preprocessing (:mod:`flowrl.envs.atari`, ``pip install 'flowrl[atari]'``).
 
@@ -31,7 +33,8 @@ import gymnasium as gym
 
 from flowrl.envs.atari import PREPROCESSOR_PREFS, import_ale, is_atari_id, make_atari
 from flowrl.envs.memory import CueRecall, StatelessCartPole
-from flowrl.envs.multi_agent import multi_agent_creator
+from flowrl.envs.multi_agent import MultiAgentEnv, make_multi_agent, multi_agent_creator
+from flowrl.envs.pettingzoo import PettingZooEnv
 from flowrl.envs.pixels import MinAtarEnv
 from flowrl.errors import ConfigError
 
@@ -163,4 +166,4 @@ def reports_episode_infos(env: Any) -> bool:
 __all__ = ["StatelessCartPole", "CueRecall", "MinAtarEnv", "make_atari", "is_atari_id",
            "ensure_registered", "register_envs", "env_reference", "reports_episode_infos",
            "PREPROCESSOR_PREFS",
-           "multi_agent_creator"]
+           "multi_agent_creator", "MultiAgentEnv", "make_multi_agent", "PettingZooEnv"]

@@ -39,7 +39,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from flowrl.workers.multi_agent_env import MultiAgentEnv
+from flowrl.envs.multi_agent import MultiAgentEnv
 
 _LINES = ((0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8),
           (2, 4, 6))

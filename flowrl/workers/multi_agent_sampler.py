@@ -1,4 +1,4 @@
-"""Multi-agent sampling over a list of :class:`~flowrl.workers.MultiAgentEnv` s.
+"""Multi-agent sampling over a list of :class:`~flowrl.envs.MultiAgentEnv` s.
 
 Policy: ``policy_mapping_fn(agent_id, episode)`` is called once per agent per
 episode, the first time the agent acts, and the answer is kept in the

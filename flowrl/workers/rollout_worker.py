@@ -3,7 +3,7 @@
 A worker owns ``num_envs`` copies of an env and one or more policies. Single-agent
 envs are stepped as one gymnasium vector env with one batched policy forward per
 step (:class:`~flowrl.workers.sampler.VectorSampler`); a
-:class:`~flowrl.workers.MultiAgentEnv` runs through
+:class:`~flowrl.envs.MultiAgentEnv` runs through
 :class:`~flowrl.workers.multi_agent_sampler.MultiAgentSampler` and yields
 :class:`~flowrl.batch.MultiAgentBatch` es.
 
@@ -53,7 +53,7 @@ from flowrl.envs import reports_episode_infos
 from flowrl.errors import ConfigError, EnvError, FlowError
 from flowrl.runtime.shard_host import ShardHost
 from flowrl.policies.replica import NumpyActingPolicy, is_replica_state, set_policy_state
-from flowrl.workers.multi_agent_env import MultiAgentEnv
+from flowrl.envs.multi_agent import MultiAgentEnv
 from flowrl.workers.episode import Episode
 from flowrl.workers.multi_agent_sampler import MultiAgentSampler, as_mapping_fn, spaces_match
 from flowrl.workers.sampler import VectorSampler

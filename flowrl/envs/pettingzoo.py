@@ -1,4 +1,4 @@
-"""``PettingZooEnv``: a PettingZoo ``ParallelEnv`` as a :class:`~flowrl.workers.MultiAgentEnv`.
+"""``PettingZooEnv``: a PettingZoo ``ParallelEnv`` as a :class:`~flowrl.envs.MultiAgentEnv`.
 
 PettingZoo is to multi-agent envs what gymnasium is to single-agent ones; its
 ``ParallelEnv`` already speaks in dicts keyed by agent. The wrapper adds what the
@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from flowrl.envs.multi_agent import MultiAgentEnv
 from flowrl.errors import ConfigError
-from flowrl.workers.multi_agent_env import MultiAgentEnv
 
 
 class PettingZooEnv(MultiAgentEnv):
