@@ -45,9 +45,9 @@ from flowrl.checkpoint import (CHECKPOINT_FILE, restore_local_worker,  # noqa: F
                                saved_config)
 from flowrl.envs.multi_agent import MultiAgentEnv
 from flowrl.errors import ConfigError, EnvError, FlowError
-from flowrl.evaluation import Evaluation
 from flowrl.graph.plan import Plan
 from flowrl.graph.stream import LocalStream
+from flowrl.ops.evaluation import Evaluation
 from flowrl.ops.metric_ops import TRAINING_ITERATION
 from flowrl.policies.replica import NumpyActingPolicy
 from flowrl.runtime.calls import ensure_ray
@@ -293,7 +293,7 @@ class Algorithm:
 
     def _make_evaluation(self) -> Evaluation:
         """The evaluation step and its own WorkerSet (``evaluation_config`` applied,
-        envs made for evaluation); see :class:`~flowrl.evaluation.Evaluation`."""
+        envs made for evaluation); see :class:`~flowrl.ops.evaluation.Evaluation`."""
         config, explore = self.config.for_evaluation()
         # Evaluation plays its envs one by one; its driver worker plays the episodes of
         # a lost evaluation worker, so it has envs whatever create_env_on_driver says.

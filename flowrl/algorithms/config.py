@@ -157,7 +157,7 @@ class AlgorithmConfig:
     episodes when ``evaluation_num_workers`` is 0, and those of a lost
     evaluation worker.
 
-    Evaluation (RLlib 1.x names; :mod:`flowrl.evaluation`): with
+    Evaluation (RLlib 1.x names; :mod:`flowrl.ops.evaluation`): with
     ``evaluation_interval=N`` (None: off) iterations ``N, 2N, ...`` report
     ``result["evaluation"]`` over exactly ``evaluation_duration`` whole episodes
     (default 10) played with the learner's current weights on a WorkerSet of

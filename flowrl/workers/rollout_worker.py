@@ -564,11 +564,11 @@ class RolloutWorker(ShardHost):
     def play_episodes(self, schedule: list[list[int]], *, explore: bool = False,
                       seed: int | None = None, max_steps: int | None = None) -> list[dict]:
         """Play whole episodes on this worker's envs for an evaluation: env ``i`` plays
-        the episode indices ``schedule[i]`` (:func:`flowrl.evaluation.play_episodes`;
+        the episode indices ``schedule[i]`` (:func:`flowrl.workers.play.play_episodes`;
         episode ``e`` resets with ``seed + e``). Single-agent envs only. It steps the
         sampler's envs directly, so it is for workers that do not :meth:`sample`
         (evaluation workers)."""
-        from flowrl.evaluation import MAX_EPISODE_STEPS, play_episodes
+        from flowrl.workers.play import MAX_EPISODE_STEPS, play_episodes
         self._require_env("play_episodes")
         if isinstance(self.env, MultiAgentEnv) or len(self.policy_map) != 1:
             raise ConfigError(f"RolloutWorker.play_episodes (worker {self.worker_index}): "
