@@ -184,9 +184,9 @@ def load_for_evaluation(path: str, *, allow_pickle: bool = False) -> LoadedCheck
     ('pg', 1, 2)
     """
     from flowrl import checkpoint
-    from flowrl.checkpoint import restore_local_worker, saved_config
+    from flowrl.algorithms import algorithm_class
     from flowrl.algorithms.dqn import restore_exploration
-    from flowrl.experiment import algorithm_class
+    from flowrl.checkpoint import restore_local_worker, saved_config
     from flowrl.metrics import MetricsContext
     from flowrl.workers import WorkerSet
     state = checkpoint.read_checkpoint(path, allow_pickle=allow_pickle)

@@ -15,6 +15,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from flowrl.config_text import suggest
+from flowrl.errors import ConfigError
+
 _WHERE = {
     "A2C": "a2c", "A2CConfig": "a2c", "A3C": "a3c", "A3CConfig": "a3c",
     "ApeX": "apex", "ApeXConfig": "apex", "APPO": "appo", "APPOConfig": "appo",
@@ -29,7 +32,7 @@ _NAMES = {"pg": "PG", "a2c": "A2C", "ppo": "PPO", "a3c": "A3C", "impala": "IMPAL
 __all__ = ["Algorithm", "AlgorithmConfig", "build_algorithm", "PG", "PGConfig", "A2C",
            "A2CConfig", "PPO", "PPOConfig", "ALGORITHMS", "A3C", "A3CConfig", "IMPALA",
            "IMPALAConfig", "APPO", "APPOConfig", "DQN", "DQNConfig", "ApeX", "ApeXConfig",
-           "DDPPO", "DDPPOConfig"]
+           "DDPPO", "DDPPOConfig", "algorithm_class"]
 
 
 def __getattr__(name: str) -> Any:
@@ -45,3 +48,22 @@ def __getattr__(name: str) -> Any:
 
 def __dir__() -> list[str]:
     return sorted(set(globals()) | set(__all__))
+
+
+def algorithm_class(name: Any) -> type:
+    """The algorithm class registered as ``name`` (case-insensitive) in
+    :data:`ALGORITHMS`; ConfigError with a suggestion otherwise.
+
+    >>> algorithm_class("PPO").__name__
+    'PPO'
+    >>> algorithm_class("ppp")
+    Traceback (most recent call last):
+    ...
+    flowrl.errors.ConfigError: unknown algorithm 'ppp'; did you mean 'ppo'? (choose one of ['a2c', 'a3c', 'apex', 'appo', 'ddppo', 'dqn', 'impala', 'pg', 'ppo'])
+    """
+    registry = globals()["ALGORITHMS"] if "ALGORITHMS" in globals() else __getattr__("ALGORITHMS")
+    cls = registry.get(name.lower()) if isinstance(name, str) else None
+    if cls is None:
+        raise ConfigError(f"unknown algorithm {name!r}; {suggest(str(name), list(registry))} "
+                          f"(choose one of {sorted(registry)})")
+    return cls

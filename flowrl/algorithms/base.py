@@ -538,7 +538,7 @@ class Algorithm:
         state = checkpoint.read_checkpoint(path, allow_pickle=allow_pickle)
         saved = state.get("algorithm")
         if cls is Algorithm:
-            from flowrl.experiment import algorithm_class
+            from flowrl.algorithms import algorithm_class
             try:
                 cls = algorithm_class(saved)
             except ConfigError as e:

@@ -18,9 +18,9 @@ from flowrl.algorithms.validators import (boolean, check_env, check_env_config, 
                                           int_ge, module_names, multiagent_table, number,
                                           one_of, or_none, str_dict)
 from flowrl.callbacks import check_callbacks
+from flowrl.config_text import read_numbers, suggest
 from flowrl.envs import PREPROCESSOR_PREFS
 from flowrl.errors import ConfigError
-from flowrl.experiment import read_numbers, suggest
 from flowrl.models.config import ModelConfig
 from flowrl.runtime.calls import BACKENDS
 from flowrl.user_code import import_modules, load_reference, split_reference
@@ -110,7 +110,7 @@ class AlgorithmConfig:
     A numeric field also takes a string that spells a number, since PyYAML reads
     ``lr: 1e-3`` (no dot) as one, and so does ``--set lr=1e-3``: ``"1e-3"`` is read
     as 0.001 and ``"1e6"`` as 1000000, also inside lists such as ``lr_schedule:
-    [[0, 2.5e-4], [1e7, 0.0]]`` (:func:`flowrl.experiment.read_numbers`). A string
+    [[0, 2.5e-4], [1e7, 0.0]]`` (:func:`flowrl.config_text.read_numbers`). A string
     the field cannot take as a number (``"1.5"`` for ``train_batch_size``) is a
     ConfigError naming the field.
 
@@ -246,7 +246,7 @@ class AlgorithmConfig:
         """How to fix ``key``, a name that is no field of this config: for a setting of
         RLlib 1.x, flowrl's name for it (:data:`RLLIB_RENAMED`) or how to add it to a
         config subclass (:data:`RLLIB_KEYS`); otherwise the field it most likely
-        misspells (:func:`flowrl.experiment.suggest`). Constructors, ``config[key]``
+        misspells (:func:`flowrl.config_text.suggest`). Constructors, ``config[key]``
         and :func:`flowrl.experiment.make_config` all answer with it.
 
         >>> AlgorithmConfig.unknown_field_hint("gama")

@@ -30,8 +30,8 @@ from typing import Any, ClassVar
 
 from flowrl.algorithms.base import Algorithm, AlgorithmConfig
 from flowrl.algorithms.validators import MAX_MAGNITUDE, int_ge, number, or_none, str_dict
+from flowrl.config_text import read_numbers
 from flowrl.errors import ConfigError
-from flowrl.experiment import read_numbers
 from flowrl.graph.stream import Concurrently, LocalStream
 from flowrl.ops import (LearningStarts, ParallelRollouts, Replay, StandardMetricsReporting,
                         StoreToReplayBuffer, TrainOneStep, UpdateReplayPriorities,
