@@ -127,7 +127,9 @@ class MetricsContext:
         return out
 
 
-_CURRENT: contextvars.ContextVar[MetricsContext | None] = contextvars.ContextVar(
+#: The current run's metrics (what :func:`get_metrics` returns); the runtime sets it
+#: around driver-side operator calls (:class:`using_metrics`).
+CURRENT_METRICS: contextvars.ContextVar[MetricsContext | None] = contextvars.ContextVar(
     "flowrl_metrics", default=None)
 
 
@@ -142,7 +144,7 @@ def get_metrics() -> MetricsContext:
     ...     print("FlowError")
     FlowError
     """
-    ctx = _CURRENT.get()
+    ctx = CURRENT_METRICS.get()
     if ctx is None:
         raise FlowError(
             "get_metrics() was called outside a driver-side operator call; it is only "
@@ -164,11 +166,11 @@ class using_metrics:
         self._metrics = metrics
 
     def __enter__(self) -> MetricsContext | None:
-        self._token = _CURRENT.set(self._metrics)
+        self._token = CURRENT_METRICS.set(self._metrics)
         return self._metrics
 
     def __exit__(self, *exc) -> None:
-        _CURRENT.reset(self._token)
+        CURRENT_METRICS.reset(self._token)
 
 
 

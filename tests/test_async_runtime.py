@@ -22,7 +22,7 @@ import flowrl
 from flowrl import Concurrently, OperatorError, Plan
 from flowrl.ops import Dequeue
 from flowrl.runtime import concurrency
-from flowrl.runtime.context import _RUN, Pull, RunContext, call_blocking
+from flowrl.runtime.context import CURRENT_RUN, Pull, RunContext, call_blocking
 
 
 @pytest.fixture(params=["local", pytest.param("ray", marks=pytest.mark.ray)])
@@ -304,12 +304,12 @@ def test_a_poll_reports_what_is_ready_after_one_loop_turn():
         states += [len(ctx.background), await later.poll(), later.task]
         return states
 
-    token = _RUN.set(ctx)
+    token = CURRENT_RUN.set(ctx)
     try:
         states = loop.run_until_complete(main())
         loop.run_until_complete(loop.shutdown_asyncgens())
     finally:
-        _RUN.reset(token)
+        CURRENT_RUN.reset(token)
         loop.close()
         ctx.executor.shutdown()
     assert states == [(True, "now"), 0, (False, None), 1, 0, (True, "later"), None]

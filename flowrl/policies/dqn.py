@@ -36,7 +36,7 @@ from flowrl.models.catalog import is_image
 from flowrl.policies.numpy_forward import (NumpyMLP, ParameterGuard, SnapshotCache,
                                            in_chunks, max_rows, obs_rows)
 from flowrl.models.config import model_config
-from flowrl.policies.torch_policy import _to_numpy_tree, _to_torch_tree, make_adam, model_obs
+from flowrl.policies.torch_policy import make_adam, model_obs, to_numpy_tree, to_torch_tree
 
 SB = SampleBatch
 #: Column of postprocessed DQN rows: γ^k for the k rewards summed, 0 after a termination.
@@ -494,14 +494,14 @@ class DQNPolicy:
         """Online and target weights, optimizer state and exploration state."""
         return {"weights": self.get_weights(),
                 "target": {k: v.numpy().copy() for k, v in self.target_model.state_dict().items()},
-                "optimizer": _to_numpy_tree(self.optimizer.state_dict()),
+                "optimizer": to_numpy_tree(self.optimizer.state_dict()),
                 "exploration": self.exploration_state()}
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`get_state` returned."""
         self.set_weights(state["weights"])
         self.target_model.load_state_dict({k: torch.tensor(v) for k, v in state["target"].items()})
-        self.optimizer.load_state_dict(_to_torch_tree(state["optimizer"]))
+        self.optimizer.load_state_dict(to_torch_tree(state["optimizer"]))
         self.set_exploration_state(state["exploration"])
 
 

@@ -20,7 +20,7 @@ from flowrl.batch import SampleBatch as SB
 from flowrl.errors import ConfigError
 from flowrl.models.sequences import SEQ_BOOTSTRAP_VALUE, SEQ_LENS, SEQ_MASK, SEQ_WEIGHTS
 from flowrl.policies.a2c import A2CPolicy
-from flowrl.policies.torch_policy import _explained_variance
+from flowrl.policies.torch_policy import torch_explained_variance
 from flowrl.policies.vtrace import vtrace
 
 
@@ -192,7 +192,7 @@ class IMPALAPolicy(A2CPolicy):
                        "mean_rho": self.mean(ratio, train),
                        "rho_clipped_frac": self.mean((ratio > clip_rho).float(), train),
                        "c_clipped_frac": self.mean((ratio > 1.0).float(), train),
-                       "vtrace_explained_var": _explained_variance(
+                       "vtrace_explained_var": torch_explained_variance(
                            values.detach(), vs, train.get(SEQ_WEIGHTS))}
 
 

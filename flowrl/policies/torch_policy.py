@@ -134,13 +134,19 @@ def make_adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
     return Adam(params, lr=lr, eps=eps, fused=True)
 
 
-def _to_numpy_tree(x: Any) -> Any:
+def to_numpy_tree(x: Any) -> Any:
+    """``x`` (an optimizer's ``state_dict()``, say) with every tensor copied to a numpy
+    array, inside dicts, lists and tuples; anything else as it is.
+
+    >>> to_numpy_tree({"step": torch.tensor(2.0), "betas": (0.9, 0.99)})
+    {'step': array(2., dtype=float32), 'betas': (0.9, 0.99)}
+    """
     if isinstance(x, torch.Tensor):
         return x.detach().cpu().numpy().copy()
     if isinstance(x, dict):
-        return {k: _to_numpy_tree(v) for k, v in x.items()}
+        return {k: to_numpy_tree(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return type(x)(_to_numpy_tree(v) for v in x)
+        return type(x)(to_numpy_tree(v) for v in x)
     return x
 
 
@@ -158,13 +164,18 @@ def _tensor(x: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
     return torch.as_tensor(np.asarray(x), dtype=dtype)
 
 
-def _to_torch_tree(x: Any) -> Any:
+def to_torch_tree(x: Any) -> Any:
+    """The inverse of :func:`to_numpy_tree`: every numpy array as a CPU tensor.
+
+    >>> to_torch_tree({"step": np.array(2.0), "betas": (0.9, 0.99)})
+    {'step': tensor(2., dtype=torch.float64), 'betas': (0.9, 0.99)}
+    """
     if isinstance(x, np.ndarray):
         return torch.tensor(x)
     if isinstance(x, dict):
-        return {k: _to_torch_tree(v) for k, v in x.items()}
+        return {k: to_torch_tree(v) for k, v in x.items()}
     if isinstance(x, (list, tuple)):
-        return type(x)(_to_torch_tree(v) for v in x)
+        return type(x)(to_torch_tree(v) for v in x)
     return x
 
 
@@ -282,8 +293,8 @@ class LoadedBatch:
         return {k: v[index.to(v.device)] for k, v in first.items()}
 
 
-def _explained_variance(values: torch.Tensor, targets: torch.Tensor,
-                        weights: torch.Tensor | None = None) -> torch.Tensor:
+def torch_explained_variance(values: torch.Tensor, targets: torch.Tensor,
+                             weights: torch.Tensor | None = None) -> torch.Tensor:
     """:func:`~flowrl.policies.maths.explained_variance` in torch, without a sync; with
     ``weights`` (summing to 1, 0 on padding) over the weighted rows only."""
     def var(x: torch.Tensor) -> torch.Tensor:
@@ -718,7 +729,7 @@ class TorchPolicy(Postprocessing):
         values = self._values_seen
         if values is not None and SB.VALUE_TARGETS in rows and values.shape[0] == \
                 rows[SB.VALUE_TARGETS].shape[0]:
-            stats = {**stats, "vf_explained_var": _explained_variance(
+            stats = {**stats, "vf_explained_var": torch_explained_variance(
                 values, rows[SB.VALUE_TARGETS], rows.get(SEQ_WEIGHTS))}
         return loss, stats
 
@@ -909,7 +920,7 @@ class TorchPolicy(Postprocessing):
     def get_state(self) -> dict[str, Any]:
         """Weights, optimizer state and sampling RNG states, for checkpoints."""
         return {"weights": self.get_weights(),
-                "optimizer": _to_numpy_tree(self.optimizer.state_dict()),
+                "optimizer": to_numpy_tree(self.optimizer.state_dict()),
                 "generator": self.generator.get_state().numpy().copy(),
                 "np_rng": self._np_rng.bit_generator.state,
                 "action_rng": self._action_rng.bit_generator.state}
@@ -917,7 +928,7 @@ class TorchPolicy(Postprocessing):
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`get_state` returned."""
         self.set_weights(state["weights"])
-        self.optimizer.load_state_dict(_to_torch_tree(state["optimizer"]))
+        self.optimizer.load_state_dict(to_torch_tree(state["optimizer"]))
         self.generator.set_state(torch.tensor(state["generator"]))
         self._np_rng.bit_generator.state = state["np_rng"]
         if "action_rng" in state:  # checkpoints from before numpy inference lack it

@@ -44,12 +44,14 @@ class RunContext:
     local_worker: Any = None  # what get_global_worker() returns in driver-side operators
 
 
-_RUN: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar("flowrl_run",
-                                                                        default=None)
+#: The run whose driver-side operators execute now (what :func:`current_run` returns);
+#: ``Run`` sets it around each step, shard-side code runs with it unset.
+CURRENT_RUN: contextvars.ContextVar[RunContext | None] = contextvars.ContextVar(
+    "flowrl_run", default=None)
 
 
 def current_run() -> RunContext:
-    ctx = _RUN.get()
+    ctx = CURRENT_RUN.get()
     if ctx is None:
         raise FlowError("no flowrl run is executing here; this helper is only available "
                         "inside operators of a running plan")
@@ -62,11 +64,11 @@ async def call_blocking(fn: Callable[..., Any], *args: Any) -> Any:
     >>> import asyncio
     >>> ctx = RunContext(asyncio.new_event_loop())
     >>> async def main():
-    ...     token = _RUN.set(ctx)
+    ...     token = CURRENT_RUN.set(ctx)
     ...     try:
     ...         return await call_blocking(sum, [1, 2, 3])
     ...     finally:
-    ...         _RUN.reset(token)
+    ...         CURRENT_RUN.reset(token)
     >>> ctx.loop.run_until_complete(main())
     6
     >>> ctx.loop.close(); ctx.executor.shutdown()

@@ -15,8 +15,8 @@ from typing import Any
 
 from flowrl.errors import FlowError
 from flowrl.runtime.aggregator import AggregatorHost
-from flowrl.runtime.context import _RUN
-from flowrl.runtime.shard_host import _HOST, ItemsHost
+from flowrl.runtime.context import CURRENT_RUN
+from flowrl.runtime.shard_host import CURRENT_HOST, ItemsHost
 
 
 def get_global_worker() -> Any:
@@ -46,7 +46,7 @@ def get_global_worker() -> Any:
     ...     run.take(1)
     [5]
     """
-    host = _HOST.get()
+    host = CURRENT_HOST.get()
     if host is not None:
         if isinstance(host, (AggregatorHost, ItemsHost)):
             raise FlowError(
@@ -55,7 +55,7 @@ def get_global_worker() -> Any:
                 "call it in functions on rollout_shards(workers) or in driver-side "
                 "operators of an algorithm's plan")
         return host
-    run = _RUN.get()
+    run = CURRENT_RUN.get()
     if run is not None:
         if run.local_worker is None:
             raise FlowError(

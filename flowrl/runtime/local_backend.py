@@ -29,8 +29,8 @@ import cloudpickle
 from flowrl.errors import ConfigError
 
 from flowrl.runtime.shard_host import ItemsHost, ShardHost
-from flowrl.metrics import _CURRENT as _METRICS
-from flowrl.runtime.context import _RUN
+from flowrl.metrics import CURRENT_METRICS
+from flowrl.runtime.context import CURRENT_RUN
 from flowrl.runtime.backend import Backend, Request, Shard
 
 
@@ -114,12 +114,12 @@ class shard_side:
     __slots__ = ("tokens",)
 
     def __enter__(self) -> None:
-        self.tokens = (_RUN.set(None), _METRICS.set(None))
+        self.tokens = (CURRENT_RUN.set(None), CURRENT_METRICS.set(None))
 
     def __exit__(self, *exc) -> None:
         run, metrics = self.tokens
-        _METRICS.reset(metrics)
-        _RUN.reset(run)
+        CURRENT_METRICS.reset(metrics)
+        CURRENT_RUN.reset(run)
 
 
 class _ShipPickler(cloudpickle.CloudPickler):

@@ -27,10 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 from flowrl.errors import ConfigError
 from flowrl.graph.compile import compile_plan
-from flowrl.metrics import _CURRENT as _METRICS
+from flowrl.metrics import CURRENT_METRICS
 from flowrl.metrics import MetricsContext
 from flowrl.runtime.calls import BACKENDS
-from flowrl.runtime.context import _RUN, RunContext
+from flowrl.runtime.context import CURRENT_RUN, RunContext
 from flowrl.runtime.driver import Driver
 
 if TYPE_CHECKING:
@@ -130,8 +130,8 @@ class Run:
     def __next__(self) -> Any:
         if self._stopped:
             raise StopIteration
-        run_token = _RUN.set(self.ctx)
-        metrics_token = _METRICS.set(self.metrics)
+        run_token = CURRENT_RUN.set(self.ctx)
+        metrics_token = CURRENT_METRICS.set(self.metrics)
         sync = self._sync
         try:
             if sync is not None:  # one synchronous segment: no event loop involved
@@ -148,8 +148,8 @@ class Run:
             self.stop()
             raise
         finally:
-            _METRICS.reset(metrics_token)
-            _RUN.reset(run_token)
+            CURRENT_METRICS.reset(metrics_token)
+            CURRENT_RUN.reset(run_token)
 
     def take(self, n: int) -> list[Any]:
         """Up to ``n`` next items (fewer if the plan ends first)."""

@@ -34,7 +34,9 @@ from flowrl.errors import FlowError
 
 Stage = Callable[[Iterator[Any]], Iterator[Any]]
 
-_HOST: contextvars.ContextVar["ShardHost | None"] = contextvars.ContextVar(
+#: The host running the current shard-side function (what :func:`current_host`
+#: returns); a host sets it around the stages it runs.
+CURRENT_HOST: contextvars.ContextVar["ShardHost | None"] = contextvars.ContextVar(
     "flowrl_host", default=None)
 
 
@@ -60,7 +62,7 @@ def current_host() -> "ShardHost":
     ...     print("FlowError on the driver")
     FlowError on the driver
     """
-    host = _HOST.get()
+    host = CURRENT_HOST.get()
     if host is None:
         raise FlowError(
             "current_host() was called outside shard-side code; it is only available in "
@@ -85,11 +87,11 @@ class ShardHost:
 
     def flowrl_install(self, key: str, stage: Stage) -> None:
         """Start this host's stream for run ``key``: ``stage(iter(shard_items()))``."""
-        token = _HOST.set(self)
+        token = CURRENT_HOST.set(self)
         try:
             self._flowrl_streams()[key] = stage(iter(self.shard_items()))
         finally:
-            _HOST.reset(token)
+            CURRENT_HOST.reset(token)
         self.__dict__.setdefault("_flowrl_stages", {})[key] = stage
 
     def flowrl_item_counts(self, key: str) -> dict[str, int]:
@@ -103,7 +105,7 @@ class ShardHost:
         stream = self._flowrl_streams()[key]
         items: list[Any] = []
         append = items.append
-        token = _HOST.set(self)
+        token = CURRENT_HOST.set(self)
         try:
             for _ in range(max_items):
                 try:
@@ -111,7 +113,7 @@ class ShardHost:
                 except StopIteration:
                     return items, True
         finally:
-            _HOST.reset(token)
+            CURRENT_HOST.reset(token)
         return items, False
 
     def flowrl_uninstall(self, key: str) -> None:
@@ -120,11 +122,11 @@ class ShardHost:
         stream = self._flowrl_streams().pop(key, None)
         close = getattr(stream, "close", None)
         if close is not None:
-            token = _HOST.set(self)
+            token = CURRENT_HOST.set(self)
             try:
                 close()
             finally:
-                _HOST.reset(token)
+                CURRENT_HOST.reset(token)
 
     def flowrl_installed_keys(self) -> list[str]:
         return sorted(self._flowrl_streams())
