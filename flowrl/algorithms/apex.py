@@ -50,6 +50,7 @@ from flowrl.metrics import (LEARNER_INFO, STEPS_TRAINED_COUNTER, WORKER_UPDATE_T
 from flowrl.ops import (Dequeue, Enqueue, LearnerThread, LearningStarts, ParallelRollouts, Replay,
                         StandardMetricsReporting, StoreToReplayBuffer, UpdateReplayPriorities,
                         UpdateTargetNetwork)
+from flowrl.ops.learner_thread import LEARNER_QUEUE_TIMEOUT_S
 from flowrl.replay import ReplayCalls, create_replay_actors
 from flowrl.runtime.calls import calls_for
 
@@ -99,7 +100,7 @@ class ApeXConfig(DQNConfig):
     worker_side_prioritization: bool = True
     max_weight_sync_delay: int = 400
     learner_queue_size: int = 16
-    learner_queue_timeout: float = 300.0
+    learner_queue_timeout: float = LEARNER_QUEUE_TIMEOUT_S
     max_sample_requests_in_flight_per_worker: int = 2
 
     checks: ClassVar[dict[str, tuple]] = {
@@ -156,7 +157,7 @@ class ApeXLearnerThread(LearnerThread):
     """
 
     def __init__(self, local_worker, *, learner_queue_size: int = 16,
-                 learner_queue_timeout: float = 300.0):
+                 learner_queue_timeout: float = LEARNER_QUEUE_TIMEOUT_S):
         super().__init__(local_worker, learner_queue_size=learner_queue_size,
                          learner_queue_timeout=learner_queue_timeout, name="apex-learner")
         self.weights_version = 0

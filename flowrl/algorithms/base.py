@@ -50,7 +50,7 @@ from flowrl.graph.stream import LocalStream
 from flowrl.ops.evaluation import Evaluation
 from flowrl.ops.metric_ops import TRAINING_ITERATION
 from flowrl.policies.replica import NumpyActingPolicy
-from flowrl.runtime.calls import ensure_ray
+from flowrl.runtime.calls import ensure_ray, resolve_backend
 from flowrl.user_code import module_roots
 from flowrl.workers import WorkerConfig, WorkerSet
 from flowrl.workers.rollout_worker import as_policy_spec, check_policy_config
@@ -143,7 +143,11 @@ class Algorithm:
                                   "class or set multiagent.policies")
             self._hook("before_init", self.before_init)
             eval_remotes = config.evaluation_num_workers if config.evaluation_interval else 0
-            if config.backend == "ray" and config.num_workers + eval_remotes > 0:
+            # One backend for the training and the evaluation workers; the run follows
+            # them (compile's "auto": Ray when the plan reads Ray actor handles).
+            backend = self._backend = resolve_backend(
+                config.backend, self.name, creates=config.num_workers + eval_remotes)
+            if backend == "ray" and config.num_workers + eval_remotes > 0:
                 lazy = policy_class is None and isinstance(declared, LazyClass)
                 ensure_ray(max(os.cpu_count() or 1,
                                (config.num_workers + eval_remotes) * config.num_cpus_per_worker),
@@ -156,7 +160,7 @@ class Algorithm:
                 "make_workers", self.make_workers, env=config.env,
                 policy_class=self._policy_class,
                 worker_config=self.worker_config(config, self._policy_class),
-                num_workers=config.num_workers, backend=config.backend)
+                num_workers=config.num_workers, backend=backend)
             validate = type(self).validate_env
             self._hook("validate_env", self.workers.foreach_worker,
                        functools.partial(_validate_worker_env, validate))
@@ -302,7 +306,7 @@ class Algorithm:
             vector_env="sync", create_env_on_driver=True)
         workers = WorkerSet(config.env, self._policy_class, worker_config,
                             num_workers=self.config.evaluation_num_workers,
-                            backend=self.config.backend)
+                            backend=self._backend)
         try:
             if isinstance(workers.local_worker().env, MultiAgentEnv):
                 raise ConfigError(f"{self.name}: evaluation (evaluation_interval="

@@ -36,6 +36,7 @@ from flowrl.metrics import (AGENT_STEPS_SAMPLED_COUNTER, AGENT_STEPS_TRAINED_COU
 from flowrl.ops import (Dequeue, Enqueue, LearnerThread, MixInReplay, ParallelRollouts,
                         StandardMetricsReporting, rollout_shards)
 from flowrl.ops.gradient_ops import send_weights
+from flowrl.ops.learner_thread import LEARNER_QUEUE_TIMEOUT_S
 from flowrl.policies import IMPALAPolicy
 
 
@@ -77,7 +78,7 @@ class IMPALAConfig(AlgorithmConfig):
     # queue; 4 halved the lag (187 -> 92 updates) at equal env steps/s in
     # benchmarks/policy_lag.py, and bounded APPO's on Pong (docs/benchmarks.md).
     learner_queue_size: int = 4
-    learner_queue_timeout: float = 300.0
+    learner_queue_timeout: float = LEARNER_QUEUE_TIMEOUT_S
     max_sample_requests_in_flight_per_worker: int = 2
     broadcast_interval: int = 1
     num_aggregation_workers: int = 0

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from flowrl.defaults import REMOTE_TIMEOUT_S
 from flowrl.errors import PlanError
 from flowrl.graph.node import AGGREGATE, LOCAL, PARALLEL, Node, describe_callable
 from flowrl.graph.stream import LocalStream
@@ -198,17 +199,19 @@ class Plan:
         return render(self, path, stats)
 
     def compile(self, backend: str = "auto", *, seed: int = 0, local_worker=None,
-                remote_timeout_s: float | None = 600.0):
+                remote_timeout_s: float | None = REMOTE_TIMEOUT_S):
         """Compile into a :class:`~flowrl.runtime.run.Run` on ``backend``.
 
         ``"local"`` runs in-process, ``"ray"`` on Ray actors, ``"auto"`` picks Ray when
-        any source is a Ray actor handle. ``seed`` drives the local backend's
+        any source is a Ray actor handle
+        (:func:`~flowrl.runtime.calls.resolve_backend`). ``seed`` drives the local backend's
         completion-order scheduler for async gathers. ``local_worker`` is what
         :func:`flowrl.workers.get_global_worker` returns inside the run's
         driver-side operators (an algorithm passes its WorkerSet's local worker).
         ``remote_timeout_s`` bounds how long a remote host (a Ray actor) may leave a
         request unanswered: past it the run fails with a WorkerError naming the
-        stuck shard (``None``: no bound). In-process hosts run on the driver's
+        stuck shard (``None``: no bound; default
+        :data:`~flowrl.defaults.REMOTE_TIMEOUT_S`). In-process hosts run on the driver's
         thread and cannot be bounded.
         """
         from flowrl.runtime.run import Run

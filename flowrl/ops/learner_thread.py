@@ -70,6 +70,9 @@ from flowrl.ops.train_ops import policy_batches
 from flowrl.runtime.context import RunContext, current_run
 
 _STOP = object()
+#: Default of ``learner_queue_timeout``: seconds the learner waits for a batch before
+#: it reports starvation (LearnerThread, IMPALA, APPO, Ape-X).
+LEARNER_QUEUE_TIMEOUT_S = 300.0
 #: Seconds between two readings of the idle clock while the learner's queue is empty
 #: (so also how late a pause of the driver is noticed).
 IDLE_SLICE_S = 0.25
@@ -122,7 +125,7 @@ class LearnerThread(threading.Thread):
     """
 
     def __init__(self, local_worker, minibatch_buffer_size: int = 1, num_sgd_iter: int = 1,
-                 learner_queue_size: int = 16, learner_queue_timeout: float = 300, *,
+                 learner_queue_size: int = 16, learner_queue_timeout: float = LEARNER_QUEUE_TIMEOUT_S, *,
                  num_gpus: float = 0, num_data_loader_buffers: int = 1,
                  sgd_minibatch_size: int = 0, seed: int | None = None,
                  max_policy_lag: int | None = None, name: str = "learner"):

@@ -34,7 +34,8 @@ from flowrl.replay.buffers import PrioritizedReplayBuffer, ReplayBuffer
 from flowrl.runtime.backend import lost_reason
 # CALL_TIMEOUT_S: how long a driver-side call to a replay actor may take (re-exported).
 from flowrl.runtime.calls import (CALL_TIMEOUT_S, PendingCalls, calls_for, calls_for_backend,
-                                  is_actor_handle, ray_running, remote_cause)
+                                  is_actor_handle, remote_cause, require_ray,
+                                  resolve_backend)
 
 #: Column a rollout batch may carry with one initial priority per row
 #: (worker-side prioritization); the replay side stores it as the rows' priorities.
@@ -142,6 +143,8 @@ def create_replay_actors(n: int, *, capacity: int, backend: str = "local",
     ``backend="ray"``: Ray actors with ``num_cpus=0`` pinned to the driver's node
     (hard node affinity), so sampled batches reach the learner without crossing
     the network; Ray must be running. ``backend="local"``: in-process instances.
+    ``backend="auto"``: Ray when it is running, as for a WorkerSet
+    (:func:`~flowrl.runtime.calls.resolve_backend`).
 
     >>> actors = create_replay_actors(2, capacity=10, learning_starts=1, seed=0)
     >>> [a.name for a in actors], actors[1].buffer.capacity
@@ -149,11 +152,9 @@ def create_replay_actors(n: int, *, capacity: int, backend: str = "local",
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ConfigError(f"create_replay_actors(n={n!r}): must be an int >= 1")
-    if backend not in ("local", "ray"):
-        raise ConfigError(f"create_replay_actors(backend={backend!r}): use 'local' or 'ray'")
-    if backend == "ray" and not ray_running():
-        raise ConfigError("create_replay_actors(backend='ray'): Ray is not initialised; call "
-                          "ray.init() first or use backend='local'")
+    backend = resolve_backend(backend, "create_replay_actors", creates=n)
+    if backend == "ray":
+        require_ray("create_replay_actors")
     kwargs = dict(capacity=capacity, prioritized=prioritized, alpha=alpha, beta=beta, eps=eps,
                   learning_starts=learning_starts, train_batch_size=train_batch_size)
     calls = calls_for_backend(backend)

@@ -34,15 +34,13 @@ import threading
 import time
 from typing import Any, Callable, Sequence
 
-from flowrl.errors import WorkerError
+# Defined in flowrl.defaults; the runtime's and the workers' modules take them from here.
+from flowrl.defaults import CALL_TIMEOUT_S, START_WAIT_S  # noqa: F401
+from flowrl.errors import ConfigError, WorkerError
 from flowrl.runtime.backend import host_lost
 
-#: The backends a plan or a WorkerSet runs on (``"auto"``: Ray when it is running).
+#: The backends a plan, a WorkerSet or an algorithm runs on (:func:`resolve_backend`).
 BACKENDS = ("auto", "local", "ray")
-#: Least time a new or replacement worker gets to start before its first answer is due.
-START_WAIT_S = 120.0
-#: Bound on a driver's wait for one call when no setting (``sample_timeout_s``) gives one.
-CALL_TIMEOUT_S = 300.0
 #: ``ray.init`` arguments when :func:`ensure_ray` starts Ray for a plan (no CPU count
 #: asked for; the address is resolved by Ray: ``RAY_ADDRESS``, then the latest local
 #: cluster, else a new local instance).
@@ -58,6 +56,50 @@ def ray_running() -> bool:
     """Whether this process is connected to Ray (False when Ray was never imported)."""
     ray = sys.modules.get("ray")
     return ray is not None and ray.is_initialized()
+
+
+def resolve_backend(backend: Any, where: str, *, reads_actors: bool = False,
+                    creates: int = 0) -> str:
+    """The backend ``where`` runs on, ``"local"`` or ``"ray"``: the one place a backend
+    name is checked and ``"auto"`` resolved. Plans (``compile``), WorkerSets,
+    algorithms and their evaluation workers all ask it.
+
+    ``reads_actors``: the caller reads Ray actor handles (a plan's ``from_actors``
+    over Ray actors, a WorkerSet made from existing ones). ``creates``: how many
+    remote hosts the caller creates itself (a WorkerSet's ``num_workers``).
+
+    ``"auto"`` picks ``"ray"`` when the caller reads Ray actor handles, or creates
+    remote hosts while this process is connected to Ray; else ``"local"``. So
+    ``"auto"`` never starts Ray. ConfigError naming ``where`` for a name not in
+    :data:`BACKENDS`, and for ``"local"`` over Ray actor handles (an in-process run
+    cannot reach them).
+
+    >>> resolve_backend("auto", "compile"), resolve_backend("auto", "compile", reads_actors=True)
+    ('local', 'ray')
+    >>> resolve_backend("auto", "WorkerSet", creates=2) == ("ray" if ray_running() else "local")
+    True
+    >>> resolve_backend("threads", "WorkerSet")
+    Traceback (most recent call last):
+    ...
+    flowrl.errors.ConfigError: WorkerSet(backend='threads'): unknown backend; use one of ['auto', 'local', 'ray']
+    """
+    if backend not in BACKENDS:
+        raise ConfigError(f"{where}(backend={backend!r}): unknown backend; use one of "
+                          f"{list(BACKENDS)}")
+    if backend == "auto":
+        return "ray" if reads_actors or (creates > 0 and ray_running()) else "local"
+    if backend == "local" and reads_actors:
+        raise ConfigError(f"{where}(backend='local'): it reads Ray actor handles "
+                          "(from_actors); use backend='ray' or 'auto'")
+    return backend
+
+
+def require_ray(where: str) -> None:
+    """ConfigError naming ``where`` unless this process is connected to Ray (for
+    callers that create Ray actors and leave ``ray.init()`` to the user)."""
+    if not ray_running():
+        raise ConfigError(f"{where}(backend='ray'): Ray is not initialised; call "
+                          "ray.init() first or use backend='local'")
 
 
 def ensure_ray(num_cpus: float | None = None, *, preload: Sequence[str] = ()) -> None:
@@ -307,6 +349,7 @@ class PendingCalls:
         return [e[0] for e in late]
 
 
-__all__ = ["BACKENDS", "CALL_TIMEOUT_S", "START_WAIT_S", "Calls", "InProcessCalls",
-           "IN_PROCESS", "PendingCalls", "calls_for", "calls_for_backend", "ensure_ray",
-           "is_actor_handle", "ray_running", "remote_cause"]
+__all__ = ["BACKENDS", "CALL_TIMEOUT_S", "START_WAIT_S", "Calls",
+           "InProcessCalls", "IN_PROCESS", "PendingCalls", "calls_for", "calls_for_backend",
+           "ensure_ray", "is_actor_handle", "ray_running", "remote_cause", "resolve_backend",
+           "require_ray"]

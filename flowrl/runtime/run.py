@@ -25,20 +25,17 @@ import weakref
 from time import perf_counter as perf
 from typing import TYPE_CHECKING, Any
 
+from flowrl.defaults import REMOTE_TIMEOUT_S
 from flowrl.errors import ConfigError
 from flowrl.graph.compile import compile_plan
 from flowrl.metrics import CURRENT_METRICS
 from flowrl.metrics import MetricsContext
-from flowrl.runtime.calls import BACKENDS
+from flowrl.runtime.calls import resolve_backend
 from flowrl.runtime.context import CURRENT_RUN, RunContext
 from flowrl.runtime.driver import Driver
 
 if TYPE_CHECKING:
     from flowrl.graph.plan import Plan
-
-#: Default bound, in seconds, on how long a request to a remote host may go unanswered.
-REMOTE_TIMEOUT_S = 600.0
-
 
 def uses_ray_actors(plan: "Plan") -> bool:
     """Whether ``plan.graph`` reads Ray actor handles (a remote ``from_actors``)."""
@@ -57,15 +54,7 @@ def check_remote_timeout(value: Any) -> None:
 def make_backend(plan: "Plan", backend: str,
                  remote_timeout_s: float | None = REMOTE_TIMEOUT_S):
     check_remote_timeout(remote_timeout_s)
-    if backend not in BACKENDS:
-        raise ConfigError(f"compile(backend={backend!r}): unknown backend; use one of "
-                          f"{list(BACKENDS)}")
-    if backend == "auto":
-        backend = "ray" if uses_ray_actors(plan) else "local"
-    if backend == "local":
-        if uses_ray_actors(plan):
-            raise ConfigError("compile(backend='local'): the plan reads Ray actor handles "
-                              "(from_actors); use backend='ray' or 'auto'")
+    if resolve_backend(backend, "compile", reads_actors=uses_ray_actors(plan)) == "local":
         from flowrl.runtime.local_backend import LocalBackend
         return LocalBackend()
     from flowrl.runtime.ray_backend import RayBackend

@@ -6,7 +6,8 @@ With ``backend="ray"`` the remote workers are Ray actors
 each); with ``backend="local"`` they are in-process :class:`RolloutWorker`
 instances, which the local runtime steps exactly like actors (useful for tests and
 debugging). ``backend="auto"`` picks ``"ray"`` when ``num_workers > 0`` and Ray is
-already initialised, else ``"local"``; flowrl never calls ``ray.init()`` for you.
+already initialised, else ``"local"`` (:func:`~flowrl.runtime.calls.resolve_backend`);
+a WorkerSet never calls ``ray.init()`` for you.
 
 Ray workers are created in parallel: every actor is submitted first, the local
 worker is built while they start, and the constructor returns once all of them
@@ -22,7 +23,8 @@ and import torch only when asked for more than acting
 
 Every call to a remote worker goes through the backend's calls
 (:mod:`flowrl.runtime.calls`): one code path for Ray actors and in-process
-workers, each wait bounded by ``sample_timeout_s`` (or 600 s). The set composes
+workers, each wait bounded by ``sample_timeout_s`` (or
+:data:`~flowrl.defaults.REMOTE_TIMEOUT_S`). The set composes
 three units, each with its own policy and state:
 
 - :mod:`flowrl.workers.restarts`: a remote worker that dies or does not answer is
@@ -53,18 +55,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
+from flowrl.defaults import REMOTE_TIMEOUT_S
 from flowrl.errors import ConfigError, EnvError, WorkerError
 from flowrl.runtime.backend import lost_reason
-from flowrl.runtime.calls import (BACKENDS, START_WAIT_S, Calls, calls_for_backend,
-                                  is_actor_handle, ray_running, remote_cause)
+from flowrl.runtime.calls import (START_WAIT_S, Calls, calls_for_backend, is_actor_handle,
+                                  remote_cause, require_ray, resolve_backend)
 from flowrl.workers.broadcast import WeightBroadcast
 from flowrl.workers.restarts import Restarter, RestartPolicy
 from flowrl.workers.rollout_worker import PolicySpec, RolloutWorker, as_policy_spec
 from flowrl.workers.spares import SpareWorkers, rebuild_worker
-
-#: Bound on a remote call of ``foreach_worker``/``sync_weights`` when
-#: ``sample_timeout_s`` is None.
-DEFAULT_TIMEOUT_S = 600.0
 
 
 @dataclass
@@ -179,16 +178,12 @@ class WorkerSet:
         config = config or WorkerConfig()
         if not isinstance(num_workers, int) or num_workers < 0:
             raise ConfigError(f"WorkerSet(num_workers={num_workers!r}): must be an int >= 0")
-        if backend not in BACKENDS:
-            raise ConfigError(f"WorkerSet(backend={backend!r}): choose one of {BACKENDS}")
+        backend = resolve_backend(backend, "WorkerSet", creates=num_workers)
         if policy is None and config.policies is None:
             raise ConfigError("WorkerSet: give a policy class, or config.policies for "
                               "multi-agent")
-        if backend == "auto":
-            backend = "ray" if num_workers > 0 and ray_running() else "local"
-        if backend == "ray" and not ray_running():
-            raise ConfigError("WorkerSet(backend='ray'): Ray is not initialised; call "
-                              "ray.init() first or use backend='local'")
+        if backend == "ray":
+            require_ray("WorkerSet")
         kwargs = config.worker_kwargs(policy)
         self._env = env
         self._remote_kwargs = _with_acting_replicas(kwargs) if config.numpy_replicas else kwargs
@@ -250,9 +245,9 @@ class WorkerSet:
         """
         self = cls.__new__(cls)
         self._local = local_worker
-        ray = any(is_actor_handle(w) for w in remote_workers)
-        self._setup(None, calls_for_backend("ray" if ray else "local"), list(remote_workers),
-                    owned=False)
+        backend = resolve_backend("auto", "WorkerSet.from_existing",
+                                  reads_actors=any(is_actor_handle(w) for w in remote_workers))
+        self._setup(None, calls_for_backend(backend), list(remote_workers), owned=False)
         return self
 
     def local_worker(self) -> RolloutWorker:
@@ -265,9 +260,10 @@ class WorkerSet:
 
     @property
     def timeout_s(self) -> float:
-        """Bound on each remote call this set waits for (``sample_timeout_s`` or 600 s)."""
+        """Bound on each remote call this set waits for (``sample_timeout_s``, or
+        :data:`~flowrl.defaults.REMOTE_TIMEOUT_S` when it is None)."""
         t = self.config.sample_timeout_s if self.config is not None else None
-        return DEFAULT_TIMEOUT_S if t is None else t
+        return REMOTE_TIMEOUT_S if t is None else t
 
     @property
     def num_restarts(self) -> int:
