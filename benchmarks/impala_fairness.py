@@ -35,9 +35,7 @@ on older flowrl, e.g. ``ee894dc``): a subclass of ``IMPALAPolicy`` counts the
 learner's updates (its version: the number of ``learn_on_batch`` calls), puts the
 version into the weights it hands out and records the version of the weights it
 received; every batch a worker samples gets ``behaviour_version``,
-``worker_index`` and ``fragment`` (a per-worker count) columns. The subclass does
-not opt in to numpy replicas, so the remote workers act through the real policy
-(its numpy path) rather than a replica.
+``worker_index`` and ``fragment`` (a per-worker count) columns.
 
 A run trains ``--warmup-updates`` learner updates (a backlog builds up), then counts
 over the next ``--updates`` updates (a window in learner updates, so every run

@@ -7,7 +7,7 @@ sends them with ``sync_weights``, samples one fragment on the remote worker and 
 on the learner, with the same weights:
 
 - the largest difference between the behaviour log-probability the worker recorded
-  (``action_logp``, computed by its numpy replica) and the learner's torch
+  (``action_logp``, computed by its numpy acting path) and the learner's torch
   log-probability of the same actions (V-trace's ρ = π/μ must be 1 here);
 - the same for the value estimates (``vf_preds``);
 - whether the learner's rebuilt frame stacks (each row's ``obs`` shifted by one frame,

@@ -19,7 +19,7 @@ multi-agent protocol: a done agent does not act again this episode), so only
 about 45% of the 10 slots act on a step, and those few rows are split over 2
 forwards. One copy therefore feeds each forward about 3 rows, where the
 10-env vector sampler feeds 10: the per-call cost of a forward (numpy for these
-small batches, see ``flowrl/policies/numpy_forward.py``) is then spread over
+small batches, see ``flowrl/policies/numpy_acting.py``) is then spread over
 about 3x fewer rows, whatever the sampler does. The
 fair baseline for a sampler's own cost is the vector sampler at the SAME number
 of acting rows per forward: ``vector-matched``, whose 3 envs match the

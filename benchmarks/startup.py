@@ -109,16 +109,14 @@ def _worker_facts(worker) -> tuple:
     worker.sample()
     with open("/proc/self/status") as f:
         rss = next((int(line.split()[1]) // 1024 for line in f if line.startswith("VmRSS")), None)
-    # policy_map: get_policy() would build the real policy in a replica's place
-    return type(worker.policy_map["default_policy"]).__name__, sorted(sys_.modules), rss
+    return type(worker.get_policy()).__name__, sorted(sys_.modules), rss
 
 
 def worker_modules() -> None:
-    """For PPO's Ray rollout workers (8 envs, 128-step fragments), with numpy
-    replicas (the default) and with the real policy (``numpy_replicas=False``):
-    after one ``sample()``, the modules imported, which heavy packages are among
-    them, and the worker process's resident memory (a deterministic start-up
-    proxy, and what each worker costs)."""
+    """For PPO's Ray rollout workers (8 envs, 128-step fragments): after one
+    ``sample()``, the modules imported, which heavy packages are among them, and
+    the worker process's resident memory (a deterministic start-up proxy, and
+    what each worker costs)."""
     import ray
 
     from flowrl.policies import PPOPolicy
@@ -126,19 +124,18 @@ def worker_modules() -> None:
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     heavy = ["torch", "torch._dynamo", "torch.optim", "gymnasium", "networkx", "rich",
              "tensorboardX", "yaml", "pandas", "scipy"]
-    for replicas in (True, False):
-        ws = WorkerSet("CartPole-v1", PPOPolicy,
-                       WorkerConfig(num_envs_per_worker=8, rollout_fragment_length=128,
-                                    numpy_replicas=replicas), num_workers=2, backend="ray")
-        try:
-            facts = ws.foreach_remote_worker(_worker_facts)
-        finally:
-            ws.stop()
-        policy, mods, _ = facts[0]
-        print(f"numpy_replicas={replicas}: policy {policy}, {len(mods)} modules, resident "
-              f"memory per worker {[f[2] for f in facts]} MB")
-        for name in heavy:
-            print(f"  {name:15s} {'imported' if name in mods else '-'}")
+    ws = WorkerSet("CartPole-v1", PPOPolicy,
+                   WorkerConfig(num_envs_per_worker=8, rollout_fragment_length=128),
+                   num_workers=2, backend="ray")
+    try:
+        facts = ws.foreach_remote_worker(_worker_facts)
+    finally:
+        ws.stop()
+    policy, mods, _ = facts[0]
+    print(f"policy {policy}, {len(mods)} modules, resident memory per worker "
+          f"{[f[2] for f in facts]} MB")
+    for name in heavy:
+        print(f"  {name:15s} {'imported' if name in mods else '-'}")
 
 
 def main(argv=None) -> None:
@@ -147,7 +144,7 @@ def main(argv=None) -> None:
     p.add_argument("--importtime", action="store_true")
     p.add_argument("--profile", choices=["local", "ray"])
     p.add_argument("--worker-modules", action="store_true",
-                   help="a Ray rollout worker's imports and memory, with and without numpy replicas")
+                   help="a Ray rollout worker's imports and memory")
     harness.add_arguments(p)
     args = p.parse_args(argv)
     if args.child:

@@ -39,8 +39,7 @@ JSONL log keeps nested and TensorBoard shows as ``custom_metrics/<name>_mean``;
 ``episode.hist_data[name] = [numbers]`` reports ``result["hist_stats"][name]``;
 ``episode.user_data`` is the episode's own storage. ``base_env`` offers
 ``get_sub_environments()`` (the worker's env copies, ``env_index`` indexes them).
-``policies`` is the worker's policy id -> policy map (on a remote worker, a
-policy may be a numpy replica that acts but does not learn).
+``policies`` is the worker's policy id -> policy map.
 
 Hooks are called with keywords. A hook without ``**kwargs`` gets only the
 keywords it names, so both RLlib 1.x's ``on_train_result(self, *, trainer,

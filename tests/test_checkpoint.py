@@ -121,7 +121,7 @@ def test_save_restore_keeps_rngs_extra_state_and_remote_worker_rngs(tmp_path):
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
     assert fresh.epsilon == 0.25
     assert fresh.metrics.counters["training_iteration"] == 1
-    # the remote worker acts through a numpy replica: its state is its numpy generators
+    # the remote worker's numpy generators are restored
     restored = fresh.workers.remote_workers()[0].get_state()["policies"]["default_policy"]
     before = remote_before["policies"]["default_policy"]
     assert restored["np_rng"] == before["np_rng"]

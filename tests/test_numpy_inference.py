@@ -14,8 +14,8 @@ from torch import nn
 
 from flowrl.batch import SampleBatch
 from flowrl.policies import DQNPolicy, PGPolicy, PPOPolicy
-from flowrl.policies.numpy_forward import NumpyMLP, categorical_sample
-from flowrl.policies.numpy_forward import NUMPY_MAX_MACS
+from flowrl.policies.numpy_acting import NumpyMLP, categorical_sample
+from flowrl.policies.numpy_acting import NUMPY_MAX_MACS
 from flowrl.models import FullyConnectedNetwork, ModelConfig
 from flowrl.policies.torch_policy import TorchPolicy
 from flowrl.workers import RolloutWorker
@@ -194,13 +194,13 @@ def test_never_stale_when_parameters_or_modules_are_replaced():
 
 
 def test_parameter_guard_premise_nn_module_keeps_its_tables_in_private_dicts():
-    # ParameterGuard (numpy_forward.py) reads nn.Module's private ``_modules`` and
+    # ParameterGuard (numpy_acting.py) reads nn.Module's private ``_modules`` and
     # ``_parameters`` dicts, the one private torch API left in flowrl/policies
     # (a walk through named_parameters() on every acting call would cost more than
     # the forward it guards). This fails loudly if torch stops keeping a module's
     # parameters and children there, or stops routing assignments through them.
     premise = ("nn.Module no longer keeps its children in _modules and its parameters in "
-               "_parameters: rewrite ParameterGuard (flowrl/policies/numpy_forward.py) "
+               "_parameters: rewrite ParameterGuard (flowrl/policies/numpy_acting.py) "
                "over public APIs (named_children / named_parameters)")
     seq = nn.Sequential(nn.Linear(2, 3), nn.Tanh())
     assert isinstance(seq._modules, dict) and list(seq._modules.values()) == list(seq.children()), \

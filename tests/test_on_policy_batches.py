@@ -127,12 +127,11 @@ def test_envs_that_give_no_frame_stacks_keep_new_obs():
     assert isinstance(w.env.observation_space, gym.spaces.Box)
 
 
-def test_numpy_replicas_say_what_their_class_says():
+def test_policies_say_whether_they_train_on_new_obs():
     import gymnasium as gym
-    from flowrl.policies.replica import acting_replica
     box, two = gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2)
-    assert acting_replica(PPOPolicy)(box, two).trains_on_new_obs is False
-    assert acting_replica(IMPALAPolicy)(box, two).trains_on_new_obs is True
+    assert PPOPolicy(box, two).trains_on_new_obs is False
+    assert IMPALAPolicy(box, two).trains_on_new_obs is True
     assert IMPALAPolicy(box, two, vtrace=False).trains_on_new_obs is False
 
 

@@ -14,7 +14,6 @@ True
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -76,13 +75,6 @@ class A3C(Algorithm):
         return {**super().policy_config(config), "lambda_": config.lambda_,
                 "vf_loss_coeff": config.vf_loss_coeff, "entropy_coeff": config.entropy_coeff,
                 "grad_clip": config.grad_clip}
-
-    @classmethod
-    def worker_config(cls, config: A3CConfig, policy_class: Any = None):
-        # Remote workers compute gradients from the first call: give them the real
-        # (torch) policy at start rather than a numpy replica that builds it then.
-        return dataclasses.replace(super().worker_config(config, policy_class),
-                                   numpy_replicas=False)
 
     @staticmethod
     def execution_plan(workers, config: A3CConfig) -> LocalStream:

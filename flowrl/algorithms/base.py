@@ -49,7 +49,6 @@ from flowrl.graph.plan import Plan
 from flowrl.graph.stream import LocalStream
 from flowrl.ops.evaluation import Evaluation
 from flowrl.ops.metric_ops import TRAINING_ITERATION
-from flowrl.policies.replica import NumpyActingPolicy
 from flowrl.runtime.calls import ensure_ray, resolve_backend
 from flowrl.user_code import module_roots
 from flowrl.workers import WorkerConfig, WorkerSet
@@ -81,14 +80,9 @@ class LazyClass:
 
 
 def _configured_lr(worker: Any) -> None:
-    """Set each trainable policy's optimizer back to the policy's configured ``lr``.
-    A worker acting through a numpy replica has no optimizer to reset (it builds one
-    at the configured rate when it first needs one), and asking the worker for its
-    real policy would import torch there: such policies are left alone."""
+    """Set each trainable policy's optimizer back to the policy's configured ``lr``."""
     for policy_id in worker.policies_to_train:
         policy = worker.policy_map[policy_id]
-        if isinstance(policy, NumpyActingPolicy):
-            continue
         lr, optimizer = getattr(policy, "lr", None), getattr(policy, "optimizer", None)
         if lr is not None and optimizer is not None:
             for group in optimizer.param_groups:

@@ -4,7 +4,7 @@ With ``vf_share_layers=False`` (the default) the policy and the value function a
 two separate MLPs, ``pi`` and ``vf`` (``nn.Sequential`` of ``Linear`` and the
 activation; parameter names ``pi.0.weight`` ... ``vf.N.bias`` and ``log_std``), the
 shape flowrl's numpy acting path reproduces exactly
-(:mod:`flowrl.policies.numpy_forward`). With ``vf_share_layers=True`` one trunk
+(:mod:`flowrl.policies.numpy_acting`). With ``vf_share_layers=True`` one trunk
 feeds both the logits and a value head. Hidden layers keep torch's default
 initialisation unless ``orthogonal_init`` (:func:`~flowrl.models.base.hidden`);
 the output layers are orthogonal with gain 0.01 (logits) and 1 (value).

@@ -20,7 +20,6 @@ class A2CPolicy(TorchPolicy):
     40.0
     """
 
-    numpy_replica = True  # remote workers act through a numpy replica (replica.py)
     trains_on_new_obs = False  # GAE bootstraps from the worker's bootstrap_value
 
     def __init__(self, observation_space, action_space, *, lr: float = 1e-4,

@@ -28,7 +28,6 @@ class APPOPolicy(AdaptiveKL, IMPALAPolicy):
     [1.5, 0.75]
     """
 
-    numpy_replica = True  # remote workers act through a numpy replica (replica.py)
 
     def __init__(self, observation_space, action_space, *, clip_param: float = 0.4,
                  vtrace: bool = False, use_kl_loss: bool = False, kl_coeff: float = 1.0,

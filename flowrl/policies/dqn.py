@@ -33,7 +33,7 @@ from flowrl.batch import SampleBatch
 from flowrl.callbacks import learn_callbacks
 from flowrl.errors import ConfigError
 from flowrl.models.catalog import is_image
-from flowrl.policies.numpy_forward import (NumpyMLP, ParameterGuard, SnapshotCache,
+from flowrl.policies.numpy_acting import (NumpyMLP, ParameterGuard, SnapshotCache,
                                            in_chunks, max_rows, obs_rows)
 from flowrl.models.config import model_config
 from flowrl.policies.torch_policy import make_adam, model_obs, to_numpy_tree, to_torch_tree
@@ -173,7 +173,7 @@ class QActingModule(nn.Module):
 
 
 class _NumpyQNetwork:
-    """Numpy views of a :class:`QNetwork` (see :mod:`flowrl.policies.numpy_forward`)."""
+    """Numpy views of a :class:`QNetwork` (see :mod:`flowrl.policies.numpy_acting`)."""
 
     __slots__ = ("guard", "parts", "max_rows")
 
@@ -218,7 +218,7 @@ class DQNPolicy:
     a ``priorities`` column ``|δ| + prioritized_replay_eps``), ``seed``,
     ``numpy_inference`` (Q-values for acting through numpy views of the online
     network at every batch size, in ``NUMPY_MAX_MACS`` chunks, the default; False
-    forces torch; see :mod:`flowrl.policies.numpy_forward`). Exploration is the same
+    forces torch; see :mod:`flowrl.policies.numpy_acting`). Exploration is the same
     either way: it only reads the Q-values.
 
     >>> p = DQNPolicy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), seed=0)

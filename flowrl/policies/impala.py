@@ -81,7 +81,6 @@ class IMPALAPolicy(A2CPolicy):
     (True, 0.0005, 40.0)
     """
 
-    numpy_replica = True  # remote workers act through a numpy replica (replica.py)
 
     def __init__(self, observation_space, action_space, *, lr: float = 5e-4,
                  vtrace: bool = True, vtrace_clip_rho_threshold: float | None = 1.0,

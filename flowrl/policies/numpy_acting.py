@@ -1,11 +1,27 @@
-"""Acting in numpy, without torch: the built-in MLPs' forward, action sampling from
-their outputs, and GAE postprocessing.
+"""Acting in numpy: the built-in MLPs' forward over views of their torch
+parameters, action sampling from their outputs.
 
-:class:`~flowrl.policies.TorchPolicy` acts through these (its
-:mod:`~flowrl.policies.numpy_forward` snapshot is views of its torch parameters)
-and inherits :class:`Postprocessing`; the torch-free replicas remote rollout
-workers act with (:mod:`flowrl.policies.replica`) use nothing else. Importing
-this module imports no torch.
+Acting runs one small forward per env step, where a torch call's fixed cost
+(dispatch, autograd bookkeeping, tensor wrapping) outweighs the arithmetic. For
+the built-in models (the MLP of :class:`~flowrl.models.FullyConnectedNetwork`
+and :class:`~flowrl.policies.dqn.QNetwork`: ``nn.Sequential`` stacks of
+``nn.Linear`` with ``nn.Tanh``/``nn.ReLU``) :class:`NumpyMLP` computes the same
+float32 maths with numpy. It sits behind the policies' acting interface
+(:meth:`~flowrl.policies.TorchPolicy.compute_actions`,
+:meth:`~flowrl.policies.TorchPolicy.value`, :class:`~flowrl.policies.DQNPolicy`'s
+Q-values): a policy asks its :class:`SnapshotCache` for a snapshot
+(:class:`NumpyActorCritic` for the actor-critic MLP) and acts through torch when
+there is none (``numpy_inference=False``, any other model). ``benchmarks/sampling.py``
+measures what it saves.
+
+Staleness. A :class:`NumpyMLP` holds numpy *views* of the torch parameters'
+memory, not copies: every in-place update (optimizer steps, ``load_state_dict`` in
+``set_weights``/``set_state``, ``copy_``) is visible at once. What a view cannot
+follow is a parameter replaced by another tensor or moved to other memory
+(``param.data = ...``, ``module.double()``, a new ``nn.Parameter``, a device
+move); a :class:`ParameterGuard` over the whole model detects each of these by
+identity and data pointer, and :class:`SnapshotCache` rebuilds the snapshot, or
+falls back to torch when the model no longer qualifies.
 
 Sampling functions are pure and take their random draws as arguments, so that a
 seeded ``numpy.random.Generator`` makes them reproducible.
@@ -14,12 +30,14 @@ seeded ``numpy.random.Generator`` makes them reproducible.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+import operator
 
 import numpy as np
+import torch
+from torch import nn
 
 from flowrl.batch import SampleBatch
-from flowrl.policies.maths import discounted_returns, gae
+from flowrl.models.fcnet import FullyConnectedNetwork
 
 SB = SampleBatch
 _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
@@ -28,8 +46,8 @@ _HALF_LOG_2PI = 0.5 * math.log(2 * math.pi)
 #: largest layer below this (:func:`max_rows`): OpenBLAS computes such products on
 #: the calling thread, where larger ones start its thread pool, which competes with
 #: the sampler for the cores (and spins under load). Larger batches run in chunks
-#: of that many rows (:func:`in_chunks`), in the real policies and their replicas
-#: alike, so the results never depend on which of them acts.
+#: of that many rows (:func:`in_chunks`), so the results never depend on how a
+#: batch was split.
 NUMPY_MAX_MACS = 1 << 18
 
 
@@ -55,8 +73,8 @@ class NumpyMLP:
     True
 
     Its views cannot follow a parameter that is replaced; the policies watch their
-    whole model with a :class:`~flowrl.policies.numpy_forward.ParameterGuard` and
-    rebuild (:class:`~flowrl.policies.numpy_forward.SnapshotCache`).
+    whole model with a :class:`ParameterGuard` and rebuild
+    (:class:`SnapshotCache`).
     """
 
     __slots__ = ("_layers", "macs_per_row")
@@ -124,7 +142,7 @@ def in_chunks(forward, x: np.ndarray, rows: int) -> np.ndarray:
     """``forward(x)`` computed ``rows`` rows at a time and concatenated: how every
     numpy forward runs, whatever the batch size (see ``NUMPY_MAX_MACS``). A row's
     result depends only on where the chunk boundaries fall, which depend only on
-    the batch size, so the real policy and its replica agree bit for bit.
+    the batch size.
 
     >>> in_chunks(lambda a: a * 2, np.arange(5.0)[:, None], 2)[:, 0].tolist()
     [0.0, 2.0, 4.0, 6.0, 8.0]
@@ -261,86 +279,151 @@ def act(out: np.ndarray, log_std: np.ndarray | None, explore: bool, rng: np.rand
     return actions, {SB.ACTION_LOGP: logp, SB.ACTION_DIST_INPUTS: inputs}
 
 
-class Postprocessing:
-    """Advantages and value targets for trajectories, in numpy (a mixin: the class
-    sets ``use_critic``, ``gamma`` and ``lambda_``). Shared by
-    :class:`~flowrl.policies.TorchPolicy` and
-    :class:`~flowrl.policies.replica.NumpyActingPolicy`."""
+class ParameterGuard:
+    """Notices when numpy views of ``module``'s parameters may have gone stale.
 
-    use_critic = True
-    gamma: float
-    lambda_: float
+    Records every submodule and parameter object under ``module`` and each
+    parameter's data pointer; :meth:`intact` is False once any of them was
+    replaced or a parameter's memory moved. In-place updates keep it True (the
+    views see them). Submodules in ``skip`` are recorded only as their parent's
+    entry (replacing one is noticed), not their contents: a guard for a use
+    that does not read them, cheaper to check.
 
-    def postprocess_trajectory(self, batch: SampleBatch, last_value: float = 0.0) -> SampleBatch:
-        """A new batch with ``advantages`` and ``value_targets`` for one trajectory.
+    It reads each module's ``_modules`` and ``_parameters`` dicts, which are
+    private to torch (a public walk per acting call would cost more than the
+    forward it guards); the test suite fails loudly, naming this class, if torch
+    stops keeping a module's children and parameters there.
 
-        ``batch`` holds one env's (one agent's) consecutive steps in time order; it
-        may span several episodes, each ending at a ``terminateds``/``truncateds``
-        row. Truncated rows bootstrap from the ``bootstrap_value`` column
-        (``V(final obs)``); ``last_value`` is ``V(s_T)`` after the last row when the
-        fragment cut an episode (0 when the last row ends its episode). With a
-        critic this is GAE(γ, λ); without one, advantages are discounted returns.
+    >>> g = ParameterGuard(nn.Linear(2, 2))
+    >>> g.intact()
+    True
+    >>> g.module.bias = nn.Parameter(torch.zeros(2))
+    >>> g.intact()
+    False
+    """
+
+    __slots__ = ("module", "_tables", "_keys", "_values", "_sizes", "_params", "_pointers")
+
+    def __init__(self, module: nn.Module, *, skip: tuple = ()):
+        self.module = module
+        entries, tables, params = [], [], []
+        for m in _walk(module, {id(m) for m in skip}):
+            for table in (m._modules, m._parameters):
+                if table:  # an entry added to an empty table (of a leaf) cannot matter
+                    tables.append(table)
+                entries.extend((table, key, value) for key, value in table.items())
+            params.extend(p for p in m._parameters.values() if p is not None)
+        self._tables, self._keys, self._values = (tuple(x) for x in zip(*entries)) \
+            if entries else ((), (), ())
+        self._sizes = (tuple(tables), tuple(map(len, tables)))  # a submodule added later
+        self._params = tuple(params)
+        self._pointers = tuple(p.data_ptr() for p in params)
+
+    def intact(self) -> bool:
+        """Whether every recorded object and data pointer is still in place."""
+        tables, sizes = self._sizes
+        return (all(map(operator.is_, map(dict.get, self._tables, self._keys), self._values))
+                and tuple(map(len, tables)) == sizes
+                and tuple(map(_data_ptr, self._params)) == self._pointers)
+
+
+_data_ptr = torch.Tensor.data_ptr
+
+
+def _walk(module: nn.Module, skip: set[int]):
+    """``module`` and its submodules, each once, except the subtrees of ids in ``skip``."""
+    seen, stack = set(skip), [module]
+    while stack:
+        m = stack.pop()
+        if id(m) in seen:
+            continue
+        seen.add(id(m))
+        yield m
+        stack.extend(c for c in reversed(m._modules.values()) if c is not None)
+
+
+class SnapshotCache:
+    """A policy's numpy snapshot of its model, rebuilt only when stale.
+
+    ``build(model)`` makes a snapshot (an object with ``guard`` (a
+    :class:`ParameterGuard` of ``model``) and ``max_rows``) or returns None for a
+    model numpy cannot run; such a model is remembered so it is not inspected
+    again. :meth:`get` gives the snapshot, or None for the torch path. A snapshot may carry further guards for uses that read only
+    part of the model (see ``part``).
+    """
+
+    __slots__ = ("build", "snap", "unsupported")
+
+    def __init__(self, build):
+        self.build = build
+        self.snap = None
+        self.unsupported: nn.Module | None = None
+
+    def get(self, model: nn.Module, part: str = "guard"):
+        """The snapshot of ``model``, or None when numpy cannot run it.
+
+        ``part`` names the snapshot's guard to check: ``"guard"`` (the whole model)
+        or a narrower one the snapshot defines; a stale one rebuilds the snapshot.
+        A snapshot serves every batch size (in ``max_rows`` chunks, see
+        :func:`~flowrl.policies.numpy_acting.in_chunks`).
         """
-        term = batch[SB.TERMINATEDS]
-        trunc = batch.get(SB.TRUNCATEDS)
-        boot = batch.get(SB.BOOTSTRAP_VALUE)
-        if trunc is not None and boot is None:
-            boot = np.zeros(batch.count, np.float32)
-        return self._with_advantages(batch, term, last_value, trunc, boot)
-
-    def _with_advantages(self, batch: SampleBatch, term, last_value: float, trunc,
-                         boot) -> SampleBatch:
-        """``batch`` plus ``advantages`` and ``value_targets``: GAE(γ, λ) with a critic,
-        discounted returns without one."""
-        if self.use_critic:
-            adv, targets = gae(batch[SB.REWARDS], batch[SB.VF_PREDS], term, last_value,
-                               gamma=self.gamma, lam=self.lambda_, truncateds=trunc,
-                               bootstrap_values=boot)
-        else:
-            adv = targets = discounted_returns(batch[SB.REWARDS], term, last_value,
-                                               gamma=self.gamma, truncateds=trunc,
-                                               bootstrap_values=boot)
-        return batch.with_columns(**{SB.ADVANTAGES: adv, SB.VALUE_TARGETS: targets})
-
-    def postprocess_trajectories(self, batch: SampleBatch, ends: Sequence[int],
-                                 last_values: Sequence[float]) -> SampleBatch:
-        """:meth:`postprocess_trajectory` of several trajectories stored back to back.
-
-        Trajectory ``i`` is rows ``ends[i-1]:ends[i]`` of ``batch`` (``ends`` ascending,
-        the last equal to ``batch.count``), with ``last_values[i]`` its
-        ``last_value``. The result equals concatenating ``postprocess_trajectory``
-        of each slice; for this class it is ONE pass over all rows, a trajectory's
-        end acting as a time-limit cut that bootstraps from its ``last_value``. A
-        subclass that overrides :meth:`postprocess_trajectory` gets the loop.
-
-        >>> import gymnasium as gym
-        >>> from flowrl.policies import PGPolicy
-        >>> p = PGPolicy(gym.spaces.Box(-1, 1, (1,)), gym.spaces.Discrete(2), gamma=0.5)
-        >>> b = SampleBatch(rewards=np.ones(4, np.float32), terminateds=np.zeros(4, bool))
-        >>> p.postprocess_trajectories(b, [2, 4], [2.0, 0.0])["advantages"].tolist()
-        [2.0, 2.0, 1.5, 1.0]
-        """
-        ends = np.asarray(ends, np.int64)
-        if type(self).postprocess_trajectory is not Postprocessing.postprocess_trajectory:
-            starts = np.r_[0, ends[:-1]]
-            parts = [self.postprocess_trajectory(batch.slice(s, e), last_value=float(v))
-                     for s, e, v in zip(starts.tolist(), ends.tolist(), last_values)]
-            return parts[0] if len(parts) == 1 else SampleBatch.concat_samples(parts)
-        n = batch.count
-        term = np.asarray(batch[SB.TERMINATEDS], bool)
-        trunc = batch.get(SB.TRUNCATEDS)
-        trunc = np.zeros(n, bool) if trunc is None else np.asarray(trunc, bool)
-        boot = batch.get(SB.BOOTSTRAP_VALUE)
-        boot = np.zeros(n, np.float32) if boot is None else np.asarray(boot, np.float32)
-        cut = np.zeros(n, bool)
-        cut[ends - 1] = True
-        cut &= ~(term | trunc)
-        boot = boot.copy()
-        boot[ends - 1] = np.where(cut[ends - 1], np.asarray(last_values, np.float32),
-                                  boot[ends - 1])
-        return self._with_advantages(batch, term, 0.0, trunc | cut, boot)
+        snap = self.snap
+        if snap is None or snap.guard.module is not model or not getattr(snap, part).intact():
+            if model is self.unsupported:
+                return None
+            snap = self.snap = self.build(model)
+            if snap is None:
+                self.unsupported = model
+                return None
+        return snap
 
 
-__all__ = ["NUMPY_MAX_MACS", "NumpyMLP", "Postprocessing", "act", "categorical_mode",
-           "categorical_sample", "gaussian_logp", "in_chunks", "max_rows", "obs_rows",
-           "one_hot"]
+class NumpyActorCritic:
+    """Numpy views of the built-in MLP (:class:`~flowrl.models.FullyConnectedNetwork`
+    with separate ``pi`` and ``vf``): ``pi``, ``vf`` (or None), ``log_std``.
+
+    ``guard`` watches the whole model; ``acting_guard`` all but the value network's
+    contents (what acting without ``vf_preds`` reads).
+    """
+
+    __slots__ = ("guard", "acting_guard", "pi", "vf", "log_std", "max_rows")
+
+    @classmethod
+    def build(cls, model: nn.Module) -> "NumpyActorCritic | None":
+        if type(model) is not FullyConnectedNetwork or model.features_only \
+                or model.vf_share_layers:
+            return None
+        pi = NumpyMLP.build(model.pi)
+        vf = None if model.vf is None else NumpyMLP.build(model.vf)
+        ls = model.log_std
+        if pi is None or (model.vf is not None and vf is None) or (
+                ls is not None and (ls.dtype != torch.float32 or ls.device.type != "cpu")):
+            return None
+        self = cls()
+        self.guard, self.pi, self.vf = ParameterGuard(model), pi, vf
+        self.acting_guard = (self.guard if model.vf is None
+                             else ParameterGuard(model, skip=(model.vf,)))
+        self.log_std = None if ls is None else ls.detach().numpy()
+        self.max_rows = max_rows(pi, vf)
+        return self
+
+    def compute_actions(self, x: np.ndarray, explore: bool, rng: np.random.Generator,
+                        action_shape: tuple, vf_preds: bool) -> tuple[np.ndarray, dict]:
+        """``(actions, extra)`` for observation rows ``x`` (:func:`obs_rows`), as
+        :meth:`flowrl.policies.TorchPolicy.compute_actions` returns them."""
+        actions, extra = act(in_chunks(self.pi, x, self.max_rows), self.log_std, explore,
+                             rng, action_shape)
+        if vf_preds:
+            extra[SB.VF_PREDS] = self.values(x)
+        return actions, extra
+
+    def values(self, x: np.ndarray) -> np.ndarray:
+        """``V(s)`` of observation rows ``x``, shape ``(B,)`` (zeros without ``vf``)."""
+        if self.vf is None:
+            return np.zeros(len(x), np.float32)
+        return in_chunks(self.vf, x, self.max_rows)[:, 0]
+
+
+__all__ = ["NUMPY_MAX_MACS", "NumpyMLP", "NumpyActorCritic", "ParameterGuard", "SnapshotCache",
+           "act", "categorical_mode", "categorical_sample", "gaussian_logp", "in_chunks",
+           "max_rows", "obs_rows", "one_hot"]

@@ -19,7 +19,6 @@ class PGPolicy(TorchPolicy):
     [0.0, 0.0, 0.0]
     """
 
-    numpy_replica = True  # remote workers act through a numpy replica (replica.py)
     trains_on_new_obs = False  # GAE bootstraps from the worker's bootstrap_value
     use_critic = False
 

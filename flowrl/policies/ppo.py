@@ -42,7 +42,6 @@ class PPOPolicy(AdaptiveKL, TorchPolicy):
     [0.3, 0.15, 0.15]
     """
 
-    numpy_replica = True  # remote workers act through a numpy replica (replica.py)
     trains_on_new_obs = False  # GAE bootstraps from the worker's bootstrap_value
 
     def __init__(self, observation_space, action_space, *, lr: float = 5e-5,

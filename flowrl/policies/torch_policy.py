@@ -18,13 +18,10 @@ Weights (:meth:`get_weights`) are a dict of parameter name to numpy array; state
 PPO's KL coefficient), all as numpy/plain Python so it pickles and checkpoints.
 
 Acting (:meth:`TorchPolicy.compute_actions`, :meth:`TorchPolicy.value`) runs the
-built-in MLP in numpy at every batch size (:mod:`flowrl.policies.numpy_forward`)
+built-in MLP in numpy at every batch size (:mod:`flowrl.policies.numpy_acting`)
 unless ``numpy_inference=False``; other models act through torch; learning always
 runs in torch. Postprocessing (GAE) is numpy, from
-:class:`~flowrl.policies.numpy_acting.Postprocessing`. A subclass that sets
-``numpy_replica = True`` in its own body gets torch-free replicas on remote
-rollout workers (:mod:`flowrl.policies.replica`, which says what such a
-class must keep).
+:class:`~flowrl.policies.postprocessing.Postprocessing`.
 """
 
 from __future__ import annotations
@@ -50,42 +47,11 @@ from flowrl.models.sequences import (SEQ_BOOTSTRAP_VALUE, SEQ_LENS, SEQ_MASK, SE
                                      cut_sequences, next_values, pad_sequences, sequence_mask)
 from flowrl.policies.asp import SignificantUpdates
 from flowrl.policies.distributions import distribution_for
-from flowrl.policies.numpy_acting import Postprocessing, act
-from flowrl.policies.numpy_forward import (NumpyMLP, ParameterGuard, SnapshotCache, in_chunks,
-                                           max_rows, obs_rows)
+from flowrl.policies.numpy_acting import NumpyActorCritic, SnapshotCache, obs_rows
+from flowrl.policies.postprocessing import Postprocessing
 from flowrl.policies.sgd import minibatch_sgd
 
 SB = SampleBatch
-
-
-class _NumpyActorCritic:
-    """Numpy views of the built-in MLP (:class:`~flowrl.models.FullyConnectedNetwork`
-    with separate ``pi`` and ``vf``): ``pi``, ``vf`` (or None), ``log_std``.
-
-    ``guard`` watches the whole model; ``acting_guard`` all but the value network's
-    contents (what acting without ``vf_preds`` reads).
-    """
-
-    __slots__ = ("guard", "acting_guard", "pi", "vf", "log_std", "max_rows")
-
-    @classmethod
-    def build(cls, model: nn.Module) -> "_NumpyActorCritic | None":
-        if type(model) is not FullyConnectedNetwork or model.features_only \
-                or model.vf_share_layers:
-            return None
-        pi = NumpyMLP.build(model.pi)
-        vf = None if model.vf is None else NumpyMLP.build(model.vf)
-        ls = model.log_std
-        if pi is None or (model.vf is not None and vf is None) or (
-                ls is not None and (ls.dtype != torch.float32 or ls.device.type != "cpu")):
-            return None
-        self = cls()
-        self.guard, self.pi, self.vf = ParameterGuard(model), pi, vf
-        self.acting_guard = (self.guard if model.vf is None
-                             else ParameterGuard(model, skip=(model.vf,)))
-        self.log_std = None if ls is None else ls.detach().numpy()
-        self.max_rows = max_rows(pi, vf)
-        return self
 
 
 def _undecorated(fn: Callable) -> Callable:
@@ -376,7 +342,7 @@ class TorchPolicy(Postprocessing):
         #: False to force the torch path.
         self.numpy_inference = bool(numpy_inference)
         self._action_rng = np.random.default_rng(None if seed is None else [seed, 1])
-        self._numpy_cache = SnapshotCache(_NumpyActorCritic.build)
+        self._numpy_cache = SnapshotCache(NumpyActorCritic.build)
 
         if isinstance(observation_space, (gym.spaces.Dict, gym.spaces.Tuple)):
             raise ConfigError(f"{name}: observation space {observation_space} is not supported "
@@ -387,7 +353,7 @@ class TorchPolicy(Postprocessing):
                                                         f"{name}: observation space")
         self._discrete_obs = isinstance(observation_space, gym.spaces.Discrete)
         self._image_obs = is_image(observation_space)
-        # Spaces numpy acting covers (the model decides the rest: _NumpyActorCritic).
+        # Spaces numpy acting covers (the model decides the rest: NumpyActorCritic).
         self._numpy_spaces = isinstance(action_space, (gym.spaces.Discrete, gym.spaces.Box)) \
             and not self._image_obs
         self._obs_dim = int(np.prod(self._model_obs_space.shape))
@@ -529,10 +495,10 @@ class TorchPolicy(Postprocessing):
                             discrete=self._discrete_obs, image=self._image_obs,
                             critic=bool(self.use_critic))
 
-    def _numpy_snapshot(self, part: str = "guard") -> "_NumpyActorCritic | None":
+    def _numpy_snapshot(self, part: str = "guard") -> "NumpyActorCritic | None":
         """The numpy view of :attr:`model`, or None for the torch path (switched off,
         or a model that is not the built-in MLP). Rebuilt whenever a parameter was
-        replaced (see :mod:`numpy_forward`); ``part="acting_guard"`` checks only
+        replaced (see :mod:`~flowrl.policies.numpy_acting`); ``part="acting_guard"`` checks only
         what acting without values reads."""
         if not self.numpy_inference or not self._numpy_spaces:
             return None
@@ -565,10 +531,10 @@ class TorchPolicy(Postprocessing):
 
         With ``numpy_inference`` (the default) and the built-in MLP, every batch
         runs the same float32 maths in numpy over views of the live parameters
-        (:mod:`flowrl.policies.numpy_forward`; large batches in chunks of
-        ``NUMPY_MAX_MACS``-sized forwards) and samples with the policy's own seeded
-        numpy generator (saved in :meth:`get_state`): exactly what its numpy
-        replica (:mod:`flowrl.policies.replica`) computes, whatever the batch size.
+        (:mod:`flowrl.policies.numpy_acting`; large batches in chunks of
+        ``NUMPY_MAX_MACS``-sized forwards, so results do not depend on the batch
+        size) and samples with the policy's own seeded numpy generator (saved in
+        :meth:`get_state`).
         Otherwise (``numpy_inference=False``, or any other model: CNN, LSTM,
         custom) one torch forward under ``torch.inference_mode`` samples with
         :attr:`generator`. Both paths draw from the same distributions.
@@ -576,7 +542,8 @@ class TorchPolicy(Postprocessing):
         snap = None if self.is_recurrent else self._numpy_snapshot(
             "guard" if vf_preds else "acting_guard")
         if snap is not None:
-            return self._compute_actions_numpy(snap, obs_batch, explore, vf_preds)
+            return snap.compute_actions(self._obs_array(obs_batch), explore, self._action_rng,
+                                        tuple(self.action_space.shape or ()), vf_preds)
         if self.is_recurrent and state_batches is None:
             state_batches = self._initial_state_batch(len(obs_batch))
         with torch.inference_mode():
@@ -596,21 +563,6 @@ class TorchPolicy(Postprocessing):
             actions = actions.reshape((len(actions), *self.action_space.shape))
         return actions, extra
 
-    def _compute_actions_numpy(self, snap: _NumpyActorCritic, obs_batch, explore: bool,
-                               vf_preds: bool) -> tuple[np.ndarray, dict]:
-        x = self._obs_array(obs_batch)
-        actions, extra = act(in_chunks(snap.pi, x, snap.max_rows), snap.log_std, explore,
-                             self._action_rng, tuple(self.action_space.shape or ()))
-        if vf_preds:
-            extra[SB.VF_PREDS] = self._numpy_values(snap, x)
-        return actions, extra
-
-    @staticmethod
-    def _numpy_values(snap: _NumpyActorCritic, x: np.ndarray) -> np.ndarray:
-        if snap.vf is None:
-            return np.zeros(len(x), np.float32)
-        return in_chunks(snap.vf, x, snap.max_rows)[:, 0]
-
     def value(self, obs_batch, *, state_batches: Sequence[np.ndarray] | None = None,
               prev_actions=None, prev_rewards=None) -> np.ndarray:
         """``V(s)`` for a batch of observations, shape ``(B,)`` (zeros without a
@@ -620,7 +572,7 @@ class TorchPolicy(Postprocessing):
             return np.zeros(len(obs_batch), np.float32)
         snap = None if self.is_recurrent else self._numpy_snapshot()
         if snap is not None:
-            return self._numpy_values(snap, self._obs_array(obs_batch))
+            return snap.values(self._obs_array(obs_batch))
         if self.is_recurrent and state_batches is None:
             state_batches = self._initial_state_batch(len(obs_batch))
         with torch.inference_mode():
@@ -933,6 +885,17 @@ class TorchPolicy(Postprocessing):
         self._np_rng.bit_generator.state = state["np_rng"]
         if "action_rng" in state:  # checkpoints from before numpy inference lack it
             self._action_rng.bit_generator.state = state["action_rng"]
+
+    def set_acting_state(self, state: dict[str, Any]) -> None:
+        """Restore only what acting uses: ``state["weights"]`` and the numpy
+        generators (``np_rng``, ``action_rng``), leaving the rest (optimizer, torch
+        generator, a subclass's own state) as it is. Remote workers' states in
+        checkpoints of older flowrl, whose remote workers acted through torch-free
+        replicas, hold only these (marked ``"numpy_replica": True``;
+        :meth:`~flowrl.workers.RolloutWorker.set_state` sends them here)."""
+        self.set_weights(state["weights"])
+        self._np_rng.bit_generator.state = state["np_rng"]
+        self._action_rng.bit_generator.state = state["action_rng"]
 
     # -- the seeds' ASP significant updates (flowrl.ops.LocalComputeUpdates) --------
     def asp_accumulate_grads(self) -> None:

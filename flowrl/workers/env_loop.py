@@ -49,8 +49,7 @@ def defers_vf_preds(policy) -> bool:
     True for policies whose ``compute_actions`` and ``value`` are
     :class:`~flowrl.policies.TorchPolicy`'s own and whose value network is separate
     from the policy network (the built-in MLP: values cost no extra policy
-    forward), and for their numpy replicas
-    (:mod:`flowrl.policies.replica`); a policy that overrides either, or
+    forward); a policy that overrides either, or
     whose ``compute_actions`` was replaced on the instance, is called as before.
     The weights do not change within a ``sample()`` call, so the column holds the
     same values either way (up to float rounding).
@@ -60,9 +59,6 @@ def defers_vf_preds(policy) -> bool:
     >>> defers_vf_preds(PPOPolicy(box, two)), defers_vf_preds(DQNPolicy(box, two))
     (True, False)
     """
-    from flowrl.policies.replica import NumpyActingPolicy
-    if type(policy) is NumpyActingPolicy:  # a replica of a TorchPolicy (no torch import)
-        return not policy.materialized or defers_vf_preds(policy.materialize())
     from flowrl.policies.torch_policy import TorchPolicy
     cls = type(policy)
     return (isinstance(policy, TorchPolicy) and cls.compute_actions is TorchPolicy.compute_actions
@@ -77,8 +73,8 @@ class Acting:
     ``num_forwards`` counts the ``compute_actions`` calls. A recurrent policy
     (``policy.is_recurrent``) needs ``num_rows``: its state, previous action and
     reward are kept per row, and :meth:`advance` moves them on after each step.
-    ``policy`` may be replaced between steps (a worker swaps a numpy replica for
-    the real policy).
+    ``policy`` may be replaced between steps (a worker whose ``policy_map`` entry
+    was replaced).
 
     >>> from flowrl.policies import PGPolicy
     >>> box, two = gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2)

@@ -18,16 +18,6 @@ plus ``i``; workers differ from each other and every run repeats.
 Per-policy results (``learn_on_batch``, ``compute_gradients``, ``get_weights``)
 are dicts keyed by policy id for single- and multi-agent workers alike.
 
-Numpy replicas. A remote worker of a :class:`~flowrl.workers.WorkerSet` may hold
-torch-free replicas of the built-in policies (:mod:`flowrl.policies.replica`) in
-its ``policy_map``: sampling, weights and ``get_state``/``set_state`` use them
-as they are. Everything that needs the real policy goes through
-:meth:`RolloutWorker.get_policy` (``learn_on_batch``, ``compute_gradients``,
-``apply_gradients``, ``foreach_policy``, ``foreach_trainable_policy``, a full
-policy state in ``set_state``), which builds it once
-(:meth:`~flowrl.policies.replica.NumpyActingPolicy.materialize`) and puts it in
-the replica's place: the worker acts with it from then on.
-
 Callbacks (``callbacks=``, see :mod:`flowrl.callbacks`): the worker builds its own
 instance (``worker.callbacks``); its sampler runs the episode hooks,
 :meth:`RolloutWorker.sample` runs ``on_sample_end``, and the worker's real
@@ -52,7 +42,6 @@ from flowrl.callbacks import call_hook, episode_callbacks, make_callbacks, overr
 from flowrl.envs import reports_episode_infos
 from flowrl.errors import ConfigError, EnvError, FlowError
 from flowrl.runtime.shard_host import ShardHost
-from flowrl.policies.replica import NumpyActingPolicy, is_replica_state, set_policy_state
 from flowrl.envs.multi_agent import MultiAgentEnv
 from flowrl.workers.episode import Episode
 from flowrl.workers.multi_agent_sampler import MultiAgentSampler, as_mapping_fn, spaces_match
@@ -296,8 +285,7 @@ def flat_observations(env: Any) -> Any:
 def _set_torch_threads(n: int) -> None:
     """``torch.set_num_threads(n)`` now if torch is imported, else for when it is:
     torch takes its intra-op thread count from ``OMP_NUM_THREADS`` at import, and a
-    worker whose policies act in numpy (:mod:`flowrl.policies.replica`) may
-    never import it."""
+    worker imports it with its first torch policy."""
     torch = sys.modules.get("torch")
     if torch is not None:
         torch.set_num_threads(n)
@@ -483,9 +471,8 @@ class RolloutWorker(ShardHost):
                               "remote workers, or set create_env_on_driver=True")
 
     def _with_callbacks(self, policy):
-        """``policy``, given the worker's callbacks when they run ``on_learn_on_batch``
-        (a numpy replica never learns; the policy it materializes gets them)."""
-        if self._on_learn and not isinstance(policy, NumpyActingPolicy):
+        """``policy``, given the worker's callbacks when they run ``on_learn_on_batch``."""
+        if self._on_learn:
             policy.callbacks = self.callbacks
         return policy
 
@@ -591,18 +578,11 @@ class RolloutWorker(ShardHost):
 
     # -- policies ----------------------------------------------------------------
     def get_policy(self, policy_id: str = DEFAULT_POLICY_ID):
-        """The policy object for ``policy_id``: the real policy, also where the worker
-        acted through a numpy replica, which it then replaces (see the module
-        docstring; this imports torch in a worker that had not)."""
-        policy = self._acting_policy(policy_id, "get_policy")
-        if isinstance(policy, NumpyActingPolicy):
-            policy = self.policy_map[policy_id] = self._with_callbacks(policy.materialize())
-            if isinstance(self.sampler, VectorSampler):  # the multi-agent one reads policy_map
-                self.sampler.policy = policy
-        return policy
+        """The policy object for ``policy_id``."""
+        return self._policy(policy_id, "get_policy")
 
-    def _acting_policy(self, policy_id: str, method: str):
-        """What acts for ``policy_id``: the policy, or its numpy replica."""
+    def _policy(self, policy_id: str, method: str):
+        """The policy for ``policy_id``; a ConfigError naming ``method`` for an unknown id."""
         try:
             return self.policy_map[policy_id]
         except KeyError:
@@ -670,7 +650,7 @@ class RolloutWorker(ShardHost):
     def get_weights(self, policies: Iterable[str] | None = None) -> dict[str, dict]:
         """``{pid: weights}`` for ``policies`` (default: all)."""
         ids = self.policy_map if policies is None else policies
-        return {pid: self._acting_policy(pid, "get_weights").get_weights() for pid in ids}
+        return {pid: self._policy(pid, "get_weights").get_weights() for pid in ids}
 
     def set_weights(self, weights: dict[str, dict],
                     versions: dict[str, int] | None = None) -> None:
@@ -678,26 +658,27 @@ class RolloutWorker(ShardHost):
         (``{pid: version}``, the sender's :attr:`policy_versions`) says which
         learner update the weights come from; without it the versions stay."""
         for pid, w in weights.items():
-            self._acting_policy(pid, "set_weights").set_weights(w)
+            self._policy(pid, "set_weights").set_weights(w)
         if versions is not None:
             self.policy_versions.update({pid: int(v) for pid, v in versions.items()
                                          if pid in weights})
 
     def get_state(self) -> dict[str, Any]:
-        """Every policy's state (weights, optimizer, RNG) for checkpoints; a numpy
-        replica that acts itself gives only its weights and RNGs, without torch."""
+        """Every policy's state (weights, optimizer, RNG) for checkpoints."""
         return {"policies": {pid: p.get_state() for pid, p in self.policy_map.items()},
                 "policies_to_train": list(self.policies_to_train),
                 "policy_versions": dict(self.policy_versions)}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`get_state` returned; a numpy replica's policy state goes
-        into a replica or the real policy alike (:func:`set_policy_state`), a real
-        policy's state into the real policy (:meth:`get_policy`)."""
+        """Restore what :meth:`get_state` returned. A policy state that an older flowrl's
+        torch-free replica saved on a remote worker (marked ``"numpy_replica": True``)
+        holds only what acting uses and goes to ``policy.set_acting_state``."""
         for pid, s in state["policies"].items():
-            policy = (self._acting_policy(pid, "set_state") if is_replica_state(s)
-                      else self.get_policy(pid))
-            set_policy_state(policy, s)
+            policy = self._policy(pid, "set_state")
+            if s.get("numpy_replica") is True:
+                policy.set_acting_state(s)
+            else:
+                policy.set_state(s)
         self.policies_to_train = list(state["policies_to_train"])
         # (checkpoints from before policy versions lack them: the versions stay)
         self.policy_versions.update({pid: int(v) for pid, v in

@@ -1,7 +1,7 @@
 """Warm spares of a WorkerSet: a started, idle worker the next replacement is built in.
 
 Policy: most of a replacement's start is its new process importing flowrl and its
-libraries (torch, for policies without a numpy replica), not building the env
+libraries (torch), not building the env
 and policy. So once a set has replaced a worker it keeps one *spare* started
 (``num_cpus=0``: it sits idle), started once the replacement answered its ready
 call so that the two do not compete for the CPU; the next replacement rebuilds

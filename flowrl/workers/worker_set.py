@@ -17,9 +17,6 @@ env: it waits for the remote workers and builds its policies from the spaces
 remote worker 1 reports (as RLlib 1.x does). Remote workers start with the local
 worker's weights. ``stop()`` releases only the
 workers this set created (not those passed to :meth:`WorkerSet.from_existing`).
-Remote workers of the built-in actor-critic policies act through numpy replicas
-and import torch only when asked for more than acting
-(:mod:`flowrl.policies.replica`); the local worker holds the real policy.
 
 Every call to a remote worker goes through the backend's calls
 (:mod:`flowrl.runtime.calls`): one code path for Ray actors and in-process
@@ -62,7 +59,7 @@ from flowrl.runtime.calls import (START_WAIT_S, Calls, calls_for_backend, is_act
                                   remote_cause, require_ray, resolve_backend)
 from flowrl.workers.broadcast import WeightBroadcast
 from flowrl.workers.restarts import Restarter, RestartPolicy
-from flowrl.workers.rollout_worker import PolicySpec, RolloutWorker, as_policy_spec
+from flowrl.workers.rollout_worker import PolicySpec, RolloutWorker
 from flowrl.workers.spares import SpareWorkers, rebuild_worker
 
 
@@ -75,10 +72,6 @@ class WorkerConfig:
     ``policies`` (policy id -> :class:`PolicySpec`), ``policy_mapping_fn`` and
     optionally ``policies_to_train``; the WorkerSet's ``policy`` argument is then
     ignored. ``remote_torch_threads`` is applied inside Ray worker processes only.
-    ``numpy_replicas`` (default True) lets remote workers of the built-in policies
-    act through torch-free replicas (:mod:`flowrl.policies.replica`); set it False
-    when remote workers will learn or compute gradients from the start (A3C), so
-    they build the real policy with the worker instead of on first use.
     ``preprocessor_pref`` (``"deepmind"`` or None) is how workers wrap ``ALE/``
     env ids (:func:`flowrl.envs.make_atari`); it travels like ``env_config``.
     ``training=False`` makes the workers' envs for evaluation (Atari: whole games,
@@ -120,7 +113,6 @@ class WorkerConfig:
     ignore_worker_failures: bool = False
     max_worker_restarts: int | None = None
     sample_timeout_s: float | None = None
-    numpy_replicas: bool = True
     preprocessor_pref: str | None = "deepmind"
     training: bool = True
     callbacks: Any = None
@@ -133,6 +125,13 @@ class WorkerConfig:
     def tolerates_failures(self) -> bool:
         """Whether a lost remote worker is replaced or dropped rather than fatal."""
         return self.recreate_failed_workers or self.ignore_worker_failures
+
+    def __new__(cls, *args: Any, **fields: Any) -> "WorkerConfig":
+        if "numpy_replicas" in fields:
+            raise ConfigError("WorkerConfig(numpy_replicas=...): this field was removed; remote "
+                              "workers act through the real policy, whose numpy acting gives "
+                              "the same actions: drop the argument")
+        return super().__new__(cls)
 
     def __post_init__(self) -> None:
         for name in ("num_envs_per_worker", "rollout_fragment_length"):
@@ -186,7 +185,7 @@ class WorkerSet:
             require_ray("WorkerSet")
         kwargs = config.worker_kwargs(policy)
         self._env = env
-        self._remote_kwargs = _with_acting_replicas(kwargs) if config.numpy_replicas else kwargs
+        self._remote_kwargs = kwargs
         self._setup(config, calls_for_backend(backend), [], owned=True)
         calls = self.calls
         env_on_driver = config.create_env_on_driver or num_workers == 0
@@ -622,26 +621,6 @@ def _env_error_in(cause: BaseException) -> EnvError | None:
         if marker in line:
             return EnvError(line.split(marker, 1)[1].strip())
     return None
-
-
-def _with_acting_replicas(kwargs: dict) -> dict:
-    """``kwargs`` (from :meth:`WorkerConfig.worker_kwargs`) for remote workers: each
-    policy class that has a numpy replica replaced by the replica's factory, so
-    that a worker that only acts never imports torch
-    (:mod:`flowrl.policies.replica`)."""
-    from flowrl.policies.replica import acting_replica
-    out = dict(kwargs)
-    if out.get("policy") is not None:
-        out["policy"] = acting_replica(out["policy"], out.get("policy_config")) or out["policy"]
-    if out.get("policies") is not None:
-        specs = {}
-        for pid, value in out["policies"].items():
-            spec = as_policy_spec(pid, value)
-            replica = acting_replica(spec.policy_class, spec.config)
-            specs[pid] = spec if replica is None else dataclasses.replace(spec,
-                                                                          policy_class=replica)
-        out["policies"] = specs
-    return out
 
 
 class MultiWorkerSet:
