@@ -8,10 +8,10 @@
 """
 
 from flowrl.errors import ConfigError, FlowError, OperatorError, PlanError, WorkerError
-from flowrl.graph import (Concurrently, LocalStream, ParallelStream, Plan, ShardHost,
-                          from_actors, from_items, from_iterable, from_iterators, from_range)
+from flowrl.graph import (Concurrently, LocalStream, ParallelStream, Plan, from_actors,
+                          from_items, from_iterable, from_iterators, from_range)
 from flowrl.metrics import MetricsContext, get_metrics
-from flowrl.runtime.shard_host import current_host
+from flowrl.runtime.shard_host import ShardHost, current_host
 
 
 class FlowRLWarning(UserWarning):

@@ -3,9 +3,11 @@
 ``EXPECTED`` is what the compiler that walked Node objects (before the graph became
 its input) produced for each representative plan, frozen as structural summaries:
 per gather its slots (source, shard, fused steps with their parameters), per
-aggregate its groups, the fused driver-side chains and sync segments, and the host
-sources in creation order. Compiling the same plans' unannotated graphs must give
-exactly these.
+aggregate its groups, and the host sources in creation order. Compiling the same
+plans' unannotated graphs must give exactly these. ``runs`` (each maximal run of
+synchronous driver-side operators, the source it reads first) replaced that
+compiler's fused map chains and sync segments: a run is one of those, extended
+over every synchronous operator next to it.
 """
 
 from __future__ import annotations
@@ -21,10 +23,9 @@ import dot_plan
 import flowrl
 from flowrl import Concurrently
 from flowrl.errors import ConfigError, PlanError
-from flowrl.graph.compile import compile_plan
 from flowrl.graph.node import Node, describe_callable
 from flowrl.graph.plan import Plan
-from flowrl.graph.stream import LocalStream
+from flowrl.runtime.compile import check_picklable, compile_plan
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -75,14 +76,10 @@ def plan_shapes():
 
 
 def plan_sub_aggregate():
-    """The sub-plan an aggregator compiles: bounded at its input, shards preset."""
+    """The pipeline an aggregator runs: read from its entry gather, whose shards it is given."""
     tree = flowrl.from_range(8, 4, name="src").aggregate(
         2, tree_pipeline, name="tree")
-    outer = Plan(tree.gather_async(name="top"), name="outer")
-    agg = next(n for n in outer.nodes if n.op == "aggregate")
-    out_node, out_port = agg.inputs[0]
-    return Plan(LocalStream(out_node, out_port), name="sub",
-                _boundary=frozenset({agg.params["entry"]}), _ids=outer.ids)
+    return Plan(tree.gather_async(name="top"), name="outer")
 
 
 def algorithm_plan(algo_cls, config):
@@ -132,18 +129,17 @@ def _stage(st, ids):
 
 
 def _slot(s, ids):
-    return [ids[s.source], s.index, _stage(s.stage, ids)]
+    return [s.source, s.index, _stage(s.stage, ids)]
 
 
-def summarize(c):
-    ids = c.plan.ids
+def summarize(c, ids):
     return {
-        "slots": [[ids[g], [_slot(s, ids) for s in slots]] for g, slots in c.slots.items()],
-        "groups": [[ids[a], [[_slot(s, ids) for s in grp] for grp in groups]]
+        "slots": [[g, [_slot(s, ids) for s in slots]] for g, slots in c.slots.items()],
+        "groups": [[a, [[_slot(s, ids) for s in grp] for grp in groups]]
                    for a, groups in c.groups.items()],
-        "chains": [[ids[t], [ids[n] for n in run]] for t, run in c.chains.items()],
-        "segments": [[ids[t], [ids[n] for n in seg]] for t, seg in c.segments.items()],
-        "host_sources": [ids[n] for n in c.host_sources],
+        "runs": [[t, [run.source_id] + [s.node_id for s in run.steps]]
+                 for t, run in c.runs.items()],
+        "host_sources": list(c.host_sources),
     }
 
 
@@ -176,8 +172,9 @@ EXPECTED = {
                        ['replay', 2, ['replay', 'replay', 2, []]]],
                       [['replay', 1, ['replay', 'replay', 1, []]],
                        ['replay', 3, ['replay', 'replay', 3, []]]]]]],
-         'chains': [['train', ['train']], ['nonzero', ['nonzero']]],
-         'segments': [],
+         'runs': [['train', ['rollouts.gather_async', 'concat', 'train']],
+                  ['nonzero', ['split', 'nonzero']],
+                  ['tree/input.batch', ['tree/input', 'tree/input.batch']]],
          'host_sources': ['rollouts', 'replay', 'tree']},
     'shapes':
         {'slots': [['synced',
@@ -238,51 +235,70 @@ EXPECTED = {
                     [['more', 0, ['more', 'more', 0, []]],
                      ['more', 1, ['more', 'more', 1, []]]]]],
          'groups': [],
-         'chains': [['twice', ['synced.for_each', 'twice']],
-                    ['kept',
-                     ['more.gather_async.for_each',
-                      'more.gather_async.for_each.zip_with_source_actor', 'kept']],
-                    ['r', ['r']]],
-         'segments': [['local_src.for_each.filter.batch.flatten.shuffle.combine',
-                       ['local_src', 'local_src.for_each', 'local_src.for_each.filter',
-                        'local_src.for_each.filter.batch',
-                        'local_src.for_each.filter.batch.flatten',
-                        'local_src.for_each.filter.batch.flatten.shuffle',
-                        'local_src.for_each.filter.batch.flatten.shuffle.combine']]],
+         'runs': [['twice', ['synced', 'synced.for_each', 'twice']],
+                  ['kept',
+                   ['more.gather_async',
+                    'more.gather_async.for_each',
+                    'more.gather_async.for_each.zip_with_source_actor',
+                    'kept']],
+                  ['local_src.for_each.filter.batch.flatten.shuffle.combine',
+                   ['local_src',
+                    'local_src.for_each',
+                    'local_src.for_each.filter',
+                    'local_src.for_each.filter.batch',
+                    'local_src.for_each.filter.batch.flatten',
+                    'local_src.for_each.filter.batch.flatten.shuffle',
+                    'local_src.for_each.filter.batch.flatten.shuffle.combine']],
+                  ['r', ['split', 'r']]],
          'host_sources': ['items', 'iters', 'actors', 'nums', 'more']},
     'sub_aggregate':
         {'slots': [],
          'groups': [],
-         'chains': [['tree/input.for_each.filter',
-                     ['tree/input.for_each', 'tree/input.for_each.filter']],
-                    ['tree/input.for_each.filter.batch.for_each',
-                     ['tree/input.for_each.filter.batch.for_each']]],
-         'segments': [],
+         'runs': [['tree/input.for_each.filter.batch.for_each',
+                   ['tree/input',
+                    'tree/input.for_each',
+                    'tree/input.for_each.filter',
+                    'tree/input.for_each.filter.batch',
+                    'tree/input.for_each.filter.batch.for_each']]],
          'host_sources': []},
     'ppo':
         {'slots': [['rollouts.batch_across_shards',
                     [['rollouts', 0, ['rollouts', 'rollouts', 0, []]],
                      ['rollouts', 1, ['rollouts', 'rollouts', 1, []]]]]],
          'groups': [],
-         'chains': [['rollouts.count_sampled', ['rollouts.concat', 'rollouts.count_sampled']],
-                    ['report.once_per_interval',
-                     ['ppo/standardize', 'ppo/train', 'ppo/update_kl',
-                      'report.once_per_timesteps', 'report.once_per_interval']]],
-         'segments': [],
+         'runs': [['report.once_per_interval',
+                   ['rollouts.batch_across_shards',
+                    'rollouts.concat',
+                    'rollouts.count_sampled',
+                    'ppo/concat_batches',
+                    'ppo/standardize',
+                    'ppo/train',
+                    'ppo/update_kl',
+                    'report.once_per_timesteps',
+                    'report.once_per_interval']]],
          'host_sources': ['rollouts']},
     'impala':
         {'slots': [['impala/rollouts.gather_async',
                     [['impala/rollouts', 0, ['impala/rollouts', 'impala/rollouts', 0, []]],
                      ['impala/rollouts', 1, ['impala/rollouts', 'impala/rollouts', 1, []]]]]],
          'groups': [],
-         'chains': [['impala/zip_source', ['impala/rollouts.count_sampled', 'impala/zip_source']],
-                    ['impala/start_learner', ['impala/start_learner']],
-                    ['impala/broadcast_weights',
-                     ['impala/record_trained', 'impala/broadcast_weights']],
-                    ['report.once_per_interval',
-                     ['report.once_per_timesteps', 'report.once_per_interval']],
-                    ['impala/learner_diagnostics', ['impala/learner_diagnostics']]],
-         'segments': [],
+         'runs': [['impala/start_learner',
+                   ['impala/rollouts.gather_async',
+                    'impala/rollouts.count_sampled',
+                    'impala/zip_source',
+                    'impala/concat_batches',
+                    'impala/mixin_replay',
+                    'impala/start_learner']],
+                  ['impala/broadcast_weights',
+                   ['impala/learner_thread.outqueue',
+                    'impala/record_trained',
+                    'impala/broadcast_weights']],
+                  ['report.once_per_interval',
+                   ['concurrently',
+                    'report.once_per_timesteps',
+                    'report.once_per_interval']],
+                  ['impala/learner_diagnostics',
+                   ['report.collect_metrics', 'impala/learner_diagnostics']]],
          'host_sources': ['impala/rollouts']},
     'impala_tree':
         {'slots': [['impala/aggregate/input',
@@ -293,23 +309,57 @@ EXPECTED = {
          'groups': [['impala/aggregate',
                      [[['impala/rollouts', 0, ['impala/rollouts', 'impala/rollouts', 0, []]],
                        ['impala/rollouts', 1, ['impala/rollouts', 'impala/rollouts', 1, []]]]]]],
-         'chains': [['impala/aggregator/zip_source', ['impala/aggregator/zip_source']],
-                    ['impala/start_learner', ['impala/count_sampled', 'impala/start_learner']],
-                    ['impala/broadcast_weights',
-                     ['impala/record_trained', 'impala/broadcast_weights']],
-                    ['report.once_per_interval',
-                     ['report.once_per_timesteps', 'report.once_per_interval']],
-                    ['impala/learner_diagnostics', ['impala/learner_diagnostics']]],
-         'segments': [],
+         'runs': [['impala/aggregator/mixin_replay',
+                   ['impala/aggregate/input',
+                    'impala/aggregator/zip_source',
+                    'impala/aggregator/concat_batches',
+                    'impala/aggregator/mixin_replay']],
+                  ['impala/start_learner',
+                   ['impala/aggregate.gather_async',
+                    'impala/count_sampled',
+                    'impala/start_learner']],
+                  ['impala/broadcast_weights',
+                   ['impala/learner_thread.outqueue',
+                    'impala/record_trained',
+                    'impala/broadcast_weights']],
+                  ['report.once_per_interval',
+                   ['concurrently',
+                    'report.once_per_timesteps',
+                    'report.once_per_interval']],
+                  ['impala/learner_diagnostics',
+                   ['report.collect_metrics', 'impala/learner_diagnostics']]],
          'host_sources': ['impala/rollouts', 'impala/aggregate']},
 }
 
 
 @pytest.mark.parametrize("name", sorted(PLANS))
 def test_unannotated_graph_compiles_to_the_stages_the_node_walker_gave(name):
-    compiled = compile_plan(PLANS[name](), ships=True)
-    assert summarize(compiled) == EXPECTED[name]
+    plan = PLANS[name]()
+    compiled = compile_plan(plan)
+    check_picklable(compiled)
+    if name == "sub_aggregate":
+        compiled = compiled.pipelines["tree"]
+        assert compiled.entry == "tree/input"
+    assert summarize(compiled, plan.ids) == EXPECTED[name]
     assert compiled.host_options == {}
+
+
+def test_the_program_holds_ops_by_id_and_no_plan_node():
+    plan = PLANS["shapes"]()
+    compiled = compile_plan(plan)
+    assert list(compiled.ops) == list(plan.graph)
+    assert compiled.output == ("rr", 0)
+    assert compiled.ops["rr"].inputs == (("twice", 0), ("rounds", 0), ("kept", 0),
+                                         ("split", 0), ("r", 0))
+    assert compiled.ops["r"].inputs == (("split", 1),)
+    assert {op.placement for op in compiled.ops.values()} == {"shards", "driver"}
+    pipeline = compile_plan(tree_plan()).pipelines["tree"]
+    assert list(pipeline.ops) == ["tree/input", "tree/input.for_each",
+                                  "tree/input.for_each.filter",
+                                  "tree/input.for_each.filter.batch",
+                                  "tree/input.for_each.filter.batch.for_each"]
+    assert pipeline.ops["tree/input"].inputs == ()
+    assert pipeline.output == ("tree/input.for_each.filter.batch.for_each", 0)
 
 
 def test_the_compiler_walks_the_graph_so_an_edge_added_to_it_is_seen():
@@ -325,10 +375,6 @@ def tree_plan():
     return Plan(tree.for_each(add_one, name="after").gather_sync(name="top"))
 
 
-def node_named(plan, node_id):
-    return plan.graph.nodes[node_id]["node"]
-
-
 def test_a_source_annotation_becomes_its_item_hosts_actor_options():
     plan = Plan(flowrl.from_range(4, 2, name="nums").for_each(add_one, name="stage")
                 .gather_sync())
@@ -336,7 +382,7 @@ def test_a_source_annotation_becomes_its_item_hosts_actor_options():
     plan.graph.nodes["nums"]["resources"] = {"custom": 1}
     compiled = compile_plan(plan)
     assert compiled.host_options == {
-        node_named(plan, "nums"): {"num_cpus": 0.5, "resources": {"custom": 1}}}
+        "nums": {"num_cpus": 0.5, "resources": {"custom": 1}}}
 
 
 def test_a_shard_stage_annotation_reaches_every_host_it_is_fused_onto_taking_the_largest():
@@ -349,8 +395,8 @@ def test_a_shard_stage_annotation_reaches_every_host_it_is_fused_onto_taking_the
     plan.graph.nodes["stage"]["resources"] = {"custom": 2}
     compiled = compile_plan(plan)
     assert compiled.host_options == {
-        node_named(plan, "a"): {"num_cpus": 2, "resources": {"custom": 2, "other": 3}},
-        node_named(plan, "b"): {"num_cpus": 1, "resources": {"custom": 2}}}
+        "a": {"num_cpus": 2, "resources": {"custom": 2, "other": 3}},
+        "b": {"num_cpus": 1, "resources": {"custom": 2}}}
 
 
 def test_an_aggregate_annotation_and_a_stage_after_it_reach_the_aggregator_actors():
@@ -358,7 +404,7 @@ def test_an_aggregate_annotation_and_a_stage_after_it_reach_the_aggregator_actor
     plan.graph.nodes["tree"]["resources"] = {"custom": 1}
     plan.graph.nodes["after"]["num_cpus"] = 0.25
     assert compile_plan(plan).host_options == {
-        node_named(plan, "tree"): {"num_cpus": 0.25, "resources": {"custom": 1}}}
+        "tree": {"num_cpus": 0.25, "resources": {"custom": 1}}}
 
 
 @pytest.mark.parametrize("attr,value,match", [

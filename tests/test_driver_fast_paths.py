@@ -11,7 +11,7 @@ import pytest
 import flowrl
 from flowrl import Plan
 from flowrl.errors import OperatorError
-from flowrl.graph.compile import Step
+from flowrl.runtime.compile import Step
 from flowrl.runtime.stages import FusedStage, shuffle_buffer
 from flowrl.workers import WorkerConfig, WorkerSet
 

@@ -1,8 +1,8 @@
 """``Plan``: every node reachable from an output, as a validated networkx graph.
 
 ``plan.graph`` (a ``networkx.MultiDiGraph``) is the plan's one intermediate
-representation: the compiler (``compile.py``) reads it and nothing else, so a
-user may inspect or annotate it between building and compiling.
+representation: the compiler (``runtime/compile.py``) reads it and nothing else,
+so a user may inspect or annotate it between building and compiling.
 
 Building a Plan collects nodes backwards from the output stream, gives each a
 stable readable id (the user's ``name=``, else parent id + op, de-duplicated with
@@ -14,21 +14,26 @@ that topological order, with these attributes:
   ``duplicate``), ``label`` and ``detail`` (for display);
 - ``placement``: ``shards``, ``aggregators`` or ``driver``, derived from the graph;
 - ``entry`` on an ``aggregate`` node: the id of its pipeline's input node;
-- ``node``: the :class:`~flowrl.graph.node.Node` that stream handles point at,
-  which the runtime hands back to the operator implementations;
-- optional user annotations ``num_cpus`` and ``resources`` (see ``compile.py``).
+- ``node``: the :class:`~flowrl.graph.node.Node` that stream handles point at;
+- optional user annotations ``num_cpus`` and ``resources`` (see
+  ``runtime/compile.py``).
 
 An edge ``u -> v`` carries ``port`` (which output of ``u``), ``index`` (which
 input of ``v``) and ``asynchronous`` (drawn dashed). Building runs every
 validation rule (see ``validate.py``).
+
+This package describes plans and never imports the runtime that executes them.
+``Plan.compile`` is the public way in all the same: it calls the compiler the
+runtime installs with :func:`set_compiler` when it is imported (``import flowrl``
+does), so the dependency points from runtime to graph only.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from flowrl.defaults import REMOTE_TIMEOUT_S
-from flowrl.errors import PlanError
+from flowrl.errors import FlowError, PlanError
 from flowrl.graph.node import AGGREGATE, LOCAL, PARALLEL, Node, describe_callable
 from flowrl.graph.stream import LocalStream
 
@@ -36,11 +41,19 @@ if TYPE_CHECKING:
     import networkx as nx
 
 
-def collect(output: Node, boundary: frozenset[Node] = frozenset()) -> list[Node]:
-    """Nodes reachable backwards from ``output`` in a deterministic topological order.
+#: What ``Plan.compile`` calls (see the module docstring); None until the runtime is imported.
+_compiler: Callable[..., Any] | None = None
 
-    Inputs of nodes in ``boundary`` are not followed (aggregator sub-plans).
-    """
+
+def set_compiler(compiler: Callable[..., Any]) -> None:
+    """Install ``compiler(plan, backend, *, seed, local_worker, remote_timeout_s) -> Run``
+    as what :meth:`Plan.compile` calls (``flowrl.runtime`` does on import)."""
+    global _compiler
+    _compiler = compiler
+
+
+def collect(output: Node) -> list[Node]:
+    """Nodes reachable backwards from ``output`` in a deterministic topological order."""
     order: list[Node] = []
     state: dict[Node, int] = {}  # 1 = on the DFS stack, 2 = done
     stack: list[tuple[Node, int]] = [(output, 0)]
@@ -53,7 +66,7 @@ def collect(output: Node, boundary: frozenset[Node] = frozenset()) -> list[Node]
                 raise PlanError(f"the plan has a cycle through {node.base_id!r}; "
                                 "streams must form a DAG")
             state[node] = 1
-        inputs = () if node in boundary else node.inputs
+        inputs = node.inputs
         if i < len(inputs):
             stack.append((node, i + 1))
             parent = inputs[i][0]
@@ -137,18 +150,14 @@ class Plan:
     ('gather', 'shards')
     """
 
-    def __init__(self, output: LocalStream, name: str = "plan", *,
-                 _boundary: frozenset[Node] = frozenset(),
-                 _ids: dict[Node, str] | None = None):
+    def __init__(self, output: LocalStream, name: str = "plan"):
         if not isinstance(output, LocalStream):
             raise PlanError(f"Plan(output={output!r}): the output must be a LocalStream; "
                             "gather a ParallelStream first (gather_sync/gather_async)")
         self.name = name
         self.output = output
-        self.boundary = _boundary
-        self.nodes: list[Node] = collect(output.node, _boundary)
-        self.ids: dict[Node, str] = ({n: _ids[n] for n in self.nodes} if _ids is not None
-                                     else assign_ids(self.nodes))
+        self.nodes: list[Node] = collect(output.node)
+        self.ids: dict[Node, str] = assign_ids(self.nodes)
         self.graph = self._build_graph()
         #: Node -> its ``placement`` graph attribute (for the runtime's statistics).
         self.placement = {n: self.graph.nodes[self.ids[n]]["placement"] for n in self.nodes}
@@ -200,7 +209,7 @@ class Plan:
 
     def compile(self, backend: str = "auto", *, seed: int = 0, local_worker=None,
                 remote_timeout_s: float | None = REMOTE_TIMEOUT_S):
-        """Compile into a :class:`~flowrl.runtime.run.Run` on ``backend``.
+        """Compile into a :class:`~flowrl.runtime.run.Run` on ``backend`` and start it.
 
         ``"local"`` runs in-process, ``"ray"`` on Ray actors, ``"auto"`` picks Ray when
         any source is a Ray actor handle
@@ -214,12 +223,14 @@ class Plan:
         :data:`~flowrl.defaults.REMOTE_TIMEOUT_S`). In-process hosts run on the driver's
         thread and cannot be bounded.
         """
-        from flowrl.runtime.run import Run
-        return Run(self, backend=backend, seed=seed, local_worker=local_worker,
-                   remote_timeout_s=remote_timeout_s)
+        if _compiler is None:
+            raise FlowError("Plan.compile: no runtime is installed; `import flowrl` installs "
+                            "it (flowrl.runtime.compile_run)")
+        return _compiler(self, backend, seed=seed, local_worker=local_worker,
+                         remote_timeout_s=remote_timeout_s)
 
     def __repr__(self) -> str:
         return f"Plan({self.name!r}, {len(self.nodes)} nodes, output={self.output_id!r})"
 
 
-__all__ = ["Plan", "collect", "PARALLEL", "LOCAL"]
+__all__ = ["Plan", "collect", "set_compiler", "PARALLEL", "LOCAL"]

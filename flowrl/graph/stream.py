@@ -549,6 +549,13 @@ def _is_ray_actor(obj: Any) -> bool:
     return type(obj).__name__ == "ActorHandle" and type(obj).__module__.startswith("ray")
 
 
+def _is_shard_host(obj: Any) -> bool:
+    """Whether ``obj`` has the methods the runtime calls on a host (``flowrl.ShardHost``
+    supplies them; this layer does not import the runtime that defines it)."""
+    return all(callable(getattr(obj, m, None))
+               for m in ("shard_items", "flowrl_install", "flowrl_pull", "flowrl_uninstall"))
+
+
 def from_actors(hosts: Sequence[Any], *, name: str | None = None,
                 restart: Callable[[int], Any] | None = None,
                 max_restarts: int | None = None) -> ParallelStream:
@@ -572,8 +579,6 @@ def from_actors(hosts: Sequence[Any], *, name: str | None = None,
     ...     run.take(9)
     [0, 0, 1, 1, 4]
     """
-    from flowrl.runtime.shard_host import ShardHost
-
     hosts = list(hosts)
     if not hosts:
         raise ConfigError("from_actors([]): give at least one ShardHost")
@@ -583,7 +588,7 @@ def from_actors(hosts: Sequence[Any], *, name: str | None = None,
                           "use one kind")
     if not any(remote):
         for i, h in enumerate(hosts):
-            if not isinstance(h, ShardHost):
+            if not _is_shard_host(h):
                 raise ConfigError(f"from_actors: host {i} ({type(h).__name__}) does not inherit "
                                   "flowrl.ShardHost; subclass it and implement shard_items()")
     if restart is not None and not callable(restart):

@@ -1,10 +1,12 @@
 """Aggregator hosts for tree aggregation (``ParallelStream.aggregate``).
 
 Each aggregator is a ShardHost whose one shard is the output of the aggregate's
-sub-pipeline run over its round-robin group of upstream shards: it compiles that
-sub-plan with the group's hosts preset as the input gather's shards and iterates
-it. The same class runs in-process (local backend) or as a Ray actor created
-beside the driver (Ray backend).
+pipeline run over its round-robin group of upstream shards. The compiler has
+already made that pipeline a program of its own (``Compiled.pipelines``); the
+aggregator receives it with its group's shards (:class:`AggregatorSpec`, plain
+data that never holds the outer plan) and runs it, the group's shards read by
+the program's entry gather. The same class runs in-process (local backend) or as
+a Ray actor created beside the driver (Ray backend).
 
 A member lost inside an aggregator recovers there, with the member's ``restart``;
 a restart that must run on the driver (a WorkerSet's) is relayed to it: see
@@ -18,36 +20,22 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from flowrl.errors import WorkerError
-from flowrl.graph.node import Node
+from flowrl.runtime.compile import Compiled
 from flowrl.runtime.shard_host import ShardHost
 
 
 @dataclass
 class AggregatorSpec:
-    plan: Any                       # the outer Plan (for node ids)
-    node: Node                      # the aggregate node
-    members: list[tuple[Any, Any, str]]  # (host, fused stage, label) of its group
-    key: str
+    """What one aggregator runs: its pipeline's program over its group of shards."""
+
+    program: Compiled               # the aggregate's pipeline (Compiled.pipelines)
+    members: list[tuple[Any, Any, str, dict]]  # (host, fused stage, label, recovery)
     seed: int
     remote_timeout_s: float | None = None  # the bound of the outer run, for the sub-run
 
-    def __getstate__(self):
-        # Ship only what the sub-plan needs: the ids of the nodes reachable from the
-        # aggregate node (its pipeline and the shard side feeding it), never the
-        # driver's nodes (a learner's queue, a local worker) that cannot or should
-        # not travel to an aggregator.
-        from flowrl.graph.plan import collect
-
-        state = dict(self.__dict__)
-        plan = state.pop("plan")
-        if plan is not None:
-            state["ids"] = {n: plan.ids[n] for n in collect(self.node) if n in plan.ids}
-        state["plan"] = None
-        return state
-
 
 class AggregatorHost(ShardHost):
-    """Runs one aggregator's sub-pipeline over its group of shards."""
+    """Runs one aggregator's pipeline over its group of shards."""
 
     def __init__(self, spec: AggregatorSpec, backend: str):
         self.spec = spec
@@ -55,18 +43,11 @@ class AggregatorHost(ShardHost):
         self._runs: list[Any] = []
 
     def shard_items(self) -> Iterator[Any]:
-        from flowrl.graph.plan import Plan
-        from flowrl.graph.stream import LocalStream
-        from flowrl.runtime.run import Run
+        from flowrl.runtime.run import Run, make_backend
 
         spec = self.spec
-        entry = spec.node.params["entry"]
-        ids = spec.plan.ids if spec.plan is not None else spec.ids
-        out_node, out_port = spec.node.inputs[0]
-        sub = Plan(LocalStream(out_node, out_port), name=spec.key,
-                   _boundary=frozenset({entry}), _ids=ids)
-        run = Run(sub, backend=self.backend, seed=spec.seed,
-                  remote_timeout_s=spec.remote_timeout_s, _preset={entry: spec.members})
+        backend = make_backend(spec.program, self.backend, spec.remote_timeout_s)
+        run = Run(spec.program, backend, spec.seed, inputs=spec.members)
         self._runs.append(run)
         try:
             yield from run

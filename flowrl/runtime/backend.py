@@ -69,6 +69,11 @@ class Request:
     def set_error(self, error: BaseException) -> None:
         self.done, self._error = True, error
 
+    @property
+    def error(self) -> BaseException | None:
+        """What the request failed with (None: it succeeded, or is not done)."""
+        return self._error
+
     def result(self) -> tuple[list, bool]:
         if self._error is not None:
             raise self._error

@@ -2,16 +2,19 @@
 
 Policy: pull-based. The run's output iterator pulls from its inputs, gathers
 submit requests to shards through the backend and await them, and the backend
-alone decides how a request executes. A synchronous ``from_iterable`` and the
-synchronous operators after it run as one FusedStage (the code shards run); other
-runs of one-to-one operators are fused into a single call per item; everything
-else is one async generator per node.
+alone decides how a request executes. The driver executes a
+:class:`~flowrl.runtime.compile.Compiled` program and nothing else: it finds a
+node's inputs by id in ``program.ops``. Every run of synchronous operators is
+one :class:`~flowrl.runtime.stages.FusedStage` (the code shards run): the stage
+pulls a synchronous ``from_iterable`` itself, or the driver pushes an async
+input's items into it. Every other operator maps to its builder through
+:data:`BUILDERS`, one async generator per node.
 
-State: ``hosts`` (per host-source node: the hosts and whether this run created
-them), ``shards`` (per gather: the :class:`Shard` list it reads), ``stats`` (per
-node id: :class:`NodeStats`), and ``chains`` (fused runs with their filter-drop
-counters, resolved into per-node figures by :meth:`Driver.node_stats`), and
-``segments`` (fused synchronous source segments with their stage's counts).
+State: ``hosts`` (per host-source id: the hosts and whether this run created
+them), ``shards`` (per gather id: the :class:`Shard` list it reads), ``stats``
+(per node id: :class:`NodeStats`), ``stages`` (the driver-side runs with their
+stage and busy time, resolved into per-node figures by :meth:`Driver.node_stats`),
+``splitters`` (per ``duplicate``), and the recovery state below.
 """
 
 from __future__ import annotations
@@ -20,16 +23,15 @@ import logging
 import random
 import time
 from collections import deque
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Iterator
 
 from flowrl.errors import ConfigError, WorkerError
-from flowrl.graph.compile import Compiled, Step, is_sync_source, stage_for_segment
-from flowrl.graph.node import Node
 from flowrl.metrics import MetricsContext
 from flowrl.runtime.backend import Backend, Request, Shard, lost_reason
+from flowrl.runtime.compile import Compiled, Op, StageSpec, is_sync_source
 from flowrl.runtime.concurrency import Splitter, async_union, round_robin
 from flowrl.runtime.context import RunContext
-from flowrl.runtime.stages import _DROP, FusedStage, ShuffleBuffer, compose_map, operator_error
+from flowrl.runtime.stages import FusedStage, operator_error
 from flowrl.runtime.stats import NodeStats
 
 perf = time.perf_counter
@@ -40,28 +42,33 @@ WORKER_RESTARTS_COUNTER = "num_worker_restarts"
 LOST_REQUESTS_COUNTER = "num_lost_requests"
 DROPPED_WORKERS_COUNTER = "num_dropped_workers"
 
+#: ``(host, stage, label, recovery fields)`` of one shard a program's entry gather reads.
+Member = tuple[Any, FusedStage, str, dict]
+
 
 class Driver:
-    """Creates a run's hosts and shards, and builds its node iterators."""
+    """Creates a run's hosts and shards, and builds its node iterators.
 
-    def __init__(self, compiled: Compiled, backend: Backend, ctx: RunContext,
+    ``inputs``: for a program with an ``entry`` gather (an aggregator's pipeline),
+    the shards that gather reads.
+    """
+
+    def __init__(self, program: Compiled, backend: Backend, ctx: RunContext,
                  metrics: MetricsContext, key: str, seed: int = 0,
-                 preset: dict[Node, list[tuple[Any, Any, str]]] | None = None):
-        self.compiled = compiled
-        self.plan = compiled.plan
-        self.ids = self.plan.ids
+                 inputs: list[Member] = ()):
+        self.program = program
+        self.ops = program.ops
         self.backend = backend
         self.ctx = ctx
         self.metrics = metrics
         self.key = key
         self.seed = seed
-        self.preset = preset or {}
-        self.stats = {self.ids[n]: NodeStats() for n in self.plan.nodes}
-        self.hosts: dict[Node, list[tuple[Any, bool]]] = {}
-        self.shards: dict[Node, list[Shard]] = {}
-        self.splitters: dict[Node, Splitter] = {}
-        self.chains: list[tuple[list[str], "_ChainCounter"]] = []
-        self.segments: list[tuple[list[str], Any, "_ChainCounter"]] = []
+        self.inputs = list(inputs)
+        self.stats = {v: NodeStats() for v in self.ops}
+        self.hosts: dict[str, list[tuple[Any, bool]]] = {}
+        self.shards: dict[str, list[Shard]] = {}
+        self.splitters: dict[str, Splitter] = {}
+        self.stages: list[tuple[StageSpec, FusedStage, _Busy]] = []
         self.agens: list[Any] = []
         self.restarts: dict[Any, int] = {}   # shard origin -> replacements so far
         self.relay: Any = None                # RestartRelay, made when an aggregator needs one
@@ -70,45 +77,46 @@ class Driver:
     # ------------------------------------------------------------------ setup
     def start(self) -> None:
         """Create the hosts this run owns and install every fused stage."""
-        for src in self.compiled.host_sources:
-            self.hosts[src] = self._make_hosts(src)
-        for gather, slots in self.compiled.slots.items():
-            if gather.op == "aggregator_input":
+        for src in self.program.host_sources:
+            self.hosts[src] = self._make_hosts(self.ops[src])
+        for gather, slots in self.program.slots.items():
+            if self.ops[gather].placement == "aggregators":
                 continue  # consumed inside the aggregators, not by this driver
             self.shards[gather] = [
-                Shard(self.hosts[s.source][s.index][0], f"{self.key}/{self.ids[gather]}",
-                      f"{self.ids[s.source]}[{s.index}]", FusedStage.from_spec(s.stage),
-                      **_recovery(s.source, s.index))
+                Shard(self.hosts[s.source][s.index][0], f"{self.key}/{gather}",
+                      f"{s.source}[{s.index}]", FusedStage.from_spec(s.stage),
+                      **_recovery(self.ops[s.source], s.index))
                 for s in slots]
-        for entry, members in self.preset.items():
-            self.shards[entry] = [Shard(host, f"{self.key}/{self.ids[entry]}", label, stage,
-                                        **(extra[0] if extra else {}))
-                                  for host, stage, label, *extra in members]
+        entry = self.program.entry
+        if entry is not None:
+            self.shards[entry] = [Shard(host, f"{self.key}/{entry}", label, stage, **recovery)
+                                  for host, stage, label, recovery in self.inputs]
         self.backend.install([s for shards in self.shards.values() for s in shards])
 
-    def _make_hosts(self, src: Node) -> list[tuple[Any, bool]]:
+    def _make_hosts(self, src: Op) -> list[tuple[Any, bool]]:
         if src.op == "from_actors":
             return [(h, False) for h in src.params["hosts"]]
         # actor options from the graph's num_cpus/resources annotations (compile.py)
-        options = self.compiled.host_options.get(src, {})
+        options = self.program.host_options.get(src.id, {})
         if src.op == "aggregate":
             from flowrl.runtime.aggregator import AggregatorSpec
             hosts = []
-            for j, group in enumerate(self.compiled.groups[src]):
+            for j, group in enumerate(self.program.groups[src.id]):
                 members = [(self.hosts[s.source][s.index][0], FusedStage.from_spec(s.stage),
-                            f"{self.ids[s.source]}[{s.index}]",
-                            _recovery(s.source, s.index, shipped=True, relay=self._relayed))
+                            f"{s.source}[{s.index}]",
+                            _recovery(self.ops[s.source], s.index, shipped=True,
+                                      relay=self._relayed))
                            for s in group]
-                spec = AggregatorSpec(self.plan, src, members, f"{self.key}/agg{j}",
-                                      self.seed + j, self.backend.remote_timeout_s)
+                spec = AggregatorSpec(self.program.pipelines[src.id], members, self.seed + j,
+                                      self.backend.remote_timeout_s)
                 hosts.append((self.backend.make_aggregator_host(
-                    spec, options, label=f"{self.ids[src]}[{j}]"), True))
+                    spec, options, label=f"{src.id}[{j}]"), True))
             return hosts
         return [(self.backend.make_item_host(part, src.params["repeat"], options,
-                                             label=f"{self.ids[src]}[{i}]"), True)
+                                             label=f"{src.id}[{i}]"), True)
                 for i, part in enumerate(src.params["shards"])]
 
-    def _relayed(self, source: Node, restart: Any) -> Any:
+    def _relayed(self, source: Op, restart: Any) -> Any:
         """A shippable stand-in for the driver-only ``restart`` of ``source``'s shards.
 
         Ray only: an aggregator actor calls it, and the driver's :class:`RestartRelay`
@@ -123,7 +131,7 @@ class Driver:
             bound = self.backend.remote_timeout_s
             self.relay = RestartRelay(self.metrics.counters, LOST_REQUESTS_COUNTER,
                                       max(START_WAIT_S, bound or 0.0))
-        return self.relay.proxy(self.ids[source], restart)
+        return self.relay.proxy(source.id, restart)
 
     def stop(self) -> None:
         """Release this run's stages from surviving hosts and end the hosts it made."""
@@ -260,152 +268,110 @@ class Driver:
 
     # ------------------------------------------------------------------ stats
     def node_stats(self) -> dict[str, dict]:
-        for ids, stage, counter in self.segments:
-            emitted = stage.item_counts()
-            for k, node_id in enumerate(ids):
+        for spec, stage, busy in self.stages:
+            counts = stage.item_counts()
+            pulled = self.program.pulls_source(spec)
+            ids = ([spec.source_id] if pulled else []) + [s.node_id for s in spec.steps]
+            prev = spec.source_id
+            for node_id in ids:
                 st = self.stats[node_id]
-                st.items_out = emitted.get(node_id, 0)
-                st.items_in = emitted.get(ids[k - 1], 0) if k else 0
-                st.busy_s = counter.busy
-                st.fused_with = tuple(ids)
-        for ids, counter in self.chains:
-            n = counter.items_in
-            for k, node_id in enumerate(ids):
-                st = self.stats[node_id]
-                st.items_in = n
-                n -= counter.drops[k]
-                st.items_out = n
-                st.busy_s = counter.busy
+                st.items_out = counts.get(node_id, 0)
+                st.items_in = counts.get(prev, 0) if node_id != spec.source_id else 0
+                st.busy_s = busy.s
                 st.fused_with = tuple(ids) if len(ids) > 1 else ()
-        measured = {self.ids[n] for n in self.plan.nodes if self.plan.placement[n] == "driver"}
+                prev = node_id
+        measured = {v for v, op in self.ops.items() if op.placement == "driver"}
         shard_out: dict[str, int] = {}
         for shards in self.shards.values():
             for counts in self.backend.item_counts(shards):
                 for node_id, n in counts.items():
                     shard_out[node_id] = shard_out.get(node_id, 0) + n
-        for node in self.plan.nodes:
-            node_id = self.ids[node]
+        for node_id, op in self.ops.items():
             if node_id in shard_out:
                 measured.add(node_id)
                 st = self.stats[node_id]
                 st.items_out = shard_out[node_id]
-                parents = [self.ids[p] for p, _ in node.inputs if self.ids.get(p) in shard_out]
-                st.items_in = sum(shard_out[p] for p in parents)
+                st.items_in = sum(shard_out[p] for p, _ in op.inputs if p in shard_out)
         out = {node_id: st.as_dict() for node_id, st in sorted(self.stats.items())
                if node_id in measured}
-        for node in self.plan.nodes:  # an operator may add figures of its own
-            report = getattr(node.params.get("fn"), "node_stats", None)
-            if callable(report) and self.ids[node] in out:
+        for node_id, op in self.ops.items():  # an operator may add figures of its own
+            report = getattr(op.params.get("fn"), "node_stats", None)
+            if callable(report) and node_id in out:
                 extra = report()
                 if extra:
-                    out[self.ids[node]]["extra"] = dict(extra)
+                    out[node_id]["extra"] = dict(extra)
         return out
 
     # ------------------------------------------------------------------ build
-    def build(self, node: Node, port: int = 0) -> AsyncIterator[Any]:
-        if node.op == "duplicate":
-            splitter = self.splitters.get(node)
-            if splitter is None:
-                splitter = self.splitters[node] = Splitter(
-                    self.ctx, self.build(node.inputs[0][0], node.inputs[0][1]),
-                    node.num_outputs, node.params["max_lag"], self.stats[self.ids[node]])
-            agen = splitter.branch(port)
-        elif node in self.compiled.segments:
-            agen = self._sync_segment(self.compiled.segments[node])
-        elif node in self.compiled.chains:
-            chain = self.compiled.chains[node]
-            agen = self._map_chain(chain, self.build(*chain[0].inputs[0]))
+    def build(self, node_id: str, port: int = 0) -> AsyncIterator[Any]:
+        """The async iterator of output ``port`` of node ``node_id``."""
+        run = self.program.runs.get(node_id)
+        if run is not None:
+            agen = self._run(run)
         else:
-            builder = getattr(self, "_op_" + node.op, None)
+            op = self.ops[node_id]
+            builder = BUILDERS.get(op.op)
             if builder is None:
-                raise ConfigError(f"{self.ids[node]!r}: operator {node.op!r} cannot run on "
-                                  "the driver")
-            agen = builder(node, self.stats[self.ids[node]])
+                raise ConfigError(f"{node_id!r}: operator {op.op!r} cannot run on the driver")
+            agen = builder(self, op, port, self.stats[node_id])
         self.agens.append(agen)
         return agen
 
-    def _input(self, node: Node, i: int = 0) -> AsyncIterator[Any]:
-        return self.build(*node.inputs[i])
+    def _input(self, op: Op, i: int = 0) -> AsyncIterator[Any]:
+        return self.build(*op.inputs[i])
 
-    def _fail(self, node: Node, e: Exception):
-        return operator_error(self.ids[node], node.label, e)
+    def _fail(self, op: Op, e: Exception):
+        return operator_error(op.id, op.label, e)
 
     # sources ----------------------------------------------------------------
-    async def _op_from_iterable(self, node: Node, st: NodeStats):
-        source = self._open_source(node)
-        if hasattr(source, "__aiter__"):
-            it = source.__aiter__()
-            while True:
-                try:
-                    x = await it.__anext__()
-                except StopAsyncIteration:
-                    return
-                except Exception as e:
-                    raise self._fail(node, e)
-                st.items_out += 1
-                yield x
+    async def _from_iterable(self, op: Op, port: int, st: NodeStats):
+        """An asynchronous source (a synchronous one is a run: :meth:`_run`)."""
+        it = self._open_source(op).__aiter__()
         while True:
-            t = perf()
             try:
-                x = next(source)
-            except StopIteration:
+                x = await it.__anext__()
+            except StopAsyncIteration:
                 return
             except Exception as e:
-                raise self._fail(node, e)
-            st.busy_s += perf() - t
+                raise self._fail(op, e)
             st.items_out += 1
             yield x
 
-    def _open_source(self, node: Node) -> Any:
+    def _open_source(self, op: Op) -> Any:
         """Call a from_iterable factory: an async iterable, or an iterator."""
         try:
-            source = node.params["factory"]()
+            source = op.params["factory"]()
             if hasattr(source, "__aiter__"):
-                if is_sync_source(node):
+                if is_sync_source(op):
                     raise TypeError("the factory returned an async iterable; make the "
                                     "factory an async generator function (async def ... yield)")
                 return source
             return iter(source)
         except Exception as e:
-            raise self._fail(node, e)
+            raise self._fail(op, e)
 
-    # fused one-to-one runs ----------------------------------------------------
-    async def _map_chain(self, chain: list[Node], upstream: AsyncIterator[Any]):
-        counter = _ChainCounter(len(chain))
-        self.chains.append(([self.ids[n] for n in chain], counter))
-        steps = [Step(n.op, self.ids[n], n.label, n.params) for n in chain]
+    # runs of synchronous operators ------------------------------------------
+    def _stage(self, spec: StageSpec) -> tuple[FusedStage, "_Busy"]:
+        stage, busy = FusedStage.from_spec(spec), _Busy()
         metrics = self.metrics
-        fn = compose_map(steps, context=lambda: metrics.current_actor, drops=counter.drops)
-        async for x in upstream:
-            t = perf()
-            y = fn(x)
-            counter.busy += perf() - t
-            counter.items_in += 1
-            if y is not _DROP:
-                yield y
+        stage.open(context=lambda: metrics.current_actor)
+        self.stages.append((spec, stage, busy))
+        return stage, busy
 
-    def sync_output(self, node: Node, port: int = 0) -> "SyncOutput | None":
-        """The plan output as a plain iterator, when the whole plan is one sync segment.
+    def _run(self, spec: StageSpec) -> AsyncIterator[Any]:
+        """A run of synchronous operators: one FusedStage that pulls its synchronous
+        source, or into which the driver pushes the items of its async input."""
+        stage, busy = self._stage(spec)
+        if self.program.pulls_source(spec):
+            return self._pulled(spec, stage, busy)
+        return self._pushed(stage, busy, self._input(self.ops[spec.steps[0].node_id]))
 
-        A plan that is a synchronous ``from_iterable`` and the sync operators after
-        it needs no event loop at all: :class:`~flowrl.runtime.run.Run` then calls
-        ``next()`` on the segment's FusedStage directly (see :class:`SyncOutput`).
-        None for any other plan.
-        """
-        if port or node not in self.compiled.segments:
-            return None
-        return SyncOutput(self, self.compiled.segments[node])
+    def pull_source(self, spec: StageSpec, stage: FusedStage) -> Iterator[Any]:
+        """Open ``spec``'s synchronous source and pull it through ``stage``."""
+        return stage(self._open_source(self.ops[spec.source_id]))
 
-    def _open_segment(self, segment: list[Node]) -> tuple[Any, "_ChainCounter"]:
-        stage = FusedStage.from_spec(stage_for_segment(self.plan, segment))
-        ids = [self.ids[n] for n in segment]
-        counter = _ChainCounter(0)
-        self.segments.append((ids, stage, counter))
-        return stage(self._open_source(segment[0])), counter
-
-    async def _sync_segment(self, segment: list[Node]):
-        """A synchronous source and the sync operators after it, as one FusedStage."""
-        items, counter = self._open_segment(segment)
+    async def _pulled(self, spec: StageSpec, stage: FusedStage, busy: "_Busy"):
+        items = self.pull_source(spec, stage)
         while True:
             t = perf()
             try:
@@ -413,93 +379,73 @@ class Driver:
             except StopIteration:
                 return
             finally:
-                counter.busy += perf() - t
+                busy.s += perf() - t
             yield x
 
-    async def _op_for_each_async(self, node: Node, st: NodeStats):
-        fn = node.params["fn"]
-        async for x in self._input(node):
+    @staticmethod
+    async def _pushed(stage: FusedStage, busy: "_Busy", upstream: AsyncIterator[Any]):
+        push = stage.push
+        async for x in upstream:
+            t = perf()
+            out = push(x)
+            busy.s += perf() - t
+            if out.__class__ is tuple:  # one-to-one steps only: computed already
+                for y in out:
+                    yield y
+            else:  # lazy: each item is computed as it is taken
+                for y in _timed(out, busy):
+                    yield y
+        for y in _timed(stage.finish(), busy):
+            yield y
+
+    def sync_output(self) -> "SyncOutput | None":
+        """The plan output as a plain iterator, when the whole plan is one run that
+        pulls a synchronous source.
+
+        Such a plan needs no event loop at all: :class:`~flowrl.runtime.run.Run`
+        then calls ``next()`` on the stage's output directly (see
+        :class:`SyncOutput`). None for any other plan.
+        """
+        node_id, port = self.program.output
+        spec = self.program.runs.get(node_id)
+        if port or spec is None or not self.program.pulls_source(spec):
+            return None
+        return SyncOutput(self, spec)
+
+    # other driver-side operators ----------------------------------------------
+    async def _for_each_async(self, op: Op, port: int, st: NodeStats):
+        fn = op.params["fn"]
+        async for x in self._input(op):
             st.items_in += 1
             try:
                 y = await fn(x)
             except Exception as e:
-                raise self._fail(node, e)
+                raise self._fail(op, e)
             st.items_out += 1
             yield y
 
-    async def _op_batch(self, node: Node, st: NodeStats):
-        n, buf = node.params["n"], []
-        async for x in self._input(node):
-            st.items_in += 1
-            buf.append(x)
-            if len(buf) == n:
-                st.items_out += 1
-                yield buf
-                buf = []
-        if buf:
-            st.items_out += 1
-            yield buf
-
-    async def _op_flatten(self, node: Node, st: NodeStats):
-        async for x in self._input(node):
-            st.items_in += 1
-            try:
-                inner = list(x)
-            except Exception as e:
-                raise self._fail(node, e)
-            for y in inner:
-                st.items_out += 1
-                yield y
-
-    async def _op_combine(self, node: Node, st: NodeStats):
-        fn = node.params["fn"]
-        async for x in self._input(node):
-            st.items_in += 1
-            t = perf()
-            try:
-                out = list(fn(x))
-            except Exception as e:
-                raise self._fail(node, e)
-            st.busy_s += perf() - t
-            for y in out:
-                st.items_out += 1
-                yield y
-
-    async def _op_shuffle(self, node: Node, st: NodeStats):
-        buf = ShuffleBuffer(node.params["buffer_size"], random.Random(node.params["seed"]))
-        async for x in self._input(node):
-            st.items_in += 1
-            out = buf.push(x)
-            st.depth(len(buf.items))
-            if out is not _DROP:
-                st.items_out += 1
-                yield out
-        for y in buf.drain():
-            st.items_out += 1
-            yield y
-
-    # gathers ------------------------------------------------------------------
-    async def _op_gather_sync(self, node: Node, st: NodeStats):
+    # gathers -------------------------------------------------------------------
+    async def _gather_sync(self, op: Op, port: int, st: NodeStats):
         metrics = self.metrics
-        async for done in self._rounds(node, st):
+        async for done in self._rounds(op.id, st):
             for req in done:
                 actor = req.shard.actor
                 for x in req.result()[0]:
                     metrics.current_actor = actor
                     yield x
 
-    async def _op_batch_across_shards(self, node: Node, st: NodeStats):
-        async for done in self._rounds(node, st):
+    async def _batch_across_shards(self, op: Op, port: int, st: NodeStats):
+        async for done in self._rounds(op.id, st):
             st.items_out += 1 - sum(len(r.result()[0]) for r in done)
             yield [x for r in done for x in r.result()[0]]
 
-    async def _rounds(self, node: Node, st: NodeStats):
+    async def _rounds(self, gather: str, st: NodeStats):
         """Rounds of one request per live shard; yields each round's done requests.
 
         The barrier waits for the replacements of lost hosts: a replacement's
         install is awaited beside the round's other requests, then it is asked
         for the round's item."""
-        live = list(self.shards[node])
+        live = list(self.shards[gather])
         submit, wait_all = self.backend.submit, self.backend.wait_all
         while live:
             requests = [submit(s, 1) for s in live]
@@ -507,7 +453,7 @@ class Driver:
             t = perf()
             await wait_all(requests)
             for req in requests:
-                if req._error is not None:  # a lost host (or a raising one): the slow path
+                if req.error is not None:  # a lost host (or a raising one): the slow path
                     requests = await self._settle_round(requests)
                     break
             st.wait_s += perf() - t
@@ -544,8 +490,8 @@ class Driver:
                     else:
                         installs[k] = nxt
                         pending.append(nxt)
-                elif req is not None and req.done and req._error is not None:
-                    nxt = self.recover(req.shard, req._error, 1)
+                elif req is not None and req.done and req.error is not None:
+                    nxt = self.recover(req.shard, req.error, 1)
                     if nxt is None:
                         slots[k] = None
                     else:
@@ -555,13 +501,13 @@ class Driver:
                 return [r for r in slots if r is not None]
             await backend.wait_all(pending)
 
-    def _op_gather_async(self, node: Node, st: NodeStats):
-        return self._completions(node, st, node.params["num_async"])
+    def _gather_async(self, op: Op, port: int, st: NodeStats):
+        return self._completions(op.id, st, op.params["num_async"])
 
-    def _op_aggregator_input(self, node: Node, st: NodeStats):
-        return self._completions(node, st, 1)
+    def _aggregator_input(self, op: Op, port: int, st: NodeStats):
+        return self._completions(op.id, st, 1)
 
-    async def _completions(self, node: Node, st: NodeStats, num_async: int):
+    async def _completions(self, gather: str, st: NodeStats, num_async: int):
         """Items as they complete, ``num_async`` requests in flight per shard, served
         least recently served shard first.
 
@@ -578,7 +524,7 @@ class Driver:
         backend, metrics = self.backend, self.metrics
         inflight: dict[int, deque[Request]] = {}
         starting: dict[int, Request] = {}   # shard id -> install of its replacement
-        for s in self.shards[node]:
+        for s in self.shards[gather]:
             inflight[id(s)] = deque(backend.submit(s, 1) for _ in range(num_async))
         served = dict.fromkeys(inflight)    # shard ids, least recently served first
         submit, wait_any = backend.submit, backend.wait_any
@@ -629,10 +575,10 @@ class Driver:
                     metrics.current_actor = actor
                     yield x
 
-    # fan-in -------------------------------------------------------------------
-    def _op_concurrently(self, node: Node, st: NodeStats):
-        inputs = [self.build(p, port) for p, port in node.inputs]
-        p = node.params
+    # fan-in and fan-out -------------------------------------------------------
+    def _concurrently(self, op: Op, port: int, st: NodeStats):
+        inputs = [self.build(p, port) for p, port in op.inputs]
+        p = op.params
         emit = (set(range(len(inputs))) if p["output_indexes"] is None
                 else set(p["output_indexes"]))
         if p["mode"] == "async":
@@ -641,8 +587,31 @@ class Driver:
         rng = random.Random(p["seed"] if p["seed"] is not None else self.seed)
         return round_robin(self.ctx, inputs, weights, emit, rng, st)
 
+    def _duplicate(self, op: Op, port: int, st: NodeStats):
+        splitter = self.splitters.get(op.id)
+        if splitter is None:
+            splitter = self.splitters[op.id] = Splitter(
+                self.ctx, self._input(op), op.num_outputs, op.params["max_lag"], st)
+        return splitter.branch(port)
 
-def _recovery(source: Node, index: int, shipped: bool = False,
+
+#: Operator name -> the Driver method that builds its iterator. The synchronous
+#: operators (``compile.SYNC_OPS``: for_each, filter, zip_with_source_actor, batch,
+#: flatten, combine, shuffle) are not here: they always run in a FusedStage
+#: (:meth:`Driver._run`).
+BUILDERS = {
+    "from_iterable": Driver._from_iterable,
+    "for_each_async": Driver._for_each_async,
+    "gather_sync": Driver._gather_sync,
+    "batch_across_shards": Driver._batch_across_shards,
+    "gather_async": Driver._gather_async,
+    "aggregator_input": Driver._aggregator_input,
+    "concurrently": Driver._concurrently,
+    "duplicate": Driver._duplicate,
+}
+
+
+def _recovery(source: Op, index: int, shipped: bool = False,
               relay: Any = None) -> dict[str, Any]:
     """The Shard fields that let the runtime replace shard ``index`` of ``source``.
 
@@ -657,36 +626,49 @@ def _recovery(source: Node, index: int, shipped: bool = False,
         restart = relay(source, restart) if relay is not None else None
     return {"restart": restart, "index": index,
             "max_restarts": p.get("max_restarts") if restart is not None else None,
-            "origin": None if shipped else (source, index)}
+            "origin": None if shipped else (source.id, index)}
 
 
 class SyncOutput:
-    """A whole plan that is one synchronous segment, pulled with plain ``next()``.
+    """A whole plan that is one run pulling a synchronous source, pulled with ``next()``.
 
     ``items`` is None until :meth:`open` calls the source's factory (on the first
-    pull, as the async path does); ``counter.busy`` is the segment's busy seconds,
-    which the caller adds to around each ``next``.
+    pull, as the async path does); ``busy.s`` is the run's busy seconds, which the
+    caller adds to around each ``next``.
     """
 
-    __slots__ = ("driver", "segment", "items", "counter")
+    __slots__ = ("driver", "spec", "items", "busy", "stage")
 
-    def __init__(self, driver: Driver, segment: list[Node]):
+    def __init__(self, driver: Driver, spec: StageSpec):
         self.driver = driver
-        self.segment = segment
+        self.spec = spec
         self.items: Any = None
-        self.counter = _ChainCounter(0)
+        self.stage, self.busy = driver._stage(spec)
 
     def open(self) -> Any:
-        self.items, self.counter = self.driver._open_segment(self.segment)
+        self.items = self.driver.pull_source(self.spec, self.stage)
         self.driver.agens.append(self.items)
         return self.items
 
 
-class _ChainCounter:
-    __slots__ = ("items_in", "busy", "drops")
+def _timed(items: Iterator[Any], busy: "_Busy") -> Iterator[Any]:
+    """``items``, the time spent computing each added to ``busy``."""
+    items = iter(items)
+    while True:
+        t = perf()
+        try:
+            y = next(items)
+        except StopIteration:
+            return
+        finally:
+            busy.s += perf() - t
+        yield y
 
-    def __init__(self, n: int):
-        self.items_in = 0
-        self.busy = 0.0
-        self.drops = [0] * n
 
+class _Busy:
+    """Busy seconds of one driver-side run."""
+
+    __slots__ = ("s",)
+
+    def __init__(self) -> None:
+        self.s = 0.0

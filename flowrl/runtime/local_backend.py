@@ -48,14 +48,11 @@ class LocalBackend(Backend):
 
     def make_aggregator_host(self, spec: Any, options: dict | None = None,
                              label: str = "") -> Any:
-        from flowrl.graph.plan import collect
         from flowrl.runtime.aggregator import AggregatorHost
 
-        ids = spec.plan.ids
-        parts = [(ids[n], n.label, n.params) for n in collect(spec.node) if n in ids]
+        parts = [(op.id, op.label, op.params) for op in spec.program.ops.values()]
         parts += [part for _, stage, *_ in spec.members for part in _stage_parts(stage)]
-        node = spec.node
-        return AggregatorHost(own_copy(spec, parts, (ids[node], node.label)), backend="local")
+        return AggregatorHost(own_copy(spec, parts, (spec.program.name, "aggregate")), backend="local")
 
     def install(self, shards: list[Shard], replacing: bool = False) -> None:
         with shard_side():

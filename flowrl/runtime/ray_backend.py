@@ -17,7 +17,7 @@ Policy:
   whose resources their creator chose. Aggregators are ``AggregatorHost`` actors
   with ``num_cpus=0`` pinned to the driver's node (hard node affinity); each runs
   its sub-plan with this backend inside the actor. A plan may annotate its graph
-  with ``num_cpus``/``resources`` for these hosts (``graph/compile.py``): they
+  with ``num_cpus``/``resources`` for these hosts (``runtime/compile.py``): they
   become the actors' options, and placement keeps to the nodes that have them. Actors the user passed in
   (``from_actors``) are adopted: never killed, only this run's stage is
   uninstalled from them.

@@ -27,20 +27,20 @@ from typing import TYPE_CHECKING, Any
 
 from flowrl.defaults import REMOTE_TIMEOUT_S
 from flowrl.errors import ConfigError
-from flowrl.graph.compile import compile_plan
 from flowrl.metrics import CURRENT_METRICS
 from flowrl.metrics import MetricsContext
+from flowrl.runtime.backend import Backend
 from flowrl.runtime.calls import resolve_backend
+from flowrl.runtime.compile import Compiled, check_picklable, compile_plan
 from flowrl.runtime.context import CURRENT_RUN, RunContext
-from flowrl.runtime.driver import Driver
+from flowrl.runtime.driver import Driver, Member
 
 if TYPE_CHECKING:
     from flowrl.graph.plan import Plan
 
-def uses_ray_actors(plan: "Plan") -> bool:
-    """Whether ``plan.graph`` reads Ray actor handles (a remote ``from_actors``)."""
-    return any(attrs["op"] == "from_actors" and attrs["params"]["remote"]
-               for _, attrs in plan.graph.nodes(data=True))
+def uses_ray_actors(program: Compiled) -> bool:
+    """Whether ``program`` reads Ray actor handles (a remote ``from_actors``)."""
+    return any(op.op == "from_actors" and op.params["remote"] for op in program.ops.values())
 
 
 def check_remote_timeout(value: Any) -> None:
@@ -51,14 +51,30 @@ def check_remote_timeout(value: Any) -> None:
                           "run fails with a WorkerError), or None for no bound")
 
 
-def make_backend(plan: "Plan", backend: str,
-                 remote_timeout_s: float | None = REMOTE_TIMEOUT_S):
+def make_backend(program: Compiled, backend: str,
+                 remote_timeout_s: float | None = REMOTE_TIMEOUT_S) -> Backend:
     check_remote_timeout(remote_timeout_s)
-    if resolve_backend(backend, "compile", reads_actors=uses_ray_actors(plan)) == "local":
+    if resolve_backend(backend, "compile", reads_actors=uses_ray_actors(program)) == "local":
         from flowrl.runtime.local_backend import LocalBackend
         return LocalBackend()
     from flowrl.runtime.ray_backend import RayBackend
     return RayBackend(remote_timeout_s=remote_timeout_s)
+
+
+def compile_run(plan: "Plan", backend: str = "auto", *, seed: int = 0, local_worker: Any = None,
+                remote_timeout_s: float | None = REMOTE_TIMEOUT_S) -> "Run":
+    """What ``plan.compile(...)`` does (see :meth:`flowrl.Plan.compile`): compile
+    ``plan.graph``, pick the backend, check what ships to actors, start the run."""
+    check_remote_timeout(remote_timeout_s)
+    program = compile_plan(plan)
+    chosen = make_backend(program, backend, remote_timeout_s)
+    if chosen.name == "ray":
+        try:
+            check_picklable(program)
+        except BaseException:
+            chosen.stop()
+            raise
+    return Run(program, chosen, seed, local_worker=local_worker)
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:
@@ -75,39 +91,41 @@ class Run:
     ``run.stats()`` gives per-node items in/out, busy and wait seconds and queue
     depth.
 
+    A Run executes a compiled ``program`` on ``backend`` (``plan.compile()`` makes
+    both); ``inputs`` are the shards a program's ``entry`` gather reads (an
+    aggregator's group, see ``runtime/aggregator.py``).
+
     >>> import flowrl
     >>> with flowrl.Plan(flowrl.from_items([1, 2, 3], 1).gather_sync()).compile() as run:
     ...     run.take(2), next(run), run.take(5)
     ([1, 2], 3, [])
     """
 
-    def __init__(self, plan: "Plan", backend: str = "auto", seed: int = 0, *,
-                 local_worker: Any = None, remote_timeout_s: float | None = REMOTE_TIMEOUT_S,
-                 _preset: dict | None = None):
-        self.plan = plan
-        self._backend = make_backend(plan, backend, remote_timeout_s)
-        self.backend = self._backend.name
-        compiled = compile_plan(plan, ships=self.backend == "ray")
+    def __init__(self, program: Compiled, backend: Backend, seed: int = 0, *,
+                 local_worker: Any = None, inputs: list[Member] = ()):
+        self.name = program.name
+        self._backend = backend
+        self.backend = backend.name
         self.metrics = MetricsContext()
         self.loop = asyncio.new_event_loop()
         # One I/O thread per gather: each has at most one blocking Ray wait in flight.
         self.ctx = RunContext(self.loop, concurrent.futures.ThreadPoolExecutor(
-            max_workers=max(1, len(compiled.slots)), thread_name_prefix="flowrl-io"),
+            max_workers=max(1, len(program.slots)), thread_name_prefix="flowrl-io"),
             local_worker=local_worker)
         self._stopped = False
         self._final_stats: dict | None = None
-        self.key = f"{plan.name}-{uuid.uuid4().hex[:8]}"
+        self.key = f"{program.name}-{uuid.uuid4().hex[:8]}"
         self._started = time.perf_counter()
-        self._driver = Driver(compiled, self._backend, self.ctx, self.metrics, self.key,
-                              seed, _preset)
+        self._driver = Driver(program, self._backend, self.ctx, self.metrics, self.key,
+                              seed, inputs)
         self._res = _Resources(self.loop, self.ctx, self._driver, self._backend)
         self._finalizer = weakref.finalize(self, self._res.release)
         self._finalizer.atexit = False  # at exit the process takes its threads and actors along
         try:
             self._driver.start()
-            self._sync = self._driver.sync_output(plan.output.node, plan.output.port)
+            self._sync = self._driver.sync_output()
             if self._sync is None:
-                self._out = self._driver.build(plan.output.node, plan.output.port)
+                self._out = self._driver.build(*program.output)
         except BaseException:
             self.stop()
             raise
@@ -128,7 +146,7 @@ class Run:
                 try:
                     return next(sync.items or sync.open())
                 finally:
-                    sync.counter.busy += perf() - t
+                    sync.busy.s += perf() - t
             return self._res.in_loop(anext(self._out))
         except (StopIteration, StopAsyncIteration):
             self.stop()
@@ -187,7 +205,7 @@ class Run:
 
     def __repr__(self) -> str:
         state = "stopped" if self._stopped else "running"
-        return f"Run({self.plan.name!r}, backend={self.backend!r}, {state})"
+        return f"Run({self.name!r}, backend={self.backend!r}, {state})"
 
 
 class _Resources:

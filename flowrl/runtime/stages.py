@@ -1,15 +1,16 @@
-"""Fused stages: executing a compiled chain of operators where a shard lives.
+"""Fused stages: the one way a chain of synchronous operators executes.
 
-The compiler (``graph/compile.py``) describes each maximal chain of shard-local
-operators as a :class:`~flowrl.graph.compile.StageSpec`; the runtime turns it into
-one :class:`FusedStage`, shipped once to every shard host (pickled with
-cloudpickle for Ray). The driver runs a synchronous source and the operators after
-it as a FusedStage too. Consecutive one-to-one operators (``for_each``/``filter``)
-are fused into a single function call per item (:func:`compose_map`, a loop over
-the run's functions). Whatever
-raises is re-raised as an :class:`~flowrl.errors.OperatorError` naming the node,
-with the cause chained. :class:`ShuffleBuffer` is the one buffer shuffle behind
-``local_shuffle`` and the driver's ``shuffle``.
+The compiler (``runtime/compile.py``) describes each maximal chain of shard-local
+operators, and each maximal run of synchronous operators on the driver, as a
+:class:`~flowrl.runtime.compile.StageSpec`; the runtime turns it into one
+:class:`FusedStage`: shipped once to every shard host (pickled with cloudpickle
+for Ray), or run by the driver, which pulls a synchronous source through it or
+pushes the items of an async input into it. Consecutive one-to-one operators
+(``for_each``/``filter``/``zip_with_source_actor``) are fused into a single
+function call per item (:func:`compose_map`, a loop over the run's functions).
+Whatever raises is re-raised as an :class:`~flowrl.errors.OperatorError` naming
+the node, with the cause chained. :class:`ShuffleBuffer` is the one buffer
+shuffle behind ``local_shuffle`` and the driver's ``shuffle``.
 
 >>> stage = FusedStage("src", "source", [
 ...     Step("for_each", "src.for_each", "double", {"fn": lambda x: 2 * x}),
@@ -24,7 +25,7 @@ import random
 from typing import Any, Callable, Iterator
 
 from flowrl.errors import OperatorError, WorkerError
-from flowrl.graph.compile import StageSpec, Step
+from flowrl.runtime.compile import StageSpec, Step
 
 
 def operator_error(node_id: str, label: str, exc: BaseException) -> OperatorError:
@@ -45,6 +46,8 @@ def operator_error(node_id: str, label: str, exc: BaseException) -> OperatorErro
 
 
 _DROP = object()  # internal: a filter rejected the item inside a fused call
+#: Steps fused into one function call per item.
+MAP_STEPS = frozenset({"for_each", "filter", "zip_with_source_actor"})
 
 
 def compose_map(steps: list[Step], context: Callable[[], Any] | None = None,
@@ -80,62 +83,6 @@ def compose_map(steps: list[Step], context: Callable[[], Any] | None = None,
         return x
 
     return fused
-
-
-def _map(items: Iterator[Any], fn: Callable[[Any], Any]) -> Iterator[Any]:
-    for x in items:
-        y = fn(x)
-        if y is not _DROP:
-            yield y
-
-
-def _batch(items: Iterator[Any], n: int, cell: list[int]) -> Iterator[list]:
-    buf: list = []
-    for x in items:
-        buf.append(x)
-        if len(buf) == n:
-            cell[0] += 1
-            yield buf
-            buf = []
-    if buf:
-        cell[0] += 1
-        yield buf
-
-
-def _flatten(items: Iterator[Any], step: Step, cell: list[int]) -> Iterator[Any]:
-    for x in items:
-        for y in _named(x, step):
-            cell[0] += 1
-            yield y
-
-
-def _combine(items: Iterator[Any], step: Step, cell: list[int]) -> Iterator[Any]:
-    fn = step.params["fn"]
-    for x in items:
-        try:
-            out = fn(x)
-        except Exception as e:
-            raise operator_error(step.node_id, step.label, e)
-        for y in _named(out, step):
-            cell[0] += 1
-            yield y
-
-
-def _named(iterable: Any, step: Step) -> Iterator[Any]:
-    """The items of ``iterable``, with what iterating it raises (a generator raises
-    lazily) as an OperatorError naming ``step``'s node."""
-    try:
-        it = iter(iterable)
-    except TypeError as e:
-        raise operator_error(step.node_id, step.label, e)
-    while True:
-        try:
-            y = next(it)
-        except StopIteration:
-            return
-        except Exception as e:
-            raise operator_error(step.node_id, step.label, e)
-        yield y
 
 
 class ShuffleBuffer:
@@ -184,8 +131,7 @@ def shuffle_buffer(items: Iterator[Any], buffer_size: int, rng: random.Random,
         yield out
 
 
-def _guard_source(items: Iterator[Any], node_id: str, label: str,
-                  cell: list[int]) -> Iterator[Any]:
+def _guarded(items: Iterator[Any], node_id: str, label: str) -> Iterator[Any]:
     # A WorkerError (e.g. a member lost inside an aggregator) already names the
     # worker and the fix; it stays a WorkerError rather than the source's OperatorError.
     while True:
@@ -197,12 +143,48 @@ def _guard_source(items: Iterator[Any], node_id: str, label: str,
             raise
         except Exception as e:
             raise operator_error(node_id, label, e)
-        cell[0] += 1
         yield x
 
 
+def _emit(x: Any) -> tuple:
+    return (x,)
+
+
+def _nothing() -> tuple:
+    return ()
+
+
+def _named(iterable: Any, step: Step) -> Iterator[Any]:
+    """The items of ``iterable``, with what iterating it raises (a generator raises
+    lazily) as an OperatorError naming ``step``'s node."""
+    try:
+        it = iter(iterable)
+    except TypeError as e:
+        raise operator_error(step.node_id, step.label, e)
+    while True:
+        try:
+            y = next(it)
+        except StopIteration:
+            return
+        except Exception as e:
+            raise operator_error(step.node_id, step.label, e)
+        yield y
+
+
 class FusedStage:
-    """A picklable ``iterator -> iterator`` applying shard-local steps in order.
+    """A picklable chain of fused steps: the one way synchronous operators run.
+
+    A shard's stage, a driver-side run of synchronous operators and a synchronous
+    source with the operators after it all execute through this class. Items go
+    in one at a time: ``stage(items)`` pulls them from an iterator (a shard's
+    stream, a synchronous source) and returns the output iterator; the driver,
+    whose items come from async inputs, calls :meth:`open`, then :meth:`push` per
+    item and :meth:`finish` at the end of its input. Either way an item goes
+    through every step before the next one is taken, and what ``push`` returns
+    is lazy: a ``flatten``/``combine`` output is iterated as it is consumed, so
+    items emitted before a failure in it are delivered first. Consecutive
+    ``for_each``/``filter``/``zip`` steps are one function call
+    (:func:`compose_map`).
 
     ``shard_index`` offsets seeds so seeded shuffles differ per shard but replay.
     """
@@ -213,54 +195,136 @@ class FusedStage:
         self.source_label = source_label
         self.steps = list(steps)
         self.shard_index = shard_index
+        self.counts: dict[str, list[int]] = {}
         self._map_runs: list = []
+        self._push: Callable[[Any], Any] = _emit
+        self._finish: Callable[[], Any] = _nothing
 
     @classmethod
     def from_spec(cls, spec: StageSpec) -> "FusedStage":
-        """The stage executing a compiled :class:`~flowrl.graph.compile.StageSpec`."""
+        """The stage executing a compiled :class:`~flowrl.runtime.compile.StageSpec`."""
         return cls(spec.source_id, spec.source_label, list(spec.steps), spec.shard_index)
 
     def __repr__(self) -> str:
         return f"FusedStage({self.source_id!r} -> {[s.node_id for s in self.steps]})"
 
+    def __getstate__(self) -> dict:
+        # Shipped as its description; whoever runs it opens it afresh.
+        return {"source_id": self.source_id, "source_label": self.source_label,
+                "steps": self.steps, "shard_index": self.shard_index}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(**state)
+
     def __call__(self, items: Iterator[Any]) -> Iterator[Any]:
-        # Each generator counts what it emits into its node's cell (no separate
-        # counting layer); a fused map run's node counts follow from its drops.
-        counts = self.counts = {self.source_id: [0]}
+        """Open the stage and pull ``items`` through it (what errors the source raises
+        become OperatorErrors naming the source)."""
+        self.open()
+        return self._pull(_guarded(iter(items), self.source_id, self.source_label))
+
+    def _pull(self, items: Iterator[Any]) -> Iterator[Any]:
+        cell, push = self.counts[self.source_id], self._push
+        for x in items:
+            cell[0] += 1
+            yield from push(x)
+        yield from self._finish()
+
+    def push(self, x: Any) -> Any:
+        """The items ``x`` makes the stage emit (an iterable); after :meth:`open`."""
+        self.counts[self.source_id][0] += 1
+        return self._push(x)
+
+    def finish(self) -> Any:
+        """What the stage still holds once its input ended (partial batch, shuffle buffer)."""
+        return self._finish()
+
+    def open(self, context: Callable[[], Any] | None = None) -> None:
+        """Start afresh: empty buffers, zero counts. ``context()`` supplies the source
+        actor for ``zip_with_source_actor`` (a driver-side run after a gather)."""
+        self.counts = {self.source_id: [0]}
         self._map_runs = []
-        it: Iterator[Any] = _guard_source(iter(items), self.source_id, self.source_label,
-                                          counts[self.source_id])
-        run: list[Step] = []
-        for step in self.steps + [None]:
-            if step is not None and step.op in ("for_each", "filter"):
-                run.append(step)
-                continue
-            if run:
-                drops = [0] * len(run)
-                it = _map(it, compose_map(run, drops=drops))
-                self._map_runs.append((run, drops))
-                run = []
-            if step is None:
-                break
-            cell = counts[step.node_id] = [0]
-            if step.op == "batch":
-                it = _batch(it, step.params["n"], cell)
-            elif step.op == "flatten":
-                it = _flatten(it, step, cell)
-            elif step.op == "combine":
-                it = _combine(it, step, cell)
-            elif step.op == "local_shuffle":
-                seed = step.params["seed"]
-                rng = random.Random(None if seed is None else seed + self.shard_index)
-                it = shuffle_buffer(it, step.params["buffer_size"], rng, cell)
+        parts: list[list[Step]] = []
+        for step in self.steps:
+            if step.op in MAP_STEPS and parts and parts[-1][0].op in MAP_STEPS:
+                parts[-1].append(step)
             else:
-                raise OperatorError(f"operator {step.node_id!r}: {step.op} cannot run "
-                                    "shard-local", node_id=step.node_id, label=step.label)
-        return it
+                parts.append([step])
+        push, finish = _emit, _nothing
+        for part in reversed(parts):
+            push, finish = self._link(part, push, finish, context)
+        self._push, self._finish = push, finish
+
+    def _link(self, part: list[Step], nxt: Callable[[Any], Any], nxt_finish: Callable[[], Any],
+              context: Callable[[], Any] | None) -> tuple[Callable, Callable]:
+        """``push``/``finish`` of ``part`` (a map run or one step) feeding ``nxt``."""
+        step = part[0]
+        if step.op in MAP_STEPS:
+            drops = [0] * len(part)
+            self._map_runs.append((part, drops))
+            fn = compose_map(part, context=context, drops=drops)
+
+            def push_map(x: Any) -> Any:
+                y = fn(x)
+                return () if y is _DROP else nxt(y)
+            return push_map, nxt_finish
+        cell = self.counts[step.node_id] = [0]
+
+        def emit_all(items: Any) -> Iterator[Any]:
+            for y in items:
+                cell[0] += 1
+                yield from nxt(y)
+
+        if step.op == "batch":
+            n, buf = step.params["n"], []
+
+            def push_batch(x: Any) -> Any:
+                buf.append(x)
+                if len(buf) < n:
+                    return ()
+                full = buf[:]
+                buf.clear()
+                cell[0] += 1
+                return nxt(full)
+
+            def finish_batch() -> Iterator[Any]:
+                rest = [buf[:]] if buf else []
+                buf.clear()
+                yield from emit_all(rest)
+                yield from nxt_finish()
+            return push_batch, finish_batch
+        if step.op == "flatten":
+            return (lambda x: emit_all(_named(x, step))), nxt_finish
+        if step.op == "combine":
+            fn = step.params["fn"]
+
+            def push_combine(x: Any) -> Iterator[Any]:
+                try:
+                    out = fn(x)
+                except Exception as e:
+                    raise operator_error(step.node_id, step.label, e)
+                yield from emit_all(_named(out, step))
+            return push_combine, nxt_finish
+        if step.op == "local_shuffle":
+            seed = step.params["seed"]
+            buf = ShuffleBuffer(step.params["buffer_size"],
+                                random.Random(None if seed is None else seed + self.shard_index))
+
+            def push_shuffle(x: Any) -> Any:
+                y = buf.push(x)
+                if y is _DROP:
+                    return ()
+                cell[0] += 1
+                return nxt(y)
+            def finish_shuffle() -> Iterator[Any]:
+                yield from emit_all(buf.drain())
+                yield from nxt_finish()
+            return push_shuffle, finish_shuffle
+        raise OperatorError(f"operator {step.node_id!r}: {step.op} cannot run in a fused "
+                            "stage", node_id=step.node_id, label=step.label)
 
     def item_counts(self) -> dict[str, int]:
-        """Items each step has emitted on this shard so far (source included)."""
-        out = {node_id: cell[0] for node_id, cell in getattr(self, "counts", {}).items()}
+        """Items each step has emitted so far (the source: items that went in)."""
+        out = {node_id: cell[0] for node_id, cell in self.counts.items()}
         prev = self.source_id
         for step in self.steps:
             if step.node_id not in out:  # inside a fused map run: input minus drops
@@ -268,7 +332,6 @@ class FusedStage:
                     ids = [s.node_id for s in run]
                     if step.node_id in ids:
                         k = ids.index(step.node_id)
-                        out[step.node_id] = out[prev] - drops[k]
+                        out[step.node_id] = out.get(prev, 0) - drops[k]
             prev = step.node_id
         return out
-

@@ -1,22 +1,26 @@
-"""Compiling a Plan: its networkx graph in, plain frozen data out.
+"""Compiling a Plan: its networkx graph in, one plain program out.
 
-The compiler's input is ``plan.graph`` and nothing else (see ``plan.py`` for its
-node and edge attributes): it walks the graph in topological order, follows edges
-by ``port`` and ``index``, and decides everything from node attributes
+The compiler's input is ``plan.graph`` and nothing else (see ``graph/plan.py`` for
+its node and edge attributes): it walks the graph in topological order, follows
+edges by ``port`` and ``index``, and decides everything from node attributes
 (``op``, ``params``, ``kind``, ``stream``, ``num_shards``, ``placement``,
-``entry`` and the annotations below). The result is plain data
-(:class:`Compiled`) that any backend's runtime executes (``runtime/stages.py``
-turns each :class:`StageSpec` into the code that runs it); stages hold no graph,
-so the processes they ship to never import networkx.
+``entry`` and the annotations below). The result, :class:`Compiled`, is the one
+form of the plan the runtime executes: every node as an :class:`Op` keyed by its
+id (inputs by id and port, never a linked Node), plus the decisions below. It
+holds no graph and no Node, so the processes it ships to never import networkx.
 
 - every consumer of a ParallelStream (a gather, or an aggregator's input) gets its
   list of :class:`ShardSlot`: which source shard it reads and the maximal chain of
   shard-local operators to fuse into one stage there (a :class:`StageSpec`);
-  a gather with no input edge reads shards its caller presets (an aggregator's
-  sub-plan);
-- every aggregate node gets its round-robin groups of upstream slots;
-- every run of driver-side one-to-one operators is fused into one call, and a
-  synchronous ``from_iterable`` with the sync operators after it into one stage;
+- every aggregate node gets its round-robin groups of upstream slots, and its
+  pipeline (the nodes its aggregators run) as a program of its own
+  (:attr:`Compiled.pipelines`), whose ``entry`` gather reads the shards an
+  aggregator is given;
+- every maximal run of synchronous local-stream operators (``for_each``,
+  ``filter``, ``zip_with_source_actor``, ``batch``, ``flatten``, ``combine``,
+  ``shuffle``) becomes one stage (:attr:`Compiled.runs`), executed by the same
+  code as a shard's stage (``runtime/stages.py``); a synchronous
+  ``from_iterable`` is a run too, its stage's source, which the stage pulls;
 - annotations: ``num_cpus`` (a number >= 0) and ``resources`` (Ray custom
   resources, name -> amount >= 0) on a node become actor options of the hosts the
   runtime creates for it (:attr:`Compiled.host_options`). They are allowed on a
@@ -30,8 +34,8 @@ so the processes they ship to never import networkx.
   processes), so an annotation there is a ConfigError naming the node, as is a
   bad value. The local backend checks annotations the same way and, creating no
   actors, has nothing to apply them to;
-- with ``ships=True`` (Ray), everything shipped to an actor must pickle, checked
-  per node so the error names it.
+- :func:`check_picklable` (Ray): everything shipped to an actor must pickle,
+  checked per node so the error names it.
 
 State: none; :func:`compile_plan` reads the graph and returns a new
 :class:`Compiled`.
@@ -41,24 +45,43 @@ from __future__ import annotations
 
 import inspect
 import numbers
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 
 from flowrl.errors import ConfigError, PlanError
-from flowrl.graph.node import AGGREGATE, LOCAL, MAP_OPS, SHARD_LOCAL_OPS, SOURCE, Node
-from flowrl.graph.plan import Plan
+from flowrl.graph.node import AGGREGATE, LOCAL, SHARD_LOCAL_OPS, SOURCE
 
 if TYPE_CHECKING:
     import networkx as nx
 
+    from flowrl.graph.plan import Plan
+
 GATHER_OPS = frozenset({"gather_sync", "batch_across_shards", "gather_async",
                         "aggregator_input"})
-# Driver-side operators that can join a synchronous source in one FusedStage.
-SYNC_DRIVER_OPS = frozenset({"for_each", "filter", "batch", "flatten", "combine", "shuffle"})
+#: Synchronous local-stream operators: a maximal run of them is one stage.
+SYNC_OPS = frozenset({"for_each", "filter", "zip_with_source_actor", "batch", "flatten",
+                      "combine", "shuffle"})
 #: Node attributes a user may set to ask for actor resources (see the module docstring).
 ANNOTATIONS = ("num_cpus", "resources")
+
+
+@dataclass(frozen=True)
+class Op:
+    """One node of a compiled plan: what the runtime needs to run and report it.
+
+    ``inputs``: the ``(node id, port)`` pairs it reads, in input order;
+    ``placement``: ``shards``, ``aggregators`` or ``driver``.
+    """
+
+    id: str
+    op: str
+    label: str
+    params: dict
+    inputs: tuple[tuple[str, int], ...] = ()
+    placement: str = "driver"
+    num_outputs: int = 1
 
 
 @dataclass(frozen=True)
@@ -73,9 +96,12 @@ class Step:
 
 @dataclass(frozen=True)
 class StageSpec:
-    """A chain of operators fused into one stage over shard ``shard_index`` of a source.
+    """A chain of operators fused into one stage over ``source_id``'s items.
 
-    ``shard_index`` offsets the seeds of seeded shuffles so shards differ but replay.
+    On a shard, the source is shard ``shard_index`` of a source node (the index
+    offsets the seeds of seeded shuffles so shards differ but replay); on the
+    driver, the node whose items are pushed into the stage, or a synchronous
+    ``from_iterable`` the stage pulls.
     """
 
     source_id: str
@@ -91,31 +117,41 @@ class StageSpec:
 
 @dataclass(frozen=True)
 class ShardSlot:
-    """Shard ``index`` of ``source`` (a source or aggregate node) with its fused stage."""
+    """Shard ``index`` of node ``source`` (a source or aggregate id) with its fused stage."""
 
-    source: Node
+    source: str
     index: int
     stage: StageSpec
 
 
 @dataclass
 class Compiled:
-    """What the runtime executes, keyed by the plan's Node objects.
+    """A compiled plan: plain data, keyed by node id.
 
-    ``slots``: gather -> the shards it reads; ``groups``: aggregate -> its members
-    per aggregator; ``chains``: tail -> fused driver-side map run; ``segments``:
-    tail -> [sync source, ops...]; ``host_sources``: parallel sources and
+    ``ops``: every node, in topological order; ``output``: the ``(id, port)`` the
+    run yields; ``slots``: gather -> the shards it reads; ``groups``: aggregate ->
+    its members per aggregator; ``pipelines``: aggregate -> the program its
+    aggregators run; ``entry``: in such a program, the gather that reads the
+    shards an aggregator is given; ``runs``: tail -> the stage of the run of
+    synchronous operators ending there; ``host_sources``: parallel sources and
     aggregates in topological order; ``host_options``: host source -> Ray actor
     options from its annotations (absent: none).
     """
 
-    plan: Plan
-    slots: dict[Node, list[ShardSlot]] = field(default_factory=dict)
-    groups: dict[Node, list[list[ShardSlot]]] = field(default_factory=dict)
-    chains: dict[Node, list[Node]] = field(default_factory=dict)
-    segments: dict[Node, list[Node]] = field(default_factory=dict)
-    host_sources: list[Node] = field(default_factory=list)
-    host_options: dict[Node, dict[str, Any]] = field(default_factory=dict)
+    name: str
+    ops: dict[str, Op]
+    output: tuple[str, int]
+    slots: dict[str, list[ShardSlot]] = field(default_factory=dict)
+    groups: dict[str, list[list[ShardSlot]]] = field(default_factory=dict)
+    pipelines: dict[str, "Compiled"] = field(default_factory=dict)
+    entry: str | None = None
+    runs: dict[str, StageSpec] = field(default_factory=dict)
+    host_sources: list[str] = field(default_factory=list)
+    host_options: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def pulls_source(self, run: StageSpec) -> bool:
+        """Whether ``run``'s stage pulls its source itself (a synchronous from_iterable)."""
+        return is_sync_source(self.ops[run.source_id])
 
 
 def inputs(g: "nx.MultiDiGraph", node_id: str) -> list[tuple[str, int]]:
@@ -147,7 +183,7 @@ def shard_slots(g: "nx.MultiDiGraph", node_id: str) -> list[ShardSlot]:
     attrs = g.nodes[node_id]
     op = attrs["op"]
     if attrs["kind"] == SOURCE or op == AGGREGATE:
-        return [ShardSlot(attrs["node"], i, StageSpec(node_id, attrs["label"], (), i))
+        return [ShardSlot(node_id, i, StageSpec(node_id, attrs["label"], (), i))
                 for i in range(attrs["num_shards"])]
     if op == "union":
         return [s for parent, _ in inputs(g, node_id) for s in shard_slots(g, parent)]
@@ -161,94 +197,90 @@ def shard_slots(g: "nx.MultiDiGraph", node_id: str) -> list[ShardSlot]:
     raise PlanError(f"{node_id!r} ({op}) cannot feed a gather")
 
 
-def compile_plan(plan: Plan, *, ships: bool = False) -> Compiled:
-    """Compile ``plan.graph`` into the :class:`Compiled` data the runtime executes.
+def compile_plan(plan: "Plan") -> Compiled:
+    """Compile ``plan.graph`` into the :class:`Compiled` program the runtime executes.
 
-    Raises ConfigError for a bad annotation and, with ``ships``, PlanError for a
-    node whose shipped function or data does not pickle.
+    Raises ConfigError for a bad annotation.
 
     >>> import flowrl
     >>> plan = flowrl.Plan(flowrl.from_range(4, 2, name="nums").for_each(abs).gather_sync())
     >>> plan.graph.nodes["nums"]["num_cpus"] = 0.5
     >>> compiled = compile_plan(plan)
-    >>> [[step.op for step in slot.stage.steps] for slot in compiled.slots[plan.output.node]]
+    >>> [[step.op for step in slot.stage.steps] for slot in compiled.slots[plan.output_id]]
     [['for_each'], ['for_each']]
-    >>> [(source.label, options) for source, options in compiled.host_options.items()]
-    [('nums', {'num_cpus': 0.5})]
+    >>> compiled.host_options
+    {'nums': {'num_cpus': 0.5}}
     """
     g = plan.graph
-    order = topological_order(g)
-    nodes = {v: g.nodes[v]["node"] for v in order}
-    out = Compiled(plan)
-    slots: dict[str, list[ShardSlot]] = {}
-    chains: dict[str, list[str]] = {}
-    segments = _sync_segments(g, order)
-    fused = {v for segment in segments.values() for v in segment}
+    out = _compile_graph(g, plan.name, (plan.output_id, plan.output.port))
+    order = list(out.ops)
+    out.host_options = host_options(g, order)
     for v in order:
-        attrs = g.nodes[v]
-        op, local = attrs["op"], attrs["stream"] == LOCAL
-        ins = inputs(g, v)
-        if op in GATHER_OPS and ins:
-            slots[v] = shard_slots(g, ins[0][0])
-        if op == AGGREGATE:
-            upstream, k = slots[attrs["entry"]], attrs["num_shards"]
-            out.groups[nodes[v]] = [upstream[j::k] for j in range(k)]
-        if not local and (attrs["kind"] == SOURCE or op == AGGREGATE):
-            out.host_sources.append(nodes[v])
-        if local and op in MAP_OPS and v not in fused:
-            # A local stream has one consumer (validated), so a map op extends the
-            # fused run ending at its parent.
-            parent = ins[0][0]
-            run = chains.pop(parent, []) if g.nodes[parent]["op"] in MAP_OPS else []
-            chains[v] = run + [v]
-    out.slots = {nodes[v]: s for v, s in slots.items()}
-    out.chains = {nodes[tail]: [nodes[v] for v in run] for tail, run in chains.items()}
-    out.segments = {nodes[tail]: [nodes[v] for v in seg] for tail, seg in segments.items()}
-    out.host_options = {nodes[v]: opts for v, opts in host_options(g, order).items()}
-    if ships:
-        check_picklable(out)
+        if g.nodes[v]["op"] == AGGREGATE:
+            out.pipelines[v] = _pipeline(g, v, v)
     return out
 
 
-def _is_sync_factory(op: str, params: dict) -> bool:
-    return op == "from_iterable" and not inspect.isasyncgenfunction(params["factory"])
-
-
-def is_sync_source(node: Node) -> bool:
-    """A from_iterable whose factory is not an async generator function."""
-    return _is_sync_factory(node.op, node.params)
-
-
-def _sync_segments(g: "nx.MultiDiGraph", order: list[str]) -> dict[str, list[str]]:
-    """Fuse each synchronous from_iterable with the sync operators after it.
-
-    The segment runs as one fused stage on the driver (the same code shards run),
-    so a chain like for_each/filter/batch/flatten costs one generator stack per
-    item instead of one async generator per operator. Returns tail -> segment.
-    """
-    segments: dict[str, list[str]] = {}
+def _compile_graph(g: "nx.MultiDiGraph", name: str, output: tuple[str, int],
+                   entry: str | None = None) -> Compiled:
+    order = topological_order(g)
+    ops = {v: _op(g, v) for v in order}
+    out = Compiled(name, ops, output, entry=entry)
     for v in order:
         attrs = g.nodes[v]
-        if not _is_sync_factory(attrs["op"], attrs["params"]):
+        op, local = attrs["op"], attrs["stream"] == LOCAL
+        ins = ops[v].inputs
+        if op in GATHER_OPS and ins:
+            out.slots[v] = shard_slots(g, ins[0][0])
+        if op == AGGREGATE:
+            upstream, k = out.slots[attrs["entry"]], attrs["num_shards"]
+            out.groups[v] = [upstream[j::k] for j in range(k)]
+        if not local and (attrs["kind"] == SOURCE or op == AGGREGATE):
+            out.host_sources.append(v)
+        if is_sync_source(ops[v]):
+            out.runs[v] = StageSpec(v, attrs["label"])  # a run the stage pulls
+        elif local and op in SYNC_OPS:
+            # A local stream has one consumer (validated), so a synchronous operator
+            # extends the run ending at its parent, or starts one over its parent.
+            parent, port = ins[0]
+            run = out.runs.pop(parent, None) if port == 0 else None
+            if run is None:
+                run = StageSpec(parent, g.nodes[parent]["label"])
+            out.runs[v] = run.then(_step(g, v, "local_shuffle" if op == "shuffle" else None))
+    return out
+
+
+def _op(g: "nx.MultiDiGraph", v: str) -> Op:
+    attrs = g.nodes[v]
+    return Op(v, attrs["op"], attrs["label"], attrs["params"], tuple(inputs(g, v)),
+              attrs["placement"], attrs["num_outputs"])
+
+
+def _pipeline(g: "nx.MultiDiGraph", aggregate: str, name: str) -> Compiled:
+    """The program an aggregator of ``aggregate`` runs: every node its pipeline's output
+    reads, back to (not beyond) the pipeline's entry gather."""
+    entry = g.nodes[aggregate]["entry"]
+    (output,) = inputs(g, aggregate)
+    nodes, stack = {output[0]}, [output[0]]
+    while stack:
+        v = stack.pop()
+        if v == entry:
             continue
-        segment = [v]
-        while True:
-            users = [w for _, w, port in g.out_edges(segment[-1], data="port") if port == 0]
-            if len(users) != 1 or g.nodes[users[0]]["op"] not in SYNC_DRIVER_OPS:
-                break
-            segment.append(users[0])
-        if len(segment) > 1:
-            segments[segment[-1]] = segment
-    return segments
+        for u in g.predecessors(v):
+            if u not in nodes:
+                nodes.add(u)
+                stack.append(u)
+    sub = g.subgraph(nodes).copy()
+    sub.remove_edges_from(list(sub.in_edges(entry, keys=True)))
+    program = _compile_graph(sub, name, output, entry=entry)
+    # inside an aggregator its pipeline is what runs on the driver
+    program.ops = {v: replace(op, placement="driver") for v, op in program.ops.items()}
+    return program
 
 
-def stage_for_segment(plan: Plan, segment: list[Node]) -> StageSpec:
-    """The stage running a synchronous source segment (``shuffle`` as ``local_shuffle``)."""
-    g = plan.graph
-    source, *ops = [plan.ids[n] for n in segment]
-    steps = tuple(_step(g, v, "local_shuffle" if g.nodes[v]["op"] == "shuffle" else None)
-                  for v in ops)
-    return StageSpec(source, g.nodes[source]["label"], steps)
+def is_sync_source(op: Op) -> bool:
+    """A from_iterable whose factory is not an async generator function."""
+    return op.op == "from_iterable" and not inspect.isasyncgenfunction(op.params["factory"])
 
 
 # ----------------------------------------------------------------------------- annotations
@@ -338,14 +370,13 @@ def _annotated_hosts(g: "nx.MultiDiGraph", node_id: str, names: list[str]) -> li
 
 def check_picklable(compiled: Compiled) -> None:
     """Every function shipped to an actor must pickle; name the node if not."""
-    g = compiled.plan.graph
-    for v, attrs in g.nodes(data=True):
-        if attrs["placement"] not in ("shards", "aggregators") or attrs["op"] == "from_actors":
+    for op in compiled.ops.values():
+        if op.placement not in ("shards", "aggregators") or op.op == "from_actors":
             continue
         try:
-            cloudpickle.dumps(attrs["params"])
+            cloudpickle.dumps(op.params)
         except Exception as e:  # noqa: BLE001 - any pickling failure is reported the same
             raise PlanError(
-                f"{v!r} ({attrs['label']}) runs on an actor but its function or "
+                f"{op.id!r} ({op.label}) runs on an actor but its function or "
                 f"data cannot be pickled: {type(e).__name__}: {e}; make it a module-level "
                 "function or drop references to locks, open files and sockets") from e
