@@ -5,8 +5,11 @@ loop per run; ``next(run)`` runs the output iterator's ``__anext__()`` to
 completion on that loop (``loop.run_until_complete``), so every operator,
 including a user's ``async def`` operator or async-generator source, runs inside
 a task of the running loop and may await anything. A blocking call (a Ray wait)
-is awaited through :func:`call_blocking`, which runs it on the run's executor
-thread, so the loop stays free for the run's other inputs. An input that is
+is awaited through :func:`call_blocking`: while some other task exists on the
+loop (a polled input, a user coroutine) it runs on the run's executor thread, so
+the loop stays free for them; while the calling task is the loop's only one,
+nothing else could run meanwhile, and the call runs right there (no thread hop
+per wait). An input that is
 polled (``Concurrently``) gets a real task for its outstanding ``__anext__``
 (:class:`Pull`); those tasks are the run's background tasks, cancelled when it
 stops.
@@ -31,7 +34,8 @@ from flowrl.errors import FlowError
 class RunContext:
     """A run's loop, its I/O threads for blocking Ray waits, and its pending tasks.
 
-    ``executor`` serves only blocking Ray waits (:func:`call_blocking`); the runtime
+    ``executor`` serves only blocking Ray waits (:func:`call_blocking`) made while
+    other tasks share the loop; the runtime
     sizes it to one thread per gather, each of which has at most one such wait in
     flight, so one wait can never hold up another. Queue bridges use no thread.
     """
@@ -59,7 +63,11 @@ def current_run() -> RunContext:
 
 
 async def call_blocking(fn: Callable[..., Any], *args: Any) -> Any:
-    """Await blocking ``fn(*args)`` on the run's executor thread; the loop stays free.
+    """Await blocking ``fn(*args)`` without holding up any other task of the run's loop.
+
+    With other tasks on the loop it runs on the run's executor thread, and they
+    run meanwhile; with none (the caller is the loop's only task) it runs in the
+    caller's thread, since nothing could use the loop in between.
 
     >>> import asyncio
     >>> ctx = RunContext(asyncio.new_event_loop())
@@ -74,6 +82,8 @@ async def call_blocking(fn: Callable[..., Any], *args: Any) -> Any:
     >>> ctx.loop.close(); ctx.executor.shutdown()
     """
     ctx = current_run()
+    if len(asyncio.all_tasks(ctx.loop)) <= 1:
+        return fn(*args)
     return await ctx.loop.run_in_executor(ctx.executor, fn, *args)
 
 
