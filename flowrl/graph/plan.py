@@ -159,8 +159,6 @@ class Plan:
         self.nodes: list[Node] = collect(output.node)
         self.ids: dict[Node, str] = assign_ids(self.nodes)
         self.graph = self._build_graph()
-        #: Node -> its ``placement`` graph attribute (for the runtime's statistics).
-        self.placement = {n: self.graph.nodes[self.ids[n]]["placement"] for n in self.nodes}
         from flowrl.graph.validate import validate
         validate(self)
 
