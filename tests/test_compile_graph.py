@@ -561,21 +561,3 @@ def test_shard_hosts_and_rollout_workers_never_import_networkx(ray_session):
     finally:
         ws.stop()
 
-
-# ----------------------------------------------------------------------------- layers
-def test_the_plan_layer_imports_nothing_of_the_runtime():
-    """graph/ describes plans; the runtime compiles and runs them (Plan.compile calls the
-    compiler the runtime installs), so no import in graph/, even inside a function,
-    names flowrl.runtime."""
-    import ast
-
-    found = []
-    for name in sorted(os.listdir(os.path.join(ROOT, "flowrl", "graph"))):
-        if not name.endswith(".py"):
-            continue
-        tree = ast.parse(open(os.path.join(ROOT, "flowrl", "graph", name)).read())
-        for node in ast.walk(tree):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
-            found += [(name, n) for n in names if n.startswith("flowrl.runtime")]
-    assert found == []
