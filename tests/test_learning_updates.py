@@ -6,10 +6,14 @@ suite, on the local backend and in seconds: an algorithm's whole loop (sampling,
 postprocessing, its trainer and optimizer, weight syncs) moves the policy toward the
 rewarded action and the value toward the return, on a two-armed bandit where arm 0
 pays 1 and arm 1 pays 0. Each episode is one step, so the targets are known in closed
-form: ``V(s) = pi(0|s)`` and ``Q(s, a) = 1 - a``. Seeds fix every run.
+form: ``V(s) = pi(0|s)`` and ``Q(s, a) = 1 - a``. Seeds fix the synchronous runs;
+IMPALA's and APPO's learner threads train as batches arrive, so they are checked after
+a fixed number of learnt rows, by margins every such run clears.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import gymnasium as gym
 import numpy as np
@@ -24,17 +28,20 @@ OBS = np.array([[0.5, -0.5]], np.float32)
 
 
 class TwoArmedBandit(gym.Env):
-    """One-step episodes from a fixed observation; arm 0 pays 1, arm 1 pays 0."""
+    """One-step episodes from a fixed observation; ``paying_arm`` pays 1, the other 0."""
 
     observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
     action_space = gym.spaces.Discrete(2)
+
+    def __init__(self, paying_arm: int = 0):
+        self.paying_arm = paying_arm
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
         return OBS[0].copy(), {}
 
     def step(self, action):
-        return OBS[0].copy(), float(action == 0), True, False, {}
+        return OBS[0].copy(), float(action == self.paying_arm), True, False, {}
 
 
 def bandit(env_config):
@@ -77,20 +84,22 @@ def test_a_few_updates_raise_the_rewarded_arm_and_move_the_value_to_the_return(
         assert algo.config.backend == "local"
         policy = algo.get_policy()
         p0, v0 = prob_of_arm_0(policy), float(policy.value(OBS)[0])
-        probs = []
         for _ in range(5):
             result = algo.train()
-            probs.append(prob_of_arm_0(policy))
-        if algo_cls in (IMPALA, APPO):   # a learner thread trains what its queue holds
-            assert result["info"]["num_steps_trained"] > 0
-        else:                            # every sampled step is trained on once
-            assert result["info"]["num_steps_trained"] == result["timesteps_total"] > 0
-        v = float(policy.value(OBS)[0])
-    # the policy gradient pushes up the arm that paid: pi(0) rises every few updates
-    assert probs[-1] > p0 + 0.1 and probs[-1] > probs[1], (p0, probs)
+        # IMPALA's and APPO's learner threads train as batches arrive, so an iteration
+        # holds any number of updates: they go on until five 32-row batches were learnt
+        for _ in range(100):
+            if algo_cls not in (IMPALA, APPO) or result["info"]["num_steps_trained"] >= 160:
+                break
+            result = algo.train()
+        if algo_cls not in (IMPALA, APPO):   # every sampled step is trained on once
+            assert result["info"]["num_steps_trained"] == result["timesteps_total"]
+        p, v = prob_of_arm_0(policy), float(policy.value(OBS)[0])
+    # the policy gradient pushes up the arm that paid
+    assert p > p0 + 0.1, (p0, p)
     if has_critic:
-        # V(s) moves from its start toward the return pi(0) (here close to 1)
-        assert abs(v - probs[-1]) < abs(v0 - probs[-1]) - 0.1, (v0, v, probs[-1])
+        # V(s) moves from its start toward the return, pi(0) (here close to 1)
+        assert abs(v - p) < abs(v0 - p) - 0.1, (v0, v, p)
 
 
 def test_a_few_dqn_updates_move_q_toward_the_one_step_targets():
@@ -110,10 +119,16 @@ def test_a_few_dqn_updates_move_q_toward_the_one_step_targets():
 
 
 def test_each_policy_of_a_multi_agent_run_learns_from_its_own_agents_rewards():
-    """Two agents on two bandit copies, each mapped to its own PG policy: both policies
-    raise the arm that paid their agents."""
-    config = PGConfig(env=make_multi_agent(bandit, 2), rollout_fragment_length=32,
-                      train_batch_size=32, lr=1e-2, model=(16,), seed=0,
+    """Two agents, each mapped to its own PG policy, on bandits paying different arms
+    (agent 0 arm 0, agent 1 arm 1): each policy raises the arm that paid its agent."""
+    built = itertools.count()
+
+    def bandit_paying_in_turn(env_config):   # copies are built in agent order, in pairs
+        return TwoArmedBandit(paying_arm=next(built) % 2)
+
+    config = PGConfig(env=make_multi_agent(bandit_paying_in_turn, 2),
+                      rollout_fragment_length=32, train_batch_size=32, lr=1e-2,
+                      model=(16,), seed=0,
                       multiagent={"policies": {"p0": None, "p1": None},
                                   "policy_mapping_fn": lambda agent_id: f"p{agent_id}"})
     with PG(config) as algo:
@@ -121,4 +136,5 @@ def test_each_policy_of_a_multi_agent_run_learns_from_its_own_agents_rewards():
         for _ in range(5):
             algo.train()
         after = {pid: prob_of_arm_0(algo.get_policy(pid)) for pid in ("p0", "p1")}
-    assert all(after[pid] > before[pid] + 0.1 for pid in before), (before, after)
+    assert after["p0"] > before["p0"] + 0.1, (before, after)
+    assert after["p1"] < before["p1"] - 0.1, (before, after)
