@@ -31,7 +31,8 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (stdlib only)
 from impala_throughput import (add_window_arguments, parse_window_arguments,  # noqa: E402
-                               sleepy_cartpole, start_ray, window_child_args)
+                               sleepy_cartpole, window_child_args)
+from training import start_ray  # noqa: E402  (stdlib at import)
 
 SYSTEM_RE = re.compile(r"^apex-w(\d+)$")
 SHARDS = 2
@@ -94,7 +95,7 @@ def report(runs: list[dict], workers) -> None:
         linear = (harness.ratio(f("steps_per_s"), base.figures.get("steps_per_s")) * base_n / n
                   if base else math.nan)
         rows.append([f"apex-w{n}", g.label, harness.fmt_figure(f("steps_per_s"), "{:,.0f}"),
-                     "-" if math.isnan(linear) else f"{linear:.2f}x",
+                     harness.fmt_ratio(linear),
                      harness.fmt_figure(f("replayed_per_s"), "{:,.0f}"),
                      harness.fmt_figure(f("trained_per_s"), "{:,.0f}"),
                      harness.fmt_figure(f("learner_util"), "{:.2f}"),
@@ -114,8 +115,6 @@ def main(argv=None) -> None:
     if args.child:
         child(args)
         return
-    s = harness.settings_from(args)
-    child_args = window_child_args(args)
     meta = {"workers": args.workers, "seconds": args.seconds, "warmup": args.warmup,
             "sleep_ms": args.sleep_ms, "fragment": args.fragment,
             "train_batch": args.train_batch, "shards": SHARDS,
@@ -124,12 +123,9 @@ def main(argv=None) -> None:
         print(f"Ape-X on CartPole + {args.sleep_ms:g} ms/step, fragment {args.fragment}, train "
               f"batch {args.train_batch}, {SHARDS} replay shards; {args.seconds:g} s window after "
               f"{args.warmup:g} s warm-up; {os.cpu_count()} cores", flush=True)
-    runs, _ = harness.run_all("apex_throughput", os.path.abspath(__file__),
-                              [f"apex-w{n}" for n in args.workers], s, child_args, meta)
-    if args.report:
-        import json
-        args.workers = json.loads(args.report.read_text())["meta"]["workers"]
-    report(runs, args.workers)
+    runs, meta = harness.run(args, "apex_throughput", __file__,
+                             [f"apex-w{n}" for n in args.workers], window_child_args(args), meta)
+    report(runs, meta["workers"])
 
 
 if __name__ == "__main__":

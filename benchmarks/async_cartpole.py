@@ -47,9 +47,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (stdlib only)
-from impala_throughput import (build_rllib, find_metric, rllib_episode_callback,  # noqa: E402
-                          rllib_returns, spy_episodes, start_ray)
-from ppo_cartpole import Tracker  # noqa: E402  (the same 100-episode window for all)
+from training import (Tracker, build_rllib, find_metric,  # noqa: E402  (stdlib at import)
+                      rllib_episode_callback, start_ray, train_flowrl, train_rllib)
 
 SYSTEMS = ["flowrl-appo", "flowrl-impala", "flowrl-a3c", "rllib-appo"]
 BASELINE = "rllib-appo"
@@ -62,7 +61,7 @@ LR = {"appo": 2e-3, "impala": 1e-3}
 
 
 class BestTracker(Tracker):
-    """:class:`ppo_cartpole.Tracker` that also keeps the best full-window mean."""
+    """:class:`training.Tracker` that also keeps the best full-window mean."""
 
     best = math.nan
 
@@ -89,18 +88,7 @@ def child_flowrl(args, name: str) -> dict:
         algo = cls(config_cls(**FLOWRL, lr=LR[name], seed=args.seed))
     phases["build_s"] = time.time() - t
     tracker = BestTracker(args.target, args.max_steps, args.max_seconds)
-    seen = spy_episodes(algo, tracker.add_returns)
-    tracker.start()
-    try:
-        while True:
-            r = algo.train()
-            if r.get("episodes_total", 0) > 0 and not seen[0]:
-                raise RuntimeError("flowrl reported episodes the benchmark did not see; "
-                                   "impala_throughput.spy_episodes needs updating")
-            if tracker.after_iteration(r["timesteps_total"]):
-                break
-    finally:
-        algo.stop()
+    train_flowrl(algo, tracker)
     return tracker.result(best_mean=tracker.best, **phases)
 
 
@@ -122,16 +110,7 @@ def child_rllib(args) -> dict:
     algo = build_rllib(config)
     phases["build_s"] = time.time() - t
     tracker = BestTracker(args.target, args.max_steps, args.max_seconds)
-    tracker.start()
-    try:
-        while True:
-            r = algo.train()
-            tracker.add_returns(rllib_returns(r))
-            steps = find_metric(r, "num_env_steps_sampled_lifetime")
-            if tracker.after_iteration(steps):
-                break
-    finally:
-        algo.stop()
+    train_rllib(algo, tracker, lambda r: find_metric(r, "num_env_steps_sampled_lifetime"))
     return tracker.result(best_mean=tracker.best, **phases)
 
 
@@ -161,7 +140,7 @@ def report(runs: list[dict], target: float) -> None:
                      harness.fmt_figure(f("train_s")) + (" (budget)" if g.reached is False
                                                          else ""),
                      harness.fmt_figure(f("from_start_s")),
-                     "-" if math.isnan(quicker) else f"{quicker:.2f}x",
+                     harness.fmt_ratio(quicker),
                      harness.fmt_figure(f("startup_s")),
                      harness.fmt_figure(f("env_steps"), "{:,.0f}"),
                      harness.fmt_figure(f("steps_per_s"), "{:,.0f}"),
@@ -187,25 +166,16 @@ def main(argv=None) -> None:
     p.add_argument("--max-seconds", type=float, default=120.0)
     harness.add_arguments(p, default_seeds=3)
     args = p.parse_args(argv)
-    if args.quick:
-        args.max_steps, args.max_seconds = min(args.max_steps, 5000), min(args.max_seconds, 20)
-        if args.seeds is None:
-            args.seeds = 1
+    harness.shorten_for_quick(args, seeds=1, max_steps=5000, max_seconds=20)
     if args.child:
         child(args)
         return
-    s = harness.settings_from(args)
-    child_args = ["--target", str(args.target), "--max-steps", str(args.max_steps),
-                  "--max-seconds", str(args.max_seconds)]
-    runs, _ = harness.run_all("async_cartpole", os.path.abspath(__file__), args.systems, s,
-                              child_args,
-                              meta={"target": args.target, "max_steps": args.max_steps,
-                                    "max_seconds": args.max_seconds, "flowrl": FLOWRL,
-                                    "flowrl_lr": LR})
-    if args.report:
-        import json
-        args.target = json.loads(args.report.read_text())["meta"]["target"]
-    report(runs, args.target)
+    runs, meta = harness.run(args, "async_cartpole", __file__, args.systems,
+                             harness.forward(args, "target", "max_steps", "max_seconds"),
+                             meta={"target": args.target, "max_steps": args.max_steps,
+                                   "max_seconds": args.max_seconds, "flowrl": FLOWRL,
+                                   "flowrl_lr": LR})
+    report(runs, meta["target"])
 
 
 if __name__ == "__main__":

@@ -158,7 +158,7 @@ def child(args) -> None:
     import torch
     torch.set_num_threads(1)
     from flowrl.experiment import algorithm_class
-    from impala_throughput import spy_episodes
+    from training import spy_episodes
     spec, config = load(args, algo_name)
     out = describe(args, algo_name, config)
     if config.backend == "ray":
@@ -408,21 +408,14 @@ def main(argv=None) -> None:
     if args.child:
         child(args)
         return
-    s = harness.settings_from(args)
-    child_args = ["--target", str(args.target), "--budget-min", str(args.budget_min),
-                  "--curve-every", str(args.curve_every)]
+    child_args = harness.forward(args, "target", "budget_min", "curve_every")
     if args.config:
         child_args += ["--config", os.path.abspath(args.config)]
     systems = [system_name(a) for a in args.algo]
     meta = {"env": "ALE/Pong-v5", "target": args.target, "budget_min": args.budget_min,
             "specs": {a: spec_path(args, spec_algo(a)) for a in args.algo}}
-    runs, _ = harness.run_all("atari_learning", os.path.abspath(__file__), systems, s,
-                              child_args, meta)
-    if args.report:
-        import json
-        meta = json.loads(args.report.read_text())["meta"]
-        args.target, args.budget_min = meta["target"], meta["budget_min"]
-    report(runs, args.target, args.budget_min)
+    runs, meta = harness.run(args, "atari_learning", __file__, systems, child_args, meta)
+    report(runs, meta["target"], meta["budget_min"])
 
 
 if __name__ == "__main__":

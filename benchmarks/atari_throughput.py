@@ -375,7 +375,7 @@ def child_rllib(args, name: str) -> dict:
     from ray.rllib.algorithms.impala import IMPALAConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
     from ray.tune.registry import register_env
-    from impala_throughput import build_rllib, find_metric
+    from training import build_rllib, find_metric
     register_env("bench_pong", rllib_env)
     filters, dense = MODELS[args.model]
     cls = {"impala": IMPALAConfig, "appo": APPOConfig}[name]
@@ -494,11 +494,8 @@ def skip_reasons(systems, sf_python: str) -> dict[str, str]:
 
 
 def child_args(args) -> list[str]:
-    return ["--workers", str(args.workers), "--envs-per-worker", str(args.envs_per_worker),
-            "--fragment", str(args.fragment), "--train-batch", str(args.train_batch),
-            "--minibatch", str(args.minibatch), "--sgd-iter", str(args.sgd_iter),
-            "--model", args.model, "--seconds", str(args.seconds), "--warmup",
-            str(args.warmup), "--sf-python", args.sf_python]
+    return harness.forward(args, "workers", "envs_per_worker", "fragment", "train_batch",
+                           "minibatch", "sgd_iter", "model", "seconds", "warmup", "sf_python")
 
 
 def child(args) -> None:
@@ -593,10 +590,7 @@ def parse(argv=None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
     if args.seconds <= 0 or args.warmup < 0:
         p.error("--seconds must be > 0 and --warmup >= 0")
-    if args.quick:
-        args.seconds, args.warmup = min(args.seconds, 4.0), min(args.warmup, 2.0)
-        if args.seeds is None:
-            args.seeds = 1
+    harness.shorten_for_quick(args, seeds=1, seconds=4.0, warmup=2.0)
     return args
 
 
@@ -605,7 +599,6 @@ def main(argv=None) -> None:
     if args.child:
         child(args)
         return
-    s = harness.settings_from(args)
     skipped = {} if args.report else skip_reasons(args.systems, args.sf_python)
     for system, why in skipped.items():
         print(f"skipping {system}: {why}", flush=True)
@@ -615,13 +608,9 @@ def main(argv=None) -> None:
             "train_batch": args.train_batch, "minibatch": args.minibatch,
             "sgd_iter": args.sgd_iter, "seconds": args.seconds, "warmup": args.warmup,
             "systems": args.systems, "skipped": skipped}
-    runs, _ = harness.run_all("atari_throughput", os.path.abspath(__file__), runnable, s,
-                              child_args(args), meta)
-    if args.report:
-        import json
-        meta = json.loads(args.report.read_text())["meta"]
-        skipped = meta.get("skipped", {})
-    report(runs, meta["systems"], skipped, meta)
+    runs, meta = harness.run(args, "atari_throughput", __file__, runnable, child_args(args),
+                             meta)
+    report(runs, meta["systems"], meta.get("skipped", {}), meta)
 
 
 if __name__ == "__main__":

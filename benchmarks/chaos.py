@@ -273,31 +273,19 @@ def main(argv=None) -> None:
     if args.breakdown:
         breakdown(args)
         return
-    if args.quick:
-        args.max_seconds = min(args.max_seconds or 12.0, 12.0)
-        args.kill_every, args.first_kill_s = min(args.kill_every, 4.0), min(args.first_kill_s,
-                                                                             2.0)
+    harness.shorten_for_quick(args, max_seconds=12.0, kill_every=4.0, first_kill_s=2.0)
     if args.child:
         child(args)
         return
     s = harness.settings_from(args)
     longest = args.max_seconds if args.max_seconds is not None else max(BUDGET_S.values())
     s.run_timeout = min(s.run_timeout, longest + args.hang_s + 180)
-    child_args = ["--workers", str(args.workers), "--target", str(args.target),
-                  "--kill-every", str(args.kill_every), "--first-kill-s", str(args.first_kill_s),
-                  "--sample-timeout-s", str(args.sample_timeout_s), "--hang-s",
-                  str(args.hang_s)]
-    if args.max_seconds is not None:
-        child_args += ["--max-seconds", str(args.max_seconds)]
-    meta = {k: getattr(args, k) for k in ("workers", "target", "kill_every", "first_kill_s",
-                                          "max_seconds", "sample_timeout_s", "hang_s")}
-    runs, _ = harness.run_all("chaos", os.path.abspath(__file__), args.systems, s, child_args,
-                              meta=meta)
-    if args.report:
-        import json
-        for k, v in json.loads(args.report.read_text())["meta"].items():
-            setattr(args, k, v)
-    report(runs, args)
+    options = ("workers", "target", "kill_every", "first_kill_s", "sample_timeout_s", "hang_s",
+               "max_seconds")
+    runs, meta = harness.run(args, "chaos", __file__, args.systems,
+                             harness.forward(args, *options),
+                             meta={k: getattr(args, k) for k in options}, settings=s)
+    report(runs, argparse.Namespace(**meta))
 
 
 if __name__ == "__main__":

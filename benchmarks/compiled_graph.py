@@ -182,16 +182,14 @@ def main(argv=None) -> None:
                    help="measurements per system and process")
     harness.add_arguments(p)
     args = p.parse_args(argv)
-    if args.quick:
-        args.items, args.reps = min(args.items, 200), 1
+    harness.shorten_for_quick(args, items=200, reps=1)
     if args.child:
         child(args)
         return
-    runs, _ = harness.run_all("compiled_graph", os.path.abspath(__file__), [PAIRED],
-                              harness.settings_from(args),
-                              ["--items", str(args.items), "--reps", str(args.reps)],
-                              meta={"items": args.items, "reps": args.reps,
-                                    "layouts": LAYOUTS, "systems": SYSTEMS})
+    runs, _ = harness.run(args, "compiled_graph", __file__, [PAIRED],
+                          harness.forward(args, "items", "reps"),
+                          meta={"items": args.items, "reps": args.reps, "layouts": LAYOUTS,
+                                "systems": SYSTEMS})
     report(runs)
 
 

@@ -111,22 +111,17 @@ def main(argv=None) -> None:
                    help="training budget per run (start-up not included)")
     harness.add_arguments(p, default_seeds=3)
     args = p.parse_args(argv)
-    if args.quick:
-        args.max_seconds = min(args.max_seconds, 10.0)
+    harness.shorten_for_quick(args, max_seconds=10.0)
     if args.child:
         child(args)
         return
     s = harness.settings_from(args)
     s.run_timeout = min(s.run_timeout, args.max_seconds * 2 + 240)
-    runs, _ = harness.run_all("ddppo_cartpole", os.path.abspath(__file__), args.systems, s,
-                              ["--target", str(args.target), "--max-seconds",
-                               str(args.max_seconds)],
-                              meta={"target": args.target, "max_seconds": args.max_seconds,
-                                    "common": COMMON})
-    if args.report:
-        import json
-        args.target = json.loads(args.report.read_text())["meta"]["target"]
-    report(runs, args.target)
+    runs, meta = harness.run(args, "ddppo_cartpole", __file__, args.systems,
+                             harness.forward(args, "target", "max_seconds"),
+                             meta={"target": args.target, "max_seconds": args.max_seconds,
+                                   "common": COMMON}, settings=s)
+    report(runs, meta["target"])
 
 
 if __name__ == "__main__":

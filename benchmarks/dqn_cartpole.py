@@ -175,14 +175,14 @@ def report(runs: list[dict], target: float) -> None:
         speed = harness.ratio(f("steps_per_s"), base_speed)
         rows.append([g.system, g.label,
                      harness.fmt_figure(f("from_start_s")),
-                     "-" if math.isnan(vs) else f"{vs:.2f}x",
+                     harness.fmt_ratio(vs),
                      harness.fmt_figure(f("train_s")) + (" (budget)" if g.reached is False
                                                          else ""),
-                     "-" if math.isnan(vs_train) else f"{vs_train:.2f}x",
+                     harness.fmt_ratio(vs_train),
                      harness.fmt_figure(f("startup_s")),
                      harness.fmt_figure(f("env_steps"), "{:,.0f}"),
                      harness.fmt_figure(f("steps_per_s"), "{:,.0f}"),
-                     "-" if math.isnan(speed) else f"{speed:.2f}x",
+                     harness.fmt_ratio(speed),
                      harness.fmt_figure(f("final_mean"))])
     harness.print_table(
         ["system", "runs", f"from process start to {target:g} s",
@@ -202,8 +202,7 @@ def main(argv=None) -> None:
     p.add_argument("--max-steps", type=int, default=500_000)
     harness.add_arguments(p, default_seeds=3)
     args = p.parse_args(argv)
-    if args.quick:
-        args.max_steps, args.max_seconds = min(args.max_steps, 3000), min(args.max_seconds, 15)
+    harness.shorten_for_quick(args, max_steps=3000, max_seconds=15)
     if args.child:
         import torch
         torch.set_num_threads(1)
@@ -211,17 +210,12 @@ def main(argv=None) -> None:
         return
     s = harness.settings_from(args)
     s.run_timeout = min(s.run_timeout, args.max_seconds * 2 + 300)
-    child_args = ["--target", str(args.target), "--max-steps", str(args.max_steps),
-                  "--max-seconds", str(args.max_seconds)]
-    runs, _ = harness.run_all("dqn_cartpole", os.path.abspath(__file__), args.systems, s,
-                              child_args, meta={"target": args.target,
-                                                "max_steps": args.max_steps,
-                                                "max_seconds": args.max_seconds,
-                                                "flowrl_config": CONFIG})
-    if args.report:
-        import json
-        args.target = json.loads(args.report.read_text())["meta"]["target"]
-    report(runs, args.target)
+    runs, meta = harness.run(args, "dqn_cartpole", __file__, args.systems,
+                             harness.forward(args, "target", "max_steps", "max_seconds"),
+                             meta={"target": args.target, "max_steps": args.max_steps,
+                                   "max_seconds": args.max_seconds, "flowrl_config": CONFIG},
+                             settings=s)
+    report(runs, meta["target"])
 
 
 if __name__ == "__main__":

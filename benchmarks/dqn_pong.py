@@ -187,7 +187,7 @@ def _result(scores: Scores, steps: int, train_s: float, bytes_per_transition: fl
 
 
 def child_flowrl(args) -> dict:
-    from impala_throughput import spy_episodes
+    from training import spy_episodes
 
     from flowrl.experiment import algorithm_class, load_spec, make_config
     spec = load_spec(SPEC)
@@ -286,7 +286,7 @@ def report(runs: list[dict], frames: int) -> None:
         speed = harness.ratio(f("steps_per_s"), base.figures.get("steps_per_s")) if base else math.nan
         rows.append([g.system, g.label, harness.fmt_figure(f("final_score"), "{:+.1f}"),
                      harness.fmt_figure(f("steps_per_s"), "{:,.0f}"),
-                     "-" if math.isnan(speed) else f"{speed:.2f}x",
+                     harness.fmt_ratio(speed),
                      harness.fmt_figure(f("bytes_per_transition"), "{:,.0f}"),
                      harness.fmt_figure(f("gb_per_million"), "{:.1f}"),
                      harness.fmt_figure(f("peak_rss_gb"), "{:.2f}"),
@@ -315,10 +315,7 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     if args.frames < FRAME_SKIP or args.curve_every <= 0 or args.checkpoint_every <= 0:
         p.error("--frames must be >= 4, --curve-every and --checkpoint-every > 0")
-    if args.quick:
-        args.frames = min(args.frames, 12_000)
-        if args.seeds is None:
-            args.seeds = 1
+    harness.shorten_for_quick(args, seeds=1, frames=12_000)
     if args.child:
         import torch
         torch.set_num_threads(1)
@@ -327,18 +324,13 @@ def main(argv=None) -> None:
     s = harness.settings_from(args)
     if s.run_timeout == 900.0:  # the harness default; a 2M-frame run takes far longer
         s.run_timeout = 4 * 3600.0
-    child_args = ["--frames", str(args.frames), "--curve-every", str(args.curve_every),
-                  "--checkpoint-every", str(args.checkpoint_every)]
     if args.resume_dir:
-        child_args += ["--resume-dir", os.path.abspath(args.resume_dir)]
-    if args.quick:
-        child_args.append("--quick")
-    runs, _ = harness.run_all("dqn_pong", os.path.abspath(__file__), args.systems, s,
-                              child_args, meta={"frames": args.frames, "spec": SPEC})
-    if args.report:
-        import json
-        args.frames = json.loads(args.report.read_text())["meta"]["frames"]
-    report(runs, args.frames)
+        args.resume_dir = os.path.abspath(args.resume_dir)
+    child_args = harness.forward(args, "frames", "curve_every", "checkpoint_every", "resume_dir",
+                                 "quick")
+    runs, meta = harness.run(args, "dqn_pong", __file__, args.systems, child_args,
+                             meta={"frames": args.frames, "spec": SPEC}, settings=s)
+    report(runs, meta["frames"])
 
 
 if __name__ == "__main__":

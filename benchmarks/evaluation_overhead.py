@@ -65,16 +65,13 @@ def main(argv=None) -> None:
     p.add_argument("--iters", type=int, default=8, help="timed iterations per run")
     harness.add_arguments(p, default_seeds=3)
     args = p.parse_args(argv)
-    if args.quick:
-        args.iters = min(args.iters, 2)
+    harness.shorten_for_quick(args, iters=2)
     if args.child:
         harness.write_result(run(args.child, args.seed, args.iters, args.quick))
         return
-    s = harness.settings_from(args)
-    runs, _ = harness.run_all("evaluation_overhead", os.path.abspath(__file__), args.systems,
-                              s, ["--iters", str(args.iters)] + (["--quick"] if args.quick
-                                                                  else []),
-                              meta=vars(args) | {"results_dir": None})
+    runs, _ = harness.run(args, "evaluation_overhead", __file__, args.systems,
+                          harness.forward(args, "iters", "quick"),
+                          meta=vars(args) | {"results_dir": None})
     groups = {g.system: g for g in harness.summarize(runs, ["steps_per_s"])}
     fig = {k: g.figures.get("steps_per_s") for k, g in groups.items()}
     rows = [[k, groups[k].label, harness.fmt_figure(fig[k], "{:,.0f}")] for k in groups]

@@ -40,8 +40,15 @@ output goes to a log file whose path the harness prints as the run starts, so a
 long run (Pong learning, for one) can be followed with ``tail -f`` while the CPU
 stays otherwise idle; :func:`progress` writes a line there.
 
-This module imports only the standard library, so a child pays nothing for it.
-Linux only (``/proc``).
+A script is a spec over this module: its systems, their settings and its table.
+Its ``main`` adds the harness's options (:func:`add_arguments`), shortens a
+``--quick`` run (:func:`shorten_for_quick`), answers ``--child`` by measuring one
+system and calling :func:`write_result`, and otherwise calls :func:`run` with the
+options its children get (:func:`forward`) and the settings to save as ``meta``,
+then prints its table from :func:`summarize`, :func:`fmt_figure` and :func:`fmt_ratio`.
+
+This module imports only the standard library, so a child pays nothing for it (Sample
+Factory's own interpreter imports it too). Linux only (``/proc``).
 """
 
 from __future__ import annotations
@@ -272,6 +279,15 @@ def ratio(a: tuple[float, float, float] | None, b: tuple[float, float, float] | 
     return a[0] / b[0]
 
 
+def fmt_ratio(x: float, fmt: str = "{:.2f}x") -> str:
+    """A ratio column's cell: ``"1.50x"``, or ``"-"`` when it does not exist (NaN).
+
+    >>> fmt_ratio(1.5), fmt_ratio(ratio(None, (1.0, 1.0, 1.0)))
+    ('1.50x', '-')
+    """
+    return "-" if math.isnan(x) else fmt.format(x)
+
+
 def interleaved_cpu_rates(reps: dict[str, Any], n: int) -> dict[str, list[float]]:
     """Rates of several systems measured in THIS process for A/B checks on a loaded
     machine: ``n`` rounds, each running every system's repetition once (``reps``:
@@ -491,6 +507,62 @@ def settings_from(args: argparse.Namespace) -> Settings:
                     overlap_window=args.overlap_window, max_attempts=args.max_attempts,
                     run_timeout=args.run_timeout, results_dir=Path(results), quick=args.quick,
                     report_from=args.report)
+
+
+def shorten_for_quick(args: argparse.Namespace, *, seeds: int | None = None,
+                      **caps: float) -> None:
+    """With ``--quick``: cap each named option at its value (an unset option takes the
+    cap) and, when ``seeds`` is given, default ``--seeds`` to it. Without, nothing.
+
+    >>> a = argparse.Namespace(quick=True, seeds=None, seconds=45.0, budget=None)
+    >>> shorten_for_quick(a, seeds=1, seconds=4.0, budget=12.0)
+    >>> (a.seconds, a.budget, a.seeds)
+    (4.0, 12.0, 1)
+    """
+    if not args.quick:
+        return
+    for name, cap in caps.items():
+        value = getattr(args, name)
+        setattr(args, name, cap if value is None else min(value, cap))
+    if seeds is not None and args.seeds is None:
+        args.seeds = seeds
+
+
+def forward(args: argparse.Namespace, *names: str) -> list[str]:
+    """The command-line options that give a child run ``args``' values of ``names``:
+    ``--max-steps 5000`` per value, a bare ``--quick`` for a set flag, one option
+    with several words for a list; unset (None) options and cleared flags are left out.
+
+    >>> forward(argparse.Namespace(max_steps=5000, quick=True, tag=None, envs=[4, 8]),
+    ...         "max_steps", "quick", "tag", "envs")
+    ['--max-steps', '5000', '--quick', '--envs', '4', '8']
+    """
+    out: list[str] = []
+    for name in names:
+        value, flag = getattr(args, name), "--" + name.replace("_", "-")
+        if value is None or value is False:
+            continue
+        if value is True:
+            out.append(flag)
+        elif isinstance(value, (list, tuple)):
+            out += [flag, *map(str, value)]
+        else:
+            out += [flag, str(value)]
+    return out
+
+
+def run(args: argparse.Namespace, name: str, script: str, systems: Sequence[str],
+        child_args: Sequence[str] = (), meta: dict | None = None,
+        settings: Settings | None = None) -> tuple[list[dict], dict]:
+    """:func:`run_all` with the settings ``args`` describe (or ``settings``); returns
+    the run records and the invocation's ``meta``. With ``--report`` nothing runs and
+    both come from the saved file, so a table shows the settings it was measured at.
+    """
+    s = settings if settings is not None else settings_from(args)
+    runs, path = run_all(name, os.path.abspath(script), systems, s, child_args, meta)
+    if s.report_from is not None:
+        meta = json.loads(Path(path).read_text())["meta"]
+    return runs, meta if meta is not None else {}
 
 
 def wait_for_idle(s: Settings, log=print) -> float:

@@ -63,7 +63,6 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import json
 import math
 import os
 import re
@@ -75,7 +74,8 @@ from typing import Any, Mapping, Sequence
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (stdlib only)
-from impala_throughput import sleepy_cartpole, start_ray  # noqa: E402  (stdlib at import)
+from impala_throughput import sleepy_cartpole  # noqa: E402  (stdlib at import)
+from training import start_ray  # noqa: E402
 
 BENCHMARK = "impala_fairness"
 #: Keys added to every sampled batch and to the weights the learner hands out.
@@ -444,23 +444,15 @@ def main(argv=None) -> None:
     if args.label is not None and not LABEL_RE.match(args.label):
         p.error(f"--label {args.label!r}: use letters, digits, '_', '.' or '-' (it goes into "
                 "a file name)")
-    if args.quick:
-        args.updates, args.warmup_updates = min(args.updates, 24), min(args.warmup_updates, 8)
-        if args.seeds is None:
-            args.seeds = 1
+    harness.shorten_for_quick(args, seeds=1, updates=24, warmup_updates=8)
     if args.child:
         child(args)
         return
-    s = harness.settings_from(args)
     settings = {"workers": args.workers, "in_flight": args.in_flight, "updates": args.updates,
                 "warmup_updates": args.warmup_updates, "sgd_iter": args.sgd_iter,
                 "hidden": args.hidden, "envs": args.envs, "queue_size": args.queue_size,
                 "sleep_ms": args.sleep_ms, "fragment": args.fragment,
                 "train_batch": args.train_batch}
-    child_args = []
-    for key, value in settings.items():
-        child_args += [f"--{key.replace('_', '-')}",
-                       *map(str, value if isinstance(value, list) else [value])]
     meta = {"label": args.label, **settings, **flowrl_origin()}
     if not args.report:
         print(f"flowrl: {meta['flowrl_path']} (commit {meta['flowrl_commit']}); CartPole-v1"
@@ -472,10 +464,8 @@ def main(argv=None) -> None:
               f"{args.warmup_updates}; {os.cpu_count()} cores", flush=True)
     name = BENCHMARK if args.label is None else f"{BENCHMARK}-{args.label}"
     systems = [system_for(args.workers, k) for k in args.aggregators]
-    runs, _ = harness.run_all(name, os.path.abspath(__file__), systems, s, child_args,
-                              {**meta, "aggregators": args.aggregators})
-    if args.report:
-        meta = json.loads(args.report.read_text())["meta"]
+    runs, meta = harness.run(args, name, __file__, systems, harness.forward(args, *settings),
+                             {**meta, "aggregators": args.aggregators})
     report(runs, meta)
 
 

@@ -22,9 +22,8 @@ tables print median [min-max] per system, the ratio flowrl / RLlib IMPALA and
 flowrl / RLlib APPO per worker count (target >= 1.5x), and the scaling per
 worker against the smallest worker count.
 
-The module also holds what the other async benchmarks share (``apex_throughput.py``,
-``async_cartpole.py`` import it): the fixed-cost env, the per-child Ray start,
-RLlib result look-ups and the benchmark's own view of flowrl's episodes.
+The module also holds what the other async benchmarks share (``apex_throughput.py``
+and ``impala_fairness.py`` import it): the fixed-cost env and the window options.
 
     python benchmarks/impala_throughput.py        # 12 systems x 3 seeds, ~15 min idle
                                                   # (36 fresh processes, mostly start-up)
@@ -40,13 +39,13 @@ import os
 import re
 import sys
 import time
-from typing import Any, Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (stdlib only)
+from training import build_rllib, find_metric, start_ray  # noqa: E402  (stdlib at import)
 
 
-# -- shared with apex_throughput.py and async_cartpole.py (stdlib-only at import) ------
+# -- shared with apex_throughput.py and impala_fairness.py (stdlib-only at import) ----
 def sleepy_cartpole(env_config: dict):
     """CartPole-v1 whose ``step`` first sleeps ``env_config["sleep_ms"]`` (default 1 ms).
 
@@ -63,93 +62,6 @@ def sleepy_cartpole(env_config: dict):
             return self.env.step(action)
 
     return Sleepy(gym.make("CartPole-v1"))
-
-
-def start_ray(num_cpus: int) -> float:
-    """A fresh local Ray for this child only (never an existing cluster); returns
-    the seconds ``ray.init`` took. Also pins torch to one thread in this process."""
-    import ray
-    import torch
-    torch.set_num_threads(1)
-    t = time.time()
-    ray.init(address="local", num_cpus=int(num_cpus), include_dashboard=False,
-             log_to_driver=False, configure_logging=False)
-    return time.time() - t
-
-
-def find_metric(result: dict, key: str, default: float = 0.0) -> float:
-    """The first numeric ``key`` anywhere in RLlib's nested result dict (breadth
-    first; its place moves between RLlib versions), ``default`` when absent."""
-    stack: list[Any] = [result]
-    while stack:
-        d = stack.pop(0)
-        if key in d and isinstance(d[key], (int, float)):
-            return d[key]
-        stack += [v for v in d.values() if isinstance(v, dict)]
-    return default
-
-
-def spy_episodes(algo, on_returns: Callable[[list[float]], None]) -> list[bool]:
-    """Hand every completed episode's return that flowrl's reporting drains from its
-    workers to ``on_returns`` as well (wraps ``algo.workers.foreach_worker`` and
-    ``foreach_worker_async``, whichever the reporting calls).
-
-    Returns a one-element list that turns True once an episode was seen, so a
-    caller can check that the spy still matches how flowrl collects episodes.
-    """
-    seen = [False]
-    inside_async = [False]  # the async form may call the sync one: count once
-    workers = algo.workers
-    original, original_async = workers.foreach_worker, workers.foreach_worker_async
-
-    def record(out):
-        for per_worker in out:
-            if (isinstance(per_worker, list) and per_worker and isinstance(per_worker[0], dict)
-                    and "episode_reward" in per_worker[0]):
-                seen[0] = True
-                on_returns([float(e["episode_reward"]) for e in per_worker])
-        return out
-
-    def spy(fn, *args, **kwargs):
-        out = original(fn, *args, **kwargs)
-        return out if inside_async[0] else record(out)
-
-    async def spy_async(fn, *args, **kwargs):
-        inside_async[0] = True
-        try:
-            out = await original_async(fn, *args, **kwargs)
-        finally:
-            inside_async[0] = False
-        return record(out)
-
-    workers.foreach_worker = spy
-    workers.foreach_worker_async = spy_async
-    return seen
-
-
-def rllib_episode_callback():
-    """An RLlib callback class that logs each finished episode's return as the
-    ``bench_episode_returns`` item series (read back with :func:`rllib_returns`)."""
-    from ray.rllib.callbacks.callbacks import RLlibCallback
-
-    class EpisodeReturns(RLlibCallback):
-        def on_episode_end(self, *, episode, metrics_logger=None, **kwargs):
-            metrics_logger.log_value("bench_episode_returns", episode.get_return(),
-                                     reduce="item_series")
-
-    return EpisodeReturns
-
-
-def rllib_returns(result: dict) -> list[float]:
-    """The episode returns :func:`rllib_episode_callback` logged in this iteration."""
-    items = result.get("env_runners", {}).get("bench_episode_returns")
-    # An iteration in which no episode ended reduces the series to a bare NaN.
-    return [float(x) for x in items] if isinstance(items, (list, tuple)) else []
-
-
-def build_rllib(config):
-    """``config.build_algo()`` (RLlib >= 2.40), else ``config.build()``."""
-    return config.build_algo() if hasattr(config, "build_algo") else config.build()
 
 
 ENGINES = ["flowrl", "flowrl-agg", "rllib-impala", "rllib-appo"]
@@ -333,20 +245,15 @@ def add_window_arguments(p: argparse.ArgumentParser, *, seconds: float, warmup: 
 def parse_window_arguments(p: argparse.ArgumentParser, argv) -> argparse.Namespace:
     """Parse; ``--quick`` shortens the window, keeps 2 workers and 1 seed by default."""
     args = p.parse_args(argv)
-    if args.quick:
-        args.seconds, args.warmup = min(args.seconds, 3.0), min(args.warmup, 2.0)
-        if args.workers == [2, 4, 8]:
-            args.workers = [2]
-        if args.seeds is None:
-            args.seeds = 1
+    harness.shorten_for_quick(args, seeds=1, seconds=3.0, warmup=2.0)
+    if args.quick and args.workers == [2, 4, 8]:
+        args.workers = [2]
     return args
 
 
 def window_child_args(args: argparse.Namespace) -> list[str]:
     """The options a child run gets from :func:`add_window_arguments`'s."""
-    return ["--seconds", str(args.seconds), "--warmup", str(args.warmup), "--sleep-ms",
-            str(args.sleep_ms), "--fragment", str(args.fragment), "--train-batch",
-            str(args.train_batch)]
+    return harness.forward(args, "seconds", "warmup", "sleep_ms", "fragment", "train_batch")
 
 
 def main(argv=None) -> None:
@@ -359,8 +266,6 @@ def main(argv=None) -> None:
     if args.child:
         child(args)
         return
-    s = harness.settings_from(args)
-    child_args = window_child_args(args)
     meta = {"workers": args.workers, "engines": args.engines, "seconds": args.seconds,
             "warmup": args.warmup, "sleep_ms": args.sleep_ms, "fragment": args.fragment,
             "train_batch": args.train_batch}
@@ -368,13 +273,10 @@ def main(argv=None) -> None:
         print(f"env: CartPole + {args.sleep_ms:g} ms/step, 1 env per worker, fragment "
               f"{args.fragment}, train batch {args.train_batch}; {args.seconds:g} s window after "
               f"{args.warmup:g} s warm-up; {os.cpu_count()} cores", flush=True)
-    runs, _ = harness.run_all("impala_throughput", os.path.abspath(__file__),
-                              systems_for(args.engines, args.workers), s, child_args, meta)
-    if args.report:
-        import json
-        meta = json.loads(args.report.read_text())["meta"]
-        args.engines, args.workers = meta["engines"], meta["workers"]
-    report(runs, args.engines, args.workers)
+    runs, meta = harness.run(args, "impala_throughput", __file__,
+                             systems_for(args.engines, args.workers), window_child_args(args),
+                             meta)
+    report(runs, meta["engines"], meta["workers"])
 
 
 if __name__ == "__main__":

@@ -170,15 +170,13 @@ def main(argv=None) -> None:
     p.add_argument("--reps", type=int, default=5, help="repetitions per process")
     harness.add_arguments(p)
     args = p.parse_args(argv)
-    if args.quick:
-        args.items, args.reps = min(args.items, 20_000), 2
+    harness.shorten_for_quick(args, items=20_000, reps=2)
     if args.child:
         child(args)
         return
-    s = harness.settings_from(args)
-    runs, _ = harness.run_all("local_overhead", os.path.abspath(__file__), args.systems, s,
-                              ["--items", str(args.items), "--reps", str(args.reps)],
-                              meta={"items": args.items, "reps": args.reps})
+    runs, _ = harness.run(args, "local_overhead", __file__, args.systems,
+                          harness.forward(args, "items", "reps"),
+                          meta={"items": args.items, "reps": args.reps})
     for name in CHAINS:
         outputs = {(r["result"][f"{name}_count"], r["result"][f"{name}_checksum"])
                    for r in runs if r.get("valid")}

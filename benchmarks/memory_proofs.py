@@ -87,7 +87,7 @@ def without_lstm(model: dict) -> dict:
 
 
 def make_tracker(args):
-    from ppo_cartpole import Tracker  # the benchmarks' shared 100-episode window
+    from training import Tracker  # the benchmarks' shared 100-episode window
 
     class CurveTracker(Tracker):
         """Tracker that also records ``[env steps, training s, window mean]`` per iteration."""
@@ -109,7 +109,7 @@ def make_tracker(args):
 # -- flowrl ----------------------------------------------------------------------------
 def child_flowrl(args, seed: int, lstm: bool) -> dict:
     from flowrl.experiment import make_config
-    from impala_throughput import spy_episodes
+    from training import n_params, train_flowrl
     spec = tuned_spec(args.task)
     fields = {"env": spec["env"], **spec["config"], "seed": seed}
     if not lstm:
@@ -120,19 +120,8 @@ def child_flowrl(args, seed: int, lstm: bool) -> dict:
     from flowrl.algorithms import ALGORITHMS
     algo = ALGORITHMS[spec["algo"]](config)
     tracker = make_tracker(args)
-    seen = spy_episodes(algo, tracker.add_returns)
-    tracker.start()
-    try:
-        while True:
-            r = algo.train()
-            if r.get("episodes_total", 0) > 0 and not seen[0]:
-                raise RuntimeError("flowrl reported episodes the benchmark did not see; the "
-                                   "episode spy in impala_throughput.py needs updating")
-            if tracker.after_iteration(r["timesteps_total"]):
-                break
-    finally:
-        algo.stop()
-    params = sum(p.numel() for p in algo.get_policy().model.parameters())
+    train_flowrl(algo, tracker)
+    params = n_params(algo.get_policy().model)
     return tracker.result(params=params, curve=thin(tracker.curve))
 
 
@@ -150,7 +139,7 @@ def child_rllib(args, seed: int) -> dict:
     from ray.tune import register_env
     from torch import nn
 
-    from impala_throughput import build_rllib, rllib_episode_callback, rllib_returns
+    from training import build_rllib, n_params, rllib_episode_callback, train_rllib
     ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False)
     register_env("bench-stateless-cartpole",
                  lambda _: gym.wrappers.TimeLimit(StatelessCartPole(), max_episode_steps=500))
@@ -171,20 +160,10 @@ def child_rllib(args, seed: int) -> dict:
                   fcnet_bias_initializer=nn.init.constant_,
                   fcnet_bias_initializer_kwargs={"val": 0.0}, vf_share_layers=True)))
     algo = build_rllib(config)
-    params = sum(p.numel() for p in algo.learner_group._learner.module["default_policy"]
-                 .parameters())
+    params = n_params(algo.learner_group._learner.module["default_policy"])
     tracker = make_tracker(args)
-    tracker.start()
-    try:
-        while True:
-            r = algo.train()
-            tracker.add_returns(rllib_returns(r))
-            steps = r.get("env_runners", {}).get("num_env_steps_sampled_lifetime", 0)
-            if tracker.after_iteration(steps):
-                break
-    finally:
-        algo.stop()
-        ray.shutdown()
+    train_rllib(algo, tracker)
+    ray.shutdown()
     return tracker.result(params=params, curve=thin(tracker.curve))
 
 
@@ -253,28 +232,17 @@ def main(argv=None) -> None:
     task = TASKS[args.task]
     args.target = task["target"] if args.target is None else args.target
     args.max_steps = task["max_steps"] if args.max_steps is None else args.max_steps
-    if args.quick:
-        args.max_steps, args.max_seconds = min(args.max_steps, 4096), min(args.max_seconds, 30)
+    harness.shorten_for_quick(args, max_steps=4096, max_seconds=30)
     if args.child:
         child(args)
         return
     systems = args.systems or task["systems"]
-    s = harness.settings_from(args)
-    child_args = ["--task", args.task, "--target", str(args.target), "--max-steps",
-                  str(args.max_steps), "--max-seconds", str(args.max_seconds)]
-    if args.quick:
-        child_args.append("--quick")
-    runs, _ = harness.run_all(f"memory_proofs-{args.task}", os.path.abspath(__file__),
-                              systems, s, child_args,
-                              meta={"task": args.task, "target": args.target,
-                                    "max_steps": args.max_steps,
-                                    "max_seconds": args.max_seconds,
-                                    "spec": task["spec"]})
-    if args.report:
-        import json
-        meta = json.loads(args.report.read_text())["meta"]
-        args.target, args.task = meta["target"], meta["task"]
-    report(runs, args.target, args.task)
+    child_args = harness.forward(args, "task", "target", "max_steps", "max_seconds", "quick")
+    runs, meta = harness.run(args, f"memory_proofs-{args.task}", __file__, systems, child_args,
+                             meta={"task": args.task, "target": args.target,
+                                   "max_steps": args.max_steps,
+                                   "max_seconds": args.max_seconds, "spec": task["spec"]})
+    report(runs, meta["target"], meta["task"])
 
 
 if __name__ == "__main__":

@@ -533,25 +533,18 @@ def main(argv=None) -> None:
     p.add_argument("--reps", type=int, default=5, help="repetitions per process")
     harness.add_arguments(p, default_seeds=3)
     args = p.parse_args(argv)
-    if args.quick:
-        args.reps = 1
+    harness.shorten_for_quick(args, reps=1)
     if args.child:
         child(args)
         return
     if args.interleaved:
         interleaved(args)
         return
-    s = harness.settings_from(args)
-    child_args = ["--lstm-cell", str(args.lstm_cell), "--reps", str(args.reps)]
-    for flag, value in (("--num-envs", args.num_envs), ("--fragment", args.fragment),
-                        ("--segments", args.segments)):
-        if value is not None:
-            child_args += [flag, str(value)]
-    if args.quick:
-        child_args.append("--quick")
+    child_args = harness.forward(args, "lstm_cell", "reps", "num_envs", "fragment", "segments",
+                                 "quick")
     systems = [f"{impl}-{m}" for m in args.models for impl in IMPLS]
-    runs, _ = harness.run_all("models_throughput", os.path.abspath(__file__), systems, s,
-                              child_args, meta=vars(args) | {"results_dir": None})
+    runs, _ = harness.run(args, "models_throughput", __file__, systems, child_args,
+                          meta=vars(args) | {"results_dir": None})
     report(runs, args.models, _sizes(args),
            title="env steps/s sampled and rows/s trained, median [min-max] over runs "
                  f"({args.reps} repetitions each; LSTM of {args.lstm_cell} units)")

@@ -334,24 +334,16 @@ def main(argv=None) -> None:
         return
     if args.target is None:
         args.target = CLEANRL_SCORES.get(args.env, math.inf)
-    if args.quick:
-        args.timesteps = min(args.timesteps, 4 * MATCHED["num_steps"])
+    harness.shorten_for_quick(args, timesteps=4 * MATCHED["num_steps"])
     if args.child:
         child(args)
         return
-    s = harness.settings_from(args)
-    child_args = ["--env", args.env, "--timesteps", str(args.timesteps),
-                  "--target", str(args.target)]
-    runs, _ = harness.run_all(f"mujoco_ppo-{args.env}", os.path.abspath(__file__),
-                              args.systems, s, child_args,
-                              meta={"env": args.env, "timesteps": args.timesteps,
-                                    "target": args.target, "matched": MATCHED,
-                                    "cleanrl_score": CLEANRL_SCORES.get(args.env)})
-    if args.report:  # the saved run's own env and target
-        import json
-        meta = json.loads(args.report.read_text())["meta"]
-        args.env, args.target = meta["env"], meta["target"]
-    report(runs, args.env, args.target)
+    runs, meta = harness.run(args, f"mujoco_ppo-{args.env}", __file__, args.systems,
+                             harness.forward(args, "env", "timesteps", "target"),
+                             meta={"env": args.env, "timesteps": args.timesteps,
+                                   "target": args.target, "matched": MATCHED,
+                                   "cleanrl_score": CLEANRL_SCORES.get(args.env)})
+    report(runs, meta["env"], meta["target"])  # a saved run's own, with --report
 
 
 if __name__ == "__main__":

@@ -163,9 +163,8 @@ def main(argv=None) -> None:
         if unknown:
             p.error(f"--systems {unknown}: unknown; choose from {systems}")
         systems = args.systems
-    if args.quick:
-        args.reps, args.steps = 1, min(args.steps, 2_000)
-    elif args.steps < MIN_STEPS and not args.child:
+    harness.shorten_for_quick(args, reps=1, steps=2_000)
+    if not args.quick and args.steps < MIN_STEPS and not args.child:
         p.error(f"--steps {args.steps}: use at least {MIN_STEPS} agent steps per repetition")
     if args.child:
         child(args)
@@ -173,14 +172,10 @@ def main(argv=None) -> None:
     if args.interleaved:
         interleaved(args, systems)
         return
-    s = harness.settings_from(args)
-    runs, _ = harness.run_all(
-        "multi_agent_sampling", os.path.abspath(__file__), systems, s,
-        ["--agents", str(args.agents), "--copies", str(args.copies),
-         "--matched-envs", str(args.matched_envs), "--fragment", str(args.fragment),
-         "--steps", str(args.steps), "--reps", str(args.reps)]
-        + (["--quick"] if args.quick else []),
-        meta=vars(args) | {"results_dir": None, "report": None})
+    child_args = harness.forward(args, "agents", "copies", "matched_envs", "fragment", "steps",
+                                 "reps", "quick")
+    runs, _ = harness.run(args, "multi_agent_sampling", __file__, systems, child_args,
+                          meta=vars(args) | {"results_dir": None, "report": None})
     keys = ["agent_steps_per_s", "rows_per_forward", "calls_per_agent_step"]
     groups = {g.system: g for g in harness.summarize(runs, keys)}
     rows = [[k, g.label, harness.fmt_figure(g.figures.get("agent_steps_per_s"), "{:,.0f}"),

@@ -129,22 +129,15 @@ def main(argv=None) -> None:
                    help="seconds trained before the window (the queue fills)")
     harness.add_arguments(p, default_seeds=3)
     args = p.parse_args(argv)
-    if args.quick:
-        args.seconds, args.warmup = min(args.seconds, 10.0), min(args.warmup, 10.0)
+    harness.shorten_for_quick(args, seconds=10.0, warmup=10.0)
     if args.child:
         child(args)
         return
-    s = harness.settings_from(args)
     meta = {"systems": args.systems, "config": os.path.relpath(args.config, HERE),
             "seconds": args.seconds, "warmup": args.warmup}
-    child_args = ["--config", args.config, "--seconds", str(args.seconds),
-                  "--warmup", str(args.warmup)]
-    runs, _ = harness.run_all("policy_lag", os.path.abspath(__file__), args.systems, s,
-                              child_args, meta)
-    if args.report:
-        import json
-        args.systems = json.loads(args.report.read_text())["meta"]["systems"]
-    report(runs, args.systems)
+    runs, meta = harness.run(args, "policy_lag", __file__, args.systems,
+                             harness.forward(args, "config", "seconds", "warmup"), meta)
+    report(runs, meta["systems"])
 
 
 if __name__ == "__main__":

@@ -50,7 +50,6 @@ env steps, env steps/s (steps / training time). ``--max-steps`` and
 from __future__ import annotations
 
 import argparse
-import collections
 import math
 import os
 import sys
@@ -58,6 +57,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (stdlib only)
+from training import (Tracker, build_rllib, count_steps, n_params,  # noqa: E402
+                      rllib_episode_callback, train_flowrl, train_rllib)
 
 SYSTEMS = ["flowrl-local", "flowrl-ray", "sb3", "rllib"]
 BASELINE = "sb3"
@@ -66,76 +67,6 @@ BASELINE = "sb3"
 MATCHED = dict(envs_per_worker=8, workers=2, steps_per_env=128, minibatch=256, epochs=6,
                lr=1e-3, gamma=0.99, lam=0.95, clip=0.2, vf_coeff=0.5, grad_clip=0.5,
                hidden=(64, 64))
-
-
-class Tracker:
-    """The benchmark's own 100-episode train-mean window and stopping rule."""
-
-    def __init__(self, target: float, max_steps: int, max_seconds: float):
-        self.target, self.max_steps, self.max_seconds = target, max_steps, max_seconds
-        self.window: collections.deque[float] = collections.deque(maxlen=100)
-        self.episodes = 0
-        self.iterations = 0
-        self.t_start = self.first_result = None
-        self.reached_at = None  # (train seconds, env steps, seconds from process start)
-        self.env_steps = 0
-        self.train_s = 0.0
-
-    def start(self) -> None:
-        self.ready_s = harness.since_start()
-        self.t_start = time.time()
-
-    def add_returns(self, returns) -> None:
-        for r in returns:
-            self.window.append(float(r))
-            self.episodes += 1
-
-    def mean(self) -> float:
-        return sum(self.window) / len(self.window) if len(self.window) == 100 else math.nan
-
-    def after_iteration(self, env_steps: int) -> bool:
-        """Record one finished iteration; True when training should stop."""
-        now = time.time()
-        self.iterations += 1
-        if self.first_result is None:
-            self.first_result = harness.since_start()
-        self.env_steps, self.train_s = int(env_steps), now - self.t_start
-        if self.mean() >= self.target:
-            self.reached_at = (self.train_s, self.env_steps, harness.since_start())
-            return True
-        return self.env_steps >= self.max_steps or self.train_s >= self.max_seconds
-
-    def result(self, **extra) -> dict:
-        reached = self.reached_at is not None
-        train_s, steps, from_start = (self.reached_at if reached
-                                      else (self.train_s, self.env_steps, math.nan))
-        out = {"reached": reached, "startup_s": self.ready_s,
-               "first_result_s": self.first_result, "train_s": train_s,
-               "from_start_s": from_start, "env_steps": steps,
-               "steps_per_s": steps / train_s if train_s > 0 else math.nan,
-               "final_mean": self.mean(), "episodes": self.episodes,
-               "iterations": self.iterations}
-        out.update(extra)
-        sgd = extra.get("sgd_steps")
-        if sgd is not None and self.env_steps:
-            out["sgd_per_1k"] = 1000.0 * sgd / self.env_steps
-        return out
-
-
-def count_steps(optimizers) -> list[int]:
-    """A one-element list that every ``step()`` of ``optimizers`` increments."""
-    counter = [0]
-
-    def hook(*_):
-        counter[0] += 1
-
-    for opt in optimizers:
-        opt.register_step_post_hook(hook)
-    return counter
-
-
-def n_params(module) -> int:
-    return sum(p.numel() for p in module.parameters())
 
 
 # -- flowrl ----------------------------------------------------------------------------
@@ -172,20 +103,7 @@ def child_flowrl(args, seed: int, backend: str) -> dict:
     policy = algo.get_policy()
     sgd = count_steps([policy.optimizer])
     tracker = Tracker(args.target, args.max_steps, args.max_seconds)
-    from impala_throughput import spy_episodes  # the benchmarks' shared episode spy
-    # the benchmark's own copy of every completed episode's return
-    seen_episode_stats = spy_episodes(algo, tracker.add_returns)
-    tracker.start()
-    try:
-        while True:
-            r = algo.train()
-            if r.get("episodes_total", 0) > 0 and not seen_episode_stats[0]:
-                raise RuntimeError("flowrl reported episodes the benchmark did not see; the "
-                                   "episode spy in ppo_cartpole.py needs updating")
-            if tracker.after_iteration(r["timesteps_total"]):
-                break
-    finally:
-        algo.stop()
+    train_flowrl(algo, tracker)
     return tracker.result(params=n_params(policy.model), sgd_steps=sgd[0], **phases)
 
 
@@ -260,7 +178,6 @@ def child_rllib(args, seed: int) -> dict:
     import ray
     import torch
     from ray.rllib.algorithms.ppo import PPOConfig as RLlibPPOConfig
-    from ray.rllib.callbacks.callbacks import RLlibCallback
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
     phases["imports_s"] = time.time() - t
     torch.set_num_threads(1)
@@ -268,13 +185,8 @@ def child_rllib(args, seed: int) -> dict:
     ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, log_to_driver=False)
     phases["ray_init_s"] = time.time() - t
 
-    class EpisodeReturns(RLlibCallback):
-        def on_episode_end(self, *, episode, metrics_logger=None, **kwargs):
-            metrics_logger.log_value("bench_episode_returns", episode.get_return(),
-                                     reduce="item_series")
-
     t = time.time()
-    config = (RLlibPPOConfig().environment("CartPole-v1").callbacks(EpisodeReturns)
+    config = (RLlibPPOConfig().environment("CartPole-v1").callbacks(rllib_episode_callback())
               .debugging(seed=seed))
     if args.mode == "matched":
         m = MATCHED
@@ -297,42 +209,20 @@ def child_rllib(args, seed: int) -> dict:
         config = (config.training(lr=3e-4, num_epochs=6, vf_loss_coeff=0.01)
                   .rl_module(model_config=DefaultModelConfig(
                       fcnet_hiddens=[32], fcnet_activation="linear", vf_share_layers=True)))
-    algo = config.build_algo() if hasattr(config, "build_algo") else config.build()
+    algo = build_rllib(config)
     phases["build_s"] = time.time() - t
     learner = algo.learner_group._learner
     module = learner.module["default_policy"]
     sgd = count_steps(learner._named_optimizers.values())
     tracker = Tracker(args.target, args.max_steps, args.max_seconds)
-    tracker.start()
-    try:
-        while True:
-            r = algo.train()
-            runners = r.get("env_runners", {})
-            returns = runners.get("bench_episode_returns")
-            # An iteration in which no episode ended reduces the series to a bare NaN.
-            tracker.add_returns(returns if isinstance(returns, (list, tuple)) else [])
-            steps = runners.get("num_env_steps_sampled_lifetime", 0)
-            if tracker.after_iteration(steps):
-                break
-    finally:
-        algo.stop()
-        ray.shutdown()
+    train_rllib(algo, tracker)
+    ray.shutdown()
     return tracker.result(params=n_params(module), sgd_steps=sgd[0], **phases)
 
 
-def child(args) -> None:
-    seed = args.seed
-    if args.child == "flowrl-local":
-        result = child_flowrl(args, seed, "local")
-    elif args.child == "flowrl-ray":
-        result = child_flowrl(args, seed, "ray")
-    elif args.child == "sb3":
-        result = child_sb3(args, seed)
-    elif args.child == "rllib":
-        result = child_rllib(args, seed)
-    else:
-        raise SystemExit(f"unknown system {args.child!r}; choose from {SYSTEMS}")
-    harness.write_result(result)
+CHILDREN = {"flowrl-local": lambda args, seed: child_flowrl(args, seed, "local"),
+            "flowrl-ray": lambda args, seed: child_flowrl(args, seed, "ray"),
+            "sb3": child_sb3, "rllib": child_rllib}
 
 
 KEYS = ["steps_per_s", "train_s", "from_start_s", "startup_s", "first_result_s", "env_steps",
@@ -355,8 +245,7 @@ def report(runs: list[dict], target: float, mode: str) -> None:
                    if base and g.reached else math.nan)
         rows.append([g.system, g.label,
                      harness.fmt_figure(f("steps_per_s"), "{:,.0f}"),
-                     "-" if math.isnan(speed) else f"{speed:.2f}x",
-                     "-" if math.isnan(quicker) else f"{quicker:.2f}x",
+                     harness.fmt_ratio(speed), harness.fmt_ratio(quicker),
                      harness.fmt_figure(f("train_s")) + ("" if g.reached is not False
                                                          else " (budget)"),
                      harness.fmt_figure(f("from_start_s")),
@@ -391,26 +280,18 @@ def main(argv=None) -> None:
     p.add_argument("--max-seconds", type=float, default=180.0)
     harness.add_arguments(p)
     args = p.parse_args(argv)
-    if args.quick:
-        args.max_steps, args.max_seconds = min(args.max_steps, 6144), min(args.max_seconds, 30)
+    harness.shorten_for_quick(args, max_steps=6144, max_seconds=30)
     if args.child:
-        child(args)
+        harness.write_result(CHILDREN[args.child](args, args.seed))
         return
-    s = harness.settings_from(args)
-    child_args = [f"--{args.mode}", "--target", str(args.target), "--max-steps",
-                  str(args.max_steps), "--max-seconds", str(args.max_seconds)]
-    if args.quick:
-        child_args.append("--quick")
-    runs, _ = harness.run_all(f"ppo_cartpole-{args.mode}", os.path.abspath(__file__),
-                              args.systems, s, child_args,
-                              meta={"mode": args.mode, "target": args.target,
-                                    "max_steps": args.max_steps,
-                                    "max_seconds": args.max_seconds, "matched": MATCHED})
-    if args.report:  # the saved run's own target and mode
-        import json
-        meta = json.loads(args.report.read_text())["meta"]
-        args.target, args.mode = meta["target"], meta["mode"]
-    report(runs, args.target, args.mode)
+    child_args = [f"--{args.mode}", *harness.forward(args, "target", "max_steps",
+                                                     "max_seconds", "quick")]
+    runs, meta = harness.run(args, f"ppo_cartpole-{args.mode}", __file__, args.systems,
+                             child_args, meta={"mode": args.mode, "target": args.target,
+                                               "max_steps": args.max_steps,
+                                               "max_seconds": args.max_seconds,
+                                               "matched": MATCHED})
+    report(runs, meta["target"], meta["mode"])  # a saved run's own, with --report
 
 
 if __name__ == "__main__":

@@ -163,18 +163,13 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
     if args.seconds <= 0 or args.learn_batches < 1:
         p.error("--seconds must be > 0 and --learn-batches >= 1")
-    if args.quick:
-        args.seconds, args.learn_batches = min(args.seconds, 3.0), min(args.learn_batches, 2)
-        if args.seeds is None:
-            args.seeds = 1
+    harness.shorten_for_quick(args, seeds=1, seconds=3.0, learn_batches=2)
     if args.child:
         harness.write_result(child(args))
         return
-    runs, _ = harness.run_all("profile_impala_pong", os.path.abspath(__file__), SYSTEMS,
-                              harness.settings_from(args),
-                              ["--seconds", str(args.seconds),
-                               "--learn-batches", str(args.learn_batches)],
-                              meta={"spec": SPEC, "seconds": args.seconds})
+    runs, _ = harness.run(args, "profile_impala_pong", __file__, SYSTEMS,
+                          harness.forward(args, "seconds", "learn_batches"),
+                          meta={"spec": SPEC, "seconds": args.seconds})
     report(runs)
 
 

@@ -89,14 +89,12 @@ def main(argv=None) -> None:
     p.add_argument("--iters", type=int, default=10)
     harness.add_arguments(p, default_seeds=3)
     args = p.parse_args(argv)
-    if args.quick:
-        args.warmup, args.iters = 1, 2
+    harness.shorten_for_quick(args, warmup=1, iters=2)
     if args.child:
         child(args)
         return
-    s = harness.settings_from(args)
-    runs, _ = harness.run_all("profile_ppo", os.path.abspath(__file__), args.systems, s,
-                              ["--warmup", str(args.warmup), "--iters", str(args.iters)])
+    runs, _ = harness.run(args, "profile_ppo", __file__, args.systems,
+                          harness.forward(args, "warmup", "iters"))
     groups = harness.summarize(runs, KEYS)
     rows = [[g.system, g.label, *(harness.fmt_figure(g.figures.get(k), "{:,.1f}") for k in KEYS)]
             for g in groups]

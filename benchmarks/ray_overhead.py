@@ -391,26 +391,19 @@ def main(argv=None) -> None:
     p.add_argument("--num-async", type=int, default=2)
     harness.add_arguments(p)
     args = p.parse_args(argv)
-    if args.quick:
-        args.items, args.reps = min(args.items, 300), 1
+    harness.shorten_for_quick(args, items=300, reps=1)
     if args.child:
         child(args)
         return
-    s = harness.settings_from(args)
+    child_args = harness.forward(args, "items", "reps", "num_async")
+    meta = {"items": args.items, "reps": args.reps, "num_async": args.num_async,
+            "layouts": LAYOUTS}
     if args.paired:
-        runs, _ = harness.run_all("ray_overhead-paired", os.path.abspath(__file__), [PAIRED], s,
-                                  ["--items", str(args.items), "--reps", str(args.reps),
-                                   "--num-async", str(args.num_async)],
-                                  meta={"items": args.items, "reps": args.reps,
-                                        "num_async": args.num_async, "layouts": LAYOUTS,
-                                        "systems": SYSTEMS})
+        runs, _ = harness.run(args, "ray_overhead-paired", __file__, [PAIRED], child_args,
+                              meta={**meta, "systems": SYSTEMS})
         report_paired(runs)
         return
-    runs, _ = harness.run_all("ray_overhead", os.path.abspath(__file__), args.systems, s,
-                              ["--items", str(args.items), "--reps", str(args.reps),
-                               "--num-async", str(args.num_async)],
-                              meta={"items": args.items, "reps": args.reps,
-                                    "num_async": args.num_async, "layouts": LAYOUTS})
+    runs, _ = harness.run(args, "ray_overhead", __file__, args.systems, child_args, meta)
     keys = [f"{m}_{lay}" for lay in LAYOUTS for m in MODES]
     groups = {g.system: g for g in harness.summarize(runs, keys)}
     rows = []

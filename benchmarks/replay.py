@@ -221,24 +221,15 @@ def main(argv=None) -> None:
     p.add_argument("--reps", type=int, default=50)
     harness.add_arguments(p, default_seeds=3)
     args = p.parse_args(argv)
-    if args.quick:
-        args.capacity, args.fill, args.reps = (min(args.capacity, 20_000),
-                                               min(args.fill, 20_000), min(args.reps, 5))
+    harness.shorten_for_quick(args, capacity=20_000, fill=20_000, reps=5)
     if args.child:
         child(args)
         return
-    s = harness.settings_from(args)
-    child_args = ["--capacity", str(args.capacity), "--fill", str(args.fill), "--batch",
-                  str(args.batch), "--add-batch", str(args.add_batch), "--reps", str(args.reps)]
-    runs, _ = harness.run_all("replay", os.path.abspath(__file__), args.systems, s, child_args,
-                              meta={k: getattr(args, k.replace("-", "_")) for k in
-                                    ("capacity", "fill", "batch", "add_batch", "reps")})
-    if args.report:
-        import json
-        meta = json.loads(args.report.read_text())["meta"]
-        args.capacity, args.batch, args.add_batch, args.reps = (
-            meta["capacity"], meta["batch"], meta["add_batch"], meta["reps"])
-    report(runs, args)
+    options = ("capacity", "fill", "batch", "add_batch", "reps")
+    runs, meta = harness.run(args, "replay", __file__, args.systems,
+                             harness.forward(args, *options),
+                             meta={k: getattr(args, k) for k in options})
+    report(runs, argparse.Namespace(**meta))
 
 
 if __name__ == "__main__":

@@ -178,9 +178,8 @@ def main(argv=None) -> None:
     p.add_argument("--reps", type=int, default=5, help="repetitions per process")
     harness.add_arguments(p)
     args = p.parse_args(argv)
-    if args.quick:
-        args.reps = 1
-    elif args.steps < MIN_STEPS:
+    harness.shorten_for_quick(args, reps=1)
+    if not args.quick and args.steps < MIN_STEPS:
         p.error(f"--steps {args.steps}: use at least {MIN_STEPS} env steps per repetition")
     if args.child:
         child(args)
@@ -188,11 +187,9 @@ def main(argv=None) -> None:
     if args.interleaved:
         interleaved(args)
         return
-    s = harness.settings_from(args)
-    runs, _ = harness.run_all("sampling", os.path.abspath(__file__), args.systems, s,
-                              ["--num-envs", str(args.num_envs), "--fragment", str(args.fragment),
-                               "--steps", str(args.steps), "--reps", str(args.reps)],
-                              meta=vars(args) | {"results_dir": None})
+    runs, _ = harness.run(args, "sampling", __file__, args.systems,
+                          harness.forward(args, "num_envs", "fragment", "steps", "reps"),
+                          meta=vars(args) | {"results_dir": None})
     groups = {g.system: g for g in harness.summarize(runs, ["steps_per_s"])}
     fig = {k: g.figures.get("steps_per_s") for k, g in groups.items()}
     rows = [[k, groups[k].label, harness.fmt_figure(fig[k], "{:,.0f}")] for k in groups]

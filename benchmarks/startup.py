@@ -159,8 +159,7 @@ def main(argv=None) -> None:
     if args.worker_modules:
         worker_modules()
         return
-    s = harness.settings_from(args)
-    runs, _ = harness.run_all("startup", os.path.abspath(__file__), args.systems, s)
+    runs, _ = harness.run(args, "startup", __file__, args.systems)
     groups = harness.summarize(runs, PHASES)
     rows = [[g.system, g.label, *(harness.fmt_figure(g.figures.get(k), "{:.2f}") for k in PHASES)]
             for g in groups]

@@ -18,7 +18,6 @@ after ``--warmup`` seconds from the first result.
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import sys
 
@@ -72,7 +71,7 @@ def report(runs: list[dict], algos) -> None:
         one, two = steps(algo, 1), steps(algo, 2)
         x = harness.ratio(two, one)
         rows.append([algo, harness.fmt_figure(one, "{:,.0f}"), harness.fmt_figure(two, "{:,.0f}"),
-                     "-" if math.isnan(x) else f"{x:.2f}x"])
+                     harness.fmt_ratio(x)])
     harness.print_table(["algorithm", "torch_threads=1", "torch_threads=2", "2 / 1"], rows,
                         title=f"ALE/Pong-v5 env steps/s from tuned_examples/<algo>-pong.yaml, "
                               f"{os.cpu_count()} CPUs, driver torch threads (Ray workers: 1 "
@@ -89,10 +88,7 @@ def parse(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.seconds <= 0 or args.warmup < 0:
         p.error("--seconds must be > 0 and --warmup >= 0")
-    if args.quick:
-        args.seconds, args.warmup = min(args.seconds, 4.0), min(args.warmup, 2.0)
-        if args.seeds is None:
-            args.seeds = 1
+    harness.shorten_for_quick(args, seeds=1, seconds=4.0, warmup=2.0)
     return args
 
 
@@ -104,13 +100,8 @@ def main(argv=None) -> None:
     systems = [system_name(a, n) for a in args.algos for n in THREADS]
     meta = {"algos": args.algos, "threads": THREADS, "seconds": args.seconds,
             "warmup": args.warmup}
-    runs, _ = harness.run_all("torch_threads", os.path.abspath(__file__), systems,
-                              harness.settings_from(args),
-                              ["--seconds", str(args.seconds), "--warmup", str(args.warmup)],
-                              meta)
-    if args.report:
-        import json
-        meta = json.loads(args.report.read_text())["meta"]
+    runs, meta = harness.run(args, "torch_threads", __file__, systems,
+                             harness.forward(args, "seconds", "warmup"), meta)
     report(runs, meta["algos"])
 
 

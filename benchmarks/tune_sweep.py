@@ -126,11 +126,9 @@ def main(argv=None) -> None:
     if args.child:
         harness.write_result(run(args.seed, args.quick))
         return
-    s = harness.settings_from(args)
-    runs, _ = harness.run_all("tune_sweep", os.path.abspath(__file__), SYSTEMS, s,
-                              ["--quick"] if args.quick else [],
-                              meta=vars(args) | {"results_dir": None, "report": None,
-                                                 "target": TARGET})
+    runs, _ = harness.run(args, "tune_sweep", __file__, SYSTEMS, harness.forward(args, "quick"),
+                          meta=vars(args) | {"results_dir": None, "report": None,
+                                             "target": TARGET})
     report(runs)
 
 

@@ -112,20 +112,15 @@ def main(argv=None) -> None:
     harness.add_arguments(p, default_seeds=3)
     args = p.parse_args(argv)
     args.kinds = args.kinds or available_kinds()
-    if args.quick:
-        args.reps, args.steps, args.fragment = 1, 200, 10
-    elif args.steps < MIN_STEPS:
+    harness.shorten_for_quick(args, reps=1, steps=200, fragment=10)
+    if not args.quick and args.steps < MIN_STEPS:
         p.error(f"--steps {args.steps}: use at least {MIN_STEPS} env steps per repetition")
     if args.child:
         child(args)
         return
-    s = harness.settings_from(args)
-    runs, _ = harness.run_all("vector_envs", os.path.abspath(__file__),
-                              systems_for(args.num_envs, args.kinds), s,
-                              ["--num-envs", *map(str, args.num_envs), "--fragment",
-                               str(args.fragment), "--steps", str(args.steps), "--reps",
-                               str(args.reps)] + (["--quick"] if args.quick else []),
-                              meta=vars(args) | {"results_dir": None})
+    runs, _ = harness.run(args, "vector_envs", __file__, systems_for(args.num_envs, args.kinds),
+                          harness.forward(args, "num_envs", "fragment", "steps", "reps", "quick"),
+                          meta=vars(args) | {"results_dir": None})
     report(runs, args)
 
 

@@ -168,6 +168,44 @@ def test_a_count_that_would_run_nothing_is_refused_by_name(argv, capsys):
     assert harness.settings_from(p.parse_args(["--seeds", "1"])).seeds == [0]
 
 
+def test_quick_caps_options_and_forward_gives_the_child_the_same_values():
+    import argparse
+    p = argparse.ArgumentParser()
+    p.add_argument("--max-steps", type=int, default=300_000)
+    p.add_argument("--budget", type=float, default=None)
+    p.add_argument("--envs", type=int, nargs="+", default=[4, 8])
+    harness.add_arguments(p, default_seeds=3)
+    args = p.parse_args(["--quick", "--max-steps", "1000"])
+    harness.shorten_for_quick(args, seeds=1, max_steps=5000, budget=12.0)
+    assert (args.max_steps, args.budget, args.seeds) == (1000, 12.0, 1)
+    flags = harness.forward(args, "max_steps", "budget", "envs", "quick", "no_idle_wait")
+    assert flags == ["--max-steps", "1000", "--budget", "12.0", "--envs", "4", "8", "--quick"]
+    child = p.parse_args(flags)
+    assert (child.max_steps, child.budget, child.envs, child.quick) == (1000, 12.0, [4, 8], True)
+    full = p.parse_args([])
+    harness.shorten_for_quick(full, seeds=1, max_steps=5000)
+    assert (full.max_steps, full.seeds) == (300_000, None)  # no --quick: nothing changes
+
+
+def test_run_with_report_returns_the_saved_runs_and_settings(tmp_path, capsys):
+    import argparse
+    import json
+    saved = tmp_path / "saved.json"
+    saved.write_text(json.dumps({"benchmark": "b", "started_utc": "x", "meta": {"target": 195},
+                                 "runs": [{"system": "a", "valid": True, "result": {}}]}))
+    p = argparse.ArgumentParser()
+    harness.add_arguments(p)
+    runs, meta = harness.run(p.parse_args(["--report", str(saved)]), "b", "bench.py", ["a"],
+                             meta={"target": 450})
+    assert meta == {"target": 195} and [r["system"] for r in runs] == ["a"]
+    assert "nothing was run" in capsys.readouterr().out
+
+
+def test_harness_doctests_hold():
+    import doctest
+    assert doctest.testmod(harness).failed == 0
+
+
 def test_runs_started_in_the_same_second_get_their_own_results_files(tmp_path):
     # Two side-by-side runs of dqn_pong once wrote one file, the second over the first.
     first = harness.reserve_path(tmp_path, "dqn_pong", "20261203T205344Z")
