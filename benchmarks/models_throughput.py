@@ -63,6 +63,7 @@ from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+from training import plain_batch  # noqa: E402  (stdlib at import)
 
 MODELS = ["mlp", "cnn", "lstm"]
 IMPLS = ["raw", "flowrl"]
@@ -229,17 +230,8 @@ def raw_sampler(setup: Setup, seed: int):
             logp_buf[t], val_buf[t] = logp.numpy(), v.numpy()
         with torch.inference_mode():
             last_v = forward(torch.as_tensor(obs), h, c)[1].numpy()
-        adv = np.empty((T, N), np.float32)
-        running = np.zeros(N, np.float32)
-        for t in reversed(range(T)):
-            next_v = last_v if t == T - 1 else val_buf[t + 1]
-            nonterminal = ~done_buf[t]
-            delta = rew_buf[t] + gamma * next_v * nonterminal - val_buf[t]
-            running = delta + gamma * lam * nonterminal * running
-            adv[t] = running
-        out = {"obs": obs_buf.copy(), "actions": act_buf.copy(), "rewards": rew_buf.copy(),
-               "dones": done_buf.copy(), "logp": logp_buf.copy(), "values": val_buf.copy(),
-               "advantages": adv, "value_targets": adv + val_buf}
+        out = plain_batch(obs_buf, act_buf, rew_buf, done_buf, logp_buf, val_buf, last_v,
+                          gamma=gamma, lam=lam)
         if recurrent:
             out.update(h=h_buf.copy(), c=c_buf.copy())
         yield out

@@ -36,6 +36,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
+from training import plain_batch  # noqa: E402  (stdlib at import)
 
 SYSTEMS = ["raw", "flowrl"]
 #: Optional: flowrl with ``numpy_inference=False`` (every forward through torch).
@@ -85,17 +86,8 @@ def raw_sampler(num_envs: int, fragment: int, seed: int):
             logp_buf[t], val_buf[t] = logp.numpy(), v.numpy()
         with torch.inference_mode():
             last_v = vf(torch.as_tensor(obs, dtype=torch.float32)).squeeze(-1).numpy()
-        adv = np.empty((T, N), np.float32)
-        running = np.zeros(N, np.float32)
-        for t in reversed(range(T)):
-            next_v = last_v if t == T - 1 else val_buf[t + 1]
-            nonterminal = ~done_buf[t]
-            delta = rew_buf[t] + gamma * next_v * nonterminal - val_buf[t]
-            running = delta + gamma * lam * nonterminal * running
-            adv[t] = running
-        yield {"obs": obs_buf.copy(), "actions": act_buf.copy(), "rewards": rew_buf.copy(),
-               "dones": done_buf.copy(), "logp": logp_buf.copy(), "values": val_buf.copy(),
-               "advantages": adv, "value_targets": adv + val_buf}
+        yield plain_batch(obs_buf, act_buf, rew_buf, done_buf, logp_buf, val_buf, last_v,
+                          gamma=gamma, lam=lam)
 
 
 def flowrl_sampler(num_envs: int, fragment: int, seed: int, numpy_inference: bool = True):

@@ -8,6 +8,8 @@ and figures out of flowrl and RLlib.
 - :func:`train_flowrl` and :func:`train_rllib` run an algorithm's ``train()`` until the
   tracker says stop; flowrl's episodes reach the tracker through :func:`spy_episodes`,
   RLlib's through :func:`rllib_episode_callback`.
+- :func:`plain_batch` ends a fragment of the hand-written sampling loops that the
+  sampling benchmarks set beside flowrl: GAE and the train batch.
 
 Stdlib-only at import (torch, Ray and flowrl are imported inside the functions), so
 a script's parent process pays nothing for it.
@@ -216,3 +218,23 @@ def train_rllib(algo, tracker: Tracker,
                 break
     finally:
         algo.stop()
+
+
+def plain_batch(obs, actions, rewards, dones, logp, values, last_value, *, gamma: float,
+                lam: float) -> dict:
+    """A hand-written loop's train batch from its ``(T, N)`` step buffers (copied, so
+    the loop may refill them): GAE advantages (``dones`` cut the bootstrap; ``last_value``
+    is ``V`` of the observation after step ``T - 1``) and value targets."""
+    import numpy as np
+    T, N = rewards.shape
+    adv = np.empty((T, N), np.float32)
+    running = np.zeros(N, np.float32)
+    for t in reversed(range(T)):
+        next_v = last_value if t == T - 1 else values[t + 1]
+        nonterminal = ~dones[t]
+        delta = rewards[t] + gamma * next_v * nonterminal - values[t]
+        running = delta + gamma * lam * nonterminal * running
+        adv[t] = running
+    return {"obs": obs.copy(), "actions": actions.copy(), "rewards": rewards.copy(),
+            "dones": dones.copy(), "logp": logp.copy(), "values": values.copy(),
+            "advantages": adv, "value_targets": adv + values}
