@@ -47,7 +47,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (stdlib only)
-from training import (Tracker, build_rllib, find_metric,  # noqa: E402  (stdlib at import)
+from training import (STARTUP_COLUMNS, Tracker, build_rllib, find_metric,  # noqa: E402
                       rllib_episode_callback, start_ray, train_flowrl, train_rllib)
 
 SYSTEMS = ["flowrl-appo", "flowrl-impala", "flowrl-a3c", "rllib-appo"]
@@ -131,31 +131,21 @@ def report(runs: list[dict], target: float) -> None:
     groups = harness.summarize(runs, KEYS, TARGET_KEYS)
     base = next((g for g in groups if g.system == BASELINE and g.reached), None)
     groups = [g for g in groups if g.n]  # no empty "reached 0/N" rows
-    rows = []
-    for g in groups:
-        f = g.figures.get
-        quicker = (harness.ratio(base.figures.get("from_start_s"), f("from_start_s"))
-                   if base and g.reached else math.nan)
-        rows.append([g.system, g.label,
-                     harness.fmt_figure(f("train_s")) + (" (budget)" if g.reached is False
-                                                         else ""),
-                     harness.fmt_figure(f("from_start_s")),
-                     harness.fmt_ratio(quicker),
-                     harness.fmt_figure(f("startup_s")),
-                     harness.fmt_figure(f("env_steps"), "{:,.0f}"),
-                     harness.fmt_figure(f("steps_per_s"), "{:,.0f}"),
-                     harness.fmt_figure(f("best_mean"))])
-    harness.print_table(
-        ["system", "runs", f"training to {target:g} s", "from process start s",
-         f"{BASELINE} from-start / this", "start-up s", "env steps", "env steps/s",
-         "best 100-episode mean"], rows,
+
+    def quicker(g):
+        return harness.fmt_ratio(harness.ratio(base.figures.get("from_start_s"),
+                                               g.figures.get("from_start_s"))
+                                 if base and g.reached else math.nan)
+
+    harness.print_groups(groups, [
+        (f"training to {target:g} s", harness.fmt_train_s),
+        ("from process start s", "from_start_s", "{:,.1f}"),
+        (f"{BASELINE} from-start / this", quicker), ("start-up s", "startup_s", "{:,.1f}"),
+        ("env steps", "env_steps", "{:,.0f}"), ("env steps/s", "steps_per_s", "{:,.0f}"),
+        ("best 100-episode mean", "best_mean", "{:,.1f}")],
         title=f"CartPole-v1 to a 100-episode train mean of {target:g}, {WORKERS} Ray workers: "
               "median [min-max]; 'reached' rows use only the runs that reached it")
-    rows = [[g.system, g.label, *(harness.fmt_figure(g.figures.get(k), "{:.2f}")
-                                  for k in ("imports_s", "ray_init_s", "build_s", "startup_s"))]
-            for g in groups]
-    harness.print_table(["system", "runs", "imports s", "ray.init s", "build s", "start-up s"],
-                        rows, title="start-up breakdown (seconds)")
+    harness.print_groups(groups, STARTUP_COLUMNS, title="start-up breakdown (seconds)")
 
 
 def main(argv=None) -> None:

@@ -292,23 +292,15 @@ def report(runs: list[dict], target: float, budget_min: float) -> None:
         print(f"curve {r['system']} seed {r['seed']} (min from start, env steps: score): "
               f"{points}")
     frames = {r["system"]: "{0}x{0}".format(r["result"].get("screen_size", 84)) for r in valid}
-    rows = []
-    for g in [g for g in harness.summarize(runs, KEYS, TARGET_KEYS) if g.n]:
-        f = g.figures.get
-        rows.append([g.system, frames.get(g.system, "-"), g.label,
-                     harness.fmt_figure(f("to_zero_s") and tuple(
-                         x / 60 for x in f("to_zero_s")), "{:.1f}"),
-                     harness.fmt_figure(f("to_target_s") and tuple(
-                         x / 60 for x in f("to_target_s")), "{:.1f}"),
-                     harness.fmt_figure(f("to_target_steps") and tuple(
-                         x / 1e6 for x in f("to_target_steps")), "{:.2f}"),
-                     harness.fmt_figure(f("final_score"), "{:+.1f}"),
-                     harness.fmt_figure(f("best_score"), "{:+.1f}"),
-                     harness.fmt_figure(f("steps_per_s"), "{:,.0f}"),
-                     harness.fmt_figure(f("startup_s"), "{:.1f}")])
-    harness.print_table(["system", "frames", "runs", "min to >= 0", f"min to >= {target:+g}",
-                         f"M steps to {target:+g}", "final score", "best score",
-                         "env steps/s", "start-up s"], rows,
+    columns = [("min to >= 0", "to_zero_s", "{:.1f}", 60),
+               (f"min to >= {target:+g}", "to_target_s", "{:.1f}", 60),
+               (f"M steps to {target:+g}", "to_target_steps", "{:.2f}", 1e6),
+               ("final score", "final_score", "{:+.1f}"), ("best score", "best_score", "{:+.1f}"),
+               ("env steps/s", "steps_per_s", "{:,.0f}"), ("start-up s", "startup_s", "{:.1f}")]
+    rows = [[g.system, frames.get(g.system, "-"), g.label,
+             *(harness.fmt_figure(g.figures.get(key), *rest) for _, key, *rest in columns)]
+            for g in harness.summarize(runs, KEYS, TARGET_KEYS) if g.n]
+    harness.print_table(["system", "frames", "runs", *(c[0] for c in columns)], rows,
                         title=f"Pong, 100-game mean of whole-game scores, {os.cpu_count()} "
                               f"CPUs, budget {budget_min:g} min from process start: median "
                               "[min-max] (targets: >= 0 within 45 min, >= +18 within 90)")

@@ -159,8 +159,7 @@ def report(runs: list[dict], args) -> None:
         t = totals(g.system, g.reached)
         shown.add(g.system)
         rows.append([g.system, g.label,
-                     harness.fmt_figure(f("train_s")) + (" (budget)" if g.reached is False
-                                                         else ""),
+                     harness.fmt_train_s(g),
                      harness.fmt_figure(f("env_steps"), "{:,.0f}"),
                      harness.fmt_figure(f("from_start_s")),
                      harness.fmt_figure(f("final_mean")), *(str(t[k]) for k in counted)])

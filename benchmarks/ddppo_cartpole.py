@@ -76,16 +76,12 @@ def child(args) -> None:
 
 def report(runs: list[dict], target: float) -> None:
     groups = harness.summarize(runs, KEYS, TARGET_KEYS)
-    rows = [[g.system, g.label, harness.fmt_figure(g.figures.get("steps_per_s"), "{:,.0f}"),
-             harness.fmt_figure(g.figures.get("train_s"))
-             + (" (budget)" if g.reached is False else ""),
-             harness.fmt_figure(g.figures.get("from_start_s")),
-             harness.fmt_figure(g.figures.get("startup_s")),
-             harness.fmt_figure(g.figures.get("env_steps"), "{:,.0f}"),
-             harness.fmt_figure(g.figures.get("final_mean"))] for g in groups]
-    harness.print_table(
-        ["system", "runs", "env steps/s", f"training to {target:g} s",
-         "from process start s", "start-up s", "env steps", "final mean return"], rows,
+    harness.print_groups(groups, [
+        ("env steps/s", "steps_per_s", "{:,.0f}"),
+        (f"training to {target:g} s", harness.fmt_train_s),
+        ("from process start s", "from_start_s", "{:,.1f}"),
+        ("start-up s", "startup_s", "{:,.1f}"),
+        ("env steps", "env_steps", "{:,.0f}"), ("final mean return", "final_mean", "{:,.1f}")],
         title=f"DD-PPO vs PPO, CartPole-v1, 2 Ray workers, target {target:g}: median "
               "[min-max]; 'reached' rows use only the runs that reached it")
 

@@ -165,30 +165,23 @@ def report(runs: list[dict], target: float) -> None:
     # throughput compares any two groups; times only groups that reached the target
     base_speed = harness.median_range(run["result"].get("steps_per_s") for run in runs
                                       if run.get("valid") and run["system"] == BASELINE)
-    rows = []
-    for g in groups:
-        f = g.figures.get
-        vs = (harness.ratio(f("from_start_s"), base.figures.get("from_start_s"))
-              if base is not None and g.reached else math.nan)
-        vs_train = (harness.ratio(f("train_s"), base.figures.get("train_s"))
-                    if base is not None and g.reached else math.nan)
-        speed = harness.ratio(f("steps_per_s"), base_speed)
-        rows.append([g.system, g.label,
-                     harness.fmt_figure(f("from_start_s")),
-                     harness.fmt_ratio(vs),
-                     harness.fmt_figure(f("train_s")) + (" (budget)" if g.reached is False
-                                                         else ""),
-                     harness.fmt_ratio(vs_train),
-                     harness.fmt_figure(f("startup_s")),
-                     harness.fmt_figure(f("env_steps"), "{:,.0f}"),
-                     harness.fmt_figure(f("steps_per_s"), "{:,.0f}"),
-                     harness.fmt_ratio(speed),
-                     harness.fmt_figure(f("final_mean"))])
-    harness.print_table(
-        ["system", "runs", f"from process start to {target:g} s",
-         f"this / {BASELINE} from start", f"training to {target:g} s",
-         f"this / {BASELINE} training", "start-up s", "env steps", "env steps/s",
-         f"steps/s vs {BASELINE} (all its runs)", "final mean return"], rows,
+
+    def vs_base(key):
+        return lambda g: harness.fmt_ratio(harness.ratio(g.figures.get(key), base.figures.get(key))
+                                           if base is not None and g.reached else math.nan)
+
+    def speed(g):
+        return harness.fmt_ratio(harness.ratio(g.figures.get("steps_per_s"), base_speed))
+
+    harness.print_groups(groups, [
+        (f"from process start to {target:g} s", "from_start_s", "{:,.1f}"),
+        (f"this / {BASELINE} from start", vs_base("from_start_s")),
+        (f"training to {target:g} s", harness.fmt_train_s),
+        (f"this / {BASELINE} training", vs_base("train_s")),
+        ("start-up s", "startup_s", "{:,.1f}"), ("env steps", "env_steps", "{:,.0f}"),
+        ("env steps/s", "steps_per_s", "{:,.0f}"),
+        (f"steps/s vs {BASELINE} (all its runs)", speed),
+        ("final mean return", "final_mean", "{:,.1f}")],
         title=f"DQN CartPole-v1 to a 100-episode mean of {target:g}: median [min-max]; "
               "'reached' rows use only the runs that reached it")
 

@@ -280,24 +280,21 @@ CHILDREN = {"flowrl": child_flowrl, "sb3": child_sb3}
 def report(runs: list[dict], frames: int) -> None:
     groups = harness.summarize(runs, KEYS)
     base = next((g for g in groups if g.system == "flowrl"), None)
-    rows = []
-    for g in groups:
-        f = g.figures.get
-        speed = harness.ratio(f("steps_per_s"), base.figures.get("steps_per_s")) if base else math.nan
-        rows.append([g.system, g.label, harness.fmt_figure(f("final_score"), "{:+.1f}"),
-                     harness.fmt_figure(f("steps_per_s"), "{:,.0f}"),
-                     harness.fmt_ratio(speed),
-                     harness.fmt_figure(f("bytes_per_transition"), "{:,.0f}"),
-                     harness.fmt_figure(f("gb_per_million"), "{:.1f}"),
-                     harness.fmt_figure(f("peak_rss_gb"), "{:.2f}"),
-                     harness.fmt_figure(f("from_start_s") and tuple(
-                         x / 60 for x in f("from_start_s")), "{:.1f}")])
-    harness.print_table(["system", "runs", f"score at {frames / 1e6:g}M frames",
-                         "agent steps/s", "steps/s / flowrl", "replay bytes / transition",
-                         "GB / 1M transitions", "peak RSS GB", "min from start"], rows,
-                        title="DQN on ALE/Pong-v5, tuned_examples/dqn-pong.yaml settings for "
-                              "both: median [min-max] over seeds (score: 100-game mean of "
-                              "whole-game scores)")
+
+    def speed(g):
+        return harness.fmt_ratio(harness.ratio(g.figures.get("steps_per_s"),
+                                               base.figures.get("steps_per_s"))
+                                 if base else math.nan)
+
+    harness.print_groups(groups, [
+        (f"score at {frames / 1e6:g}M frames", "final_score", "{:+.1f}"),
+        ("agent steps/s", "steps_per_s", "{:,.0f}"), ("steps/s / flowrl", speed),
+        ("replay bytes / transition", "bytes_per_transition", "{:,.0f}"),
+        ("GB / 1M transitions", "gb_per_million", "{:.1f}"),
+        ("peak RSS GB", "peak_rss_gb", "{:.2f}"),
+        ("min from start", "from_start_s", "{:.1f}", 60)],
+        title="DQN on ALE/Pong-v5, tuned_examples/dqn-pong.yaml settings for both: median "
+              "[min-max] over seeds (score: 100-game mean of whole-game scores)")
 
 
 def main(argv=None) -> None:

@@ -260,15 +260,16 @@ def summarize(runs: Sequence[dict], keys: Sequence[str],
     return out
 
 
-def fmt_figure(mr: tuple[float, float, float] | None, fmt: str = "{:,.1f}") -> str:
-    """``"median [min-max]"``, or ``"-"``.
+def fmt_figure(mr: tuple[float, float, float] | None, fmt: str = "{:,.1f}",
+               unit: float = 1) -> str:
+    """``"median [min-max]"``, or ``"-"``; in multiples of ``unit`` (60: seconds as minutes).
 
-    >>> fmt_figure((2.0, 1.0, 3.0))
-    '2.0 [1.0-3.0]'
+    >>> fmt_figure((2.0, 1.0, 3.0)), fmt_figure((120.0, 60.0, 180.0), "{:.0f}", unit=60)
+    ('2.0 [1.0-3.0]', '2 [1-3]')
     """
     if mr is None:
         return "-"
-    med, lo, hi = mr
+    med, lo, hi = (x / unit for x in mr)
     return f"{fmt.format(med)} [{fmt.format(lo)}-{fmt.format(hi)}]"
 
 
@@ -286,6 +287,13 @@ def fmt_ratio(x: float, fmt: str = "{:.2f}x") -> str:
     ('1.50x', '-')
     """
     return "-" if math.isnan(x) else fmt.format(x)
+
+
+def fmt_train_s(group: Group) -> str:
+    """A group's training seconds, marked ``(budget)`` where its runs missed the target
+    (so they trained for their whole budget)."""
+    return fmt_figure(group.figures.get("train_s")) + (" (budget)" if group.reached is False
+                                                       else "")
 
 
 def interleaved_cpu_rates(reps: dict[str, Any], n: int) -> dict[str, list[float]]:
@@ -329,6 +337,28 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], title: st
     print("-|-".join("-" * w for w in widths))
     for r in rows:
         print(" | ".join(str(c).ljust(w) for c, w in zip(r, widths)))
+
+
+def print_groups(groups: Iterable[Group], columns: Sequence[tuple], title: str = "") -> None:
+    """A table of :func:`summarize`'s groups, one row each: system, runs, then a cell
+    per column. A column is ``(header, key, fmt)`` or ``(header, key, fmt, unit)``:
+    the group's figure ``key`` as :func:`fmt_figure` writes it; or ``(header, cell)``
+    where ``cell(group)`` gives the text (a ratio, a note).
+
+    >>> print_groups([Group("a", "2 runs", None, 2, {"sps": (15.0, 10.0, 20.0)})],
+    ...              [("env steps/s", "sps", "{:,.0f}"), ("note", lambda g: g.system * 2)])
+    ... # doctest: +NORMALIZE_WHITESPACE
+    system | runs   | env steps/s | note
+    -------|--------|-------------|-----
+    a      | 2 runs | 15 [10-20]  | aa
+    """
+    def cell(g: Group, column: tuple) -> str:
+        if callable(column[1]):
+            return column[1](g)
+        return fmt_figure(g.figures.get(column[1]), *column[2:])
+
+    rows = [[g.system, g.label, *(cell(g, c) for c in columns)] for g in groups]
+    print_table(["system", "runs", *(c[0] for c in columns)], rows, title=title)
 
 
 # -- /proc readings ----------------------------------------------------------------------

@@ -399,24 +399,15 @@ def report(runs: list[dict], meta: Mapping[str, Any]) -> None:
 
     keys = ["max_min_ratio", "min_share", "lag_mean", "lag_p95", "lag_max", "steps_per_s",
             "trained_per_s", "learner_util", "queue_mean"]
-    rows = []
-    for g in harness.summarize(runs, keys):
-        f = g.figures.get
-        rows.append([g.system, g.label, harness.fmt_figure(f("max_min_ratio"), "{:.2f}"),
-                     harness.fmt_figure(f("min_share"), "{:.2f}"),
-                     harness.fmt_figure(f("lag_mean"), "{:.1f}"),
-                     harness.fmt_figure(f("lag_p95"), "{:.0f}"),
-                     harness.fmt_figure(f("lag_max"), "{:.0f}"),
-                     harness.fmt_figure(f("steps_per_s"), "{:,.0f}"),
-                     harness.fmt_figure(f("trained_per_s"), "{:,.0f}"),
-                     harness.fmt_figure(f("learner_util"), "{:.2f}"),
-                     harness.fmt_figure(f("queue_mean"), "{:.1f}")])
-    harness.print_table(["system", "runs", "max/min", "min share", "lag mean", "lag p95",
-                         "lag max", "env steps/s", "trained steps/s", "learner busy",
-                         "queue mean"], rows,
-                        title=f"median [min-max] over seeds ({label}; max/min is inf in a run "
-                              "where a worker got nothing, and such runs leave it out; an "
-                              f"equal share is {1 / workers:.2f})")
+    harness.print_groups(harness.summarize(runs, keys), [
+        ("max/min", "max_min_ratio", "{:.2f}"), ("min share", "min_share", "{:.2f}"),
+        ("lag mean", "lag_mean", "{:.1f}"), ("lag p95", "lag_p95", "{:.0f}"),
+        ("lag max", "lag_max", "{:.0f}"), ("env steps/s", "steps_per_s", "{:,.0f}"),
+        ("trained steps/s", "trained_per_s", "{:,.0f}"),
+        ("learner busy", "learner_util", "{:.2f}"), ("queue mean", "queue_mean", "{:.1f}")],
+        title=f"median [min-max] over seeds ({label}; max/min is inf in a run "
+              "where a worker got nothing, and such runs leave it out; an "
+              f"equal share is {1 / workers:.2f})")
 
 
 def main(argv=None) -> None:

@@ -288,21 +288,13 @@ def report(runs: list[dict], env: str, target: float) -> None:
                                             if r["system"] == system)
                for system in dict.fromkeys(r["system"] for r in valid)}
     groups = [g for g in harness.summarize(runs, KEYS, TARGET_KEYS) if g.n]
-    rows = []
-    for g in groups:
-        f = g.figures.get
-        faster = harness.ratio(train_s.get(BASELINE), train_s[g.system])
-        rows.append([g.system, g.label, harness.fmt_figure(f("final_score"), "{:,.0f}"),
-                     harness.fmt_figure(f("best_score"), "{:,.0f}"),
-                     harness.fmt_figure(f("train_s"), "{:,.0f}"),
-                     "-" if math.isnan(faster) else f"{faster:.2f}x",
-                     harness.fmt_figure(f("from_start_s"), "{:,.0f}"),
-                     harness.fmt_figure(f("steps_per_s"), "{:,.0f}"),
-                     harness.fmt_figure(f("to_target_s"), "{:,.0f}")])
-    harness.print_table(
-        ["system", "runs", "final score", "best score", "training s",
-         f"{BASELINE} training s / this (all runs)", "from start s", "env steps/s",
-         f"training s to {target:g}"], rows,
+    harness.print_groups(groups, [
+        ("final score", "final_score", "{:,.0f}"), ("best score", "best_score", "{:,.0f}"),
+        ("training s", "train_s", "{:,.0f}"),
+        (f"{BASELINE} training s / this (all runs)",
+         lambda g: harness.fmt_ratio(harness.ratio(train_s.get(BASELINE), train_s[g.system]))),
+        ("from start s", "from_start_s", "{:,.0f}"), ("env steps/s", "steps_per_s", "{:,.0f}"),
+        (f"training s to {target:g}", "to_target_s", "{:,.0f}")],
         title=f"PPO {env}, CleanRL settings: median [min-max]; CleanRL's published 1M-step "
               f"score {CLEANRL_SCORES.get(env, math.nan):g}")
 

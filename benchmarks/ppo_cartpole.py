@@ -57,8 +57,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (stdlib only)
-from training import (Tracker, build_rllib, count_steps, n_params,  # noqa: E402
-                      rllib_episode_callback, train_flowrl, train_rllib)
+from training import (STARTUP_COLUMNS, Tracker, build_rllib, count_steps,  # noqa: E402
+                      n_params, rllib_episode_callback, train_flowrl, train_rllib)
 
 SYSTEMS = ["flowrl-local", "flowrl-ray", "sb3", "rllib"]
 BASELINE = "sb3"
@@ -237,35 +237,27 @@ def report(runs: list[dict], target: float, mode: str) -> None:
     # time from process start only between groups that reached the target.
     base_speed = next((g.figures["steps_per_s"] for g in groups
                        if g.system == BASELINE and "steps_per_s" in g.figures), None)
-    rows = []
-    for g in groups:
-        f = g.figures.get
-        speed = harness.ratio(f("steps_per_s"), base_speed)
-        quicker = (harness.ratio(base.figures.get("from_start_s"), f("from_start_s"))
-                   if base and g.reached else math.nan)
-        rows.append([g.system, g.label,
-                     harness.fmt_figure(f("steps_per_s"), "{:,.0f}"),
-                     harness.fmt_ratio(speed), harness.fmt_ratio(quicker),
-                     harness.fmt_figure(f("train_s")) + ("" if g.reached is not False
-                                                         else " (budget)"),
-                     harness.fmt_figure(f("from_start_s")),
-                     harness.fmt_figure(f("startup_s")),
-                     harness.fmt_figure(f("first_result_s")),
-                     harness.fmt_figure(f("env_steps"), "{:,.0f}"),
-                     harness.fmt_figure(f("params"), "{:,.0f}"),
-                     harness.fmt_figure(f("sgd_per_1k"), "{:.1f}")])
-    harness.print_table(
-        ["system", "runs", "env steps/s", f"steps/s vs {BASELINE}",
-         f"{BASELINE} from-start / this", f"training to {target:g} s",
-         "from process start s", "start-up s", "first result s", "env steps", "params",
-         "SGD steps/1k env steps"], rows,
+
+    def speed(g):
+        return harness.fmt_ratio(harness.ratio(g.figures.get("steps_per_s"), base_speed))
+
+    def quicker(g):
+        return harness.fmt_ratio(harness.ratio(base.figures.get("from_start_s"),
+                                               g.figures.get("from_start_s"))
+                                 if base and g.reached else math.nan)
+
+    harness.print_groups(groups, [
+        ("env steps/s", "steps_per_s", "{:,.0f}"), (f"steps/s vs {BASELINE}", speed),
+        (f"{BASELINE} from-start / this", quicker),
+        (f"training to {target:g} s", harness.fmt_train_s),
+        ("from process start s", "from_start_s", "{:,.1f}"),
+        ("start-up s", "startup_s", "{:,.1f}"), ("first result s", "first_result_s", "{:,.1f}"),
+        ("env steps", "env_steps", "{:,.0f}"), ("params", "params", "{:,.0f}"),
+        ("SGD steps/1k env steps", "sgd_per_1k", "{:.1f}")],
         title=f"PPO CartPole-v1 --{mode}: median [min-max]; 'reached' rows use only the "
               "runs that reached the target")
-    rows = [[g.system, g.label, *(harness.fmt_figure(g.figures.get(k), "{:.2f}")
-                                  for k in ("imports_s", "ray_init_s", "build_s", "startup_s"))]
-            for g in groups if g.n]
-    harness.print_table(["system", "runs", "imports s", "ray.init s", "build s", "start-up s"],
-                        rows, title="start-up breakdown (seconds)")
+    harness.print_groups([g for g in groups if g.n], STARTUP_COLUMNS,
+                         title="start-up breakdown (seconds)")
 
 
 def main(argv=None) -> None:

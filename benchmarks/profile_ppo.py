@@ -95,12 +95,9 @@ def main(argv=None) -> None:
         return
     runs, _ = harness.run(args, "profile_ppo", __file__, args.systems,
                           harness.forward(args, "warmup", "iters"))
-    groups = harness.summarize(runs, KEYS)
-    rows = [[g.system, g.label, *(harness.fmt_figure(g.figures.get(k), "{:,.1f}") for k in KEYS)]
-            for g in groups]
-    harness.print_table(["system", "runs", *KEYS], rows,
-                        title="per PPO iteration of 2048 env steps, median [min-max]; *_us: "
-                              "CPU microseconds of one driver-side copy")
+    harness.print_groups(harness.summarize(runs, KEYS), [(k, k, "{:,.1f}") for k in KEYS],
+                         title="per PPO iteration of 2048 env steps, median [min-max]; "
+                               "*_us: CPU microseconds of one driver-side copy")
 
 
 if __name__ == "__main__":

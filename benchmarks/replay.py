@@ -190,21 +190,19 @@ def child(args) -> None:
 def report(runs: list[dict], args) -> None:
     groups = harness.summarize(runs, KEYS)
     flowrl = next((g for g in groups if g.system == "flowrl"), None)
-    rows_ = []
-    for g in groups:
-        f = g.figures.get
-        vs = "-" if flowrl is None or g is flowrl else \
-            f"{harness.ratio(flowrl.figures.get('sample_update_per_s'), f('sample_update_per_s')):.1f}x"
-        rows_.append([g.system, g.label, harness.fmt_figure(f("add_rows_per_s"), "{:,.0f}"),
-                      harness.fmt_figure(f("sample_per_s"), "{:,.0f}"),
-                      harness.fmt_figure(f("update_per_s"), "{:,.0f}"),
-                      harness.fmt_figure(f("sample_update_per_s"), "{:,.0f}"), vs,
-                      harness.fmt_figure(f("filled_rows"), "{:,.0f}"),
-                      harness.fmt_figure(f("fill_s"))])
-    harness.print_table(
-        ["system", "runs", "add rows/s", f"sample({args.batch})/s",
-         f"update_priorities({args.batch})/s", "sample+update/s",
-         "flowrl/this sample+update", "filled rows", "fill s"], rows_,
+
+    def vs_flowrl(g):
+        key = "sample_update_per_s"
+        return ("-" if flowrl is None or g is flowrl else
+                f"{harness.ratio(flowrl.figures.get(key), g.figures.get(key)):.1f}x")
+
+    harness.print_groups(groups, [
+        ("add rows/s", "add_rows_per_s", "{:,.0f}"),
+        (f"sample({args.batch})/s", "sample_per_s", "{:,.0f}"),
+        (f"update_priorities({args.batch})/s", "update_per_s", "{:,.0f}"),
+        ("sample+update/s", "sample_update_per_s", "{:,.0f}"),
+        ("flowrl/this sample+update", vs_flowrl), ("filled rows", "filled_rows", "{:,.0f}"),
+        ("fill s", "fill_s", "{:,.1f}")],
         title=f"prioritized replay, capacity {args.capacity:,}, add batch {args.add_batch}, "
               f"{args.reps} calls per figure: median [min-max] (target flowrl/{BASELINE} "
               ">= 3x on sample+update)")

@@ -160,12 +160,9 @@ def main(argv=None) -> None:
         worker_modules()
         return
     runs, _ = harness.run(args, "startup", __file__, args.systems)
-    groups = harness.summarize(runs, PHASES)
-    rows = [[g.system, g.label, *(harness.fmt_figure(g.figures.get(k), "{:.2f}") for k in PHASES)]
-            for g in groups]
-    harness.print_table(["system", "runs", *PHASES], rows,
-                        title="seconds from process start at the end of each phase, "
-                              "median [min-max]")
+    harness.print_groups(harness.summarize(runs, PHASES), [(k, k, "{:.2f}") for k in PHASES],
+                         title="seconds from process start at the end of each phase, "
+                               "median [min-max]")
 
 
 if __name__ == "__main__":

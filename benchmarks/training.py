@@ -79,6 +79,11 @@ class Tracker:
         return out
 
 
+#: Columns of the start-up breakdown table (:func:`harness.print_groups`).
+STARTUP_COLUMNS = [("imports s", "imports_s", "{:.2f}"), ("ray.init s", "ray_init_s", "{:.2f}"),
+                   ("build s", "build_s", "{:.2f}"), ("start-up s", "startup_s", "{:.2f}")]
+
+
 def count_steps(optimizers) -> list[int]:
     """A one-element list that every ``step()`` of ``optimizers`` increments."""
     counter = [0]

@@ -102,19 +102,12 @@ def run(seed: int, quick: bool) -> dict:
 
 
 def report(runs: list[dict]) -> None:
-    rows = []
-    for g in harness.summarize(runs, KEYS, TARGET_KEYS):
-        f = g.figures.get
-        rows.append([g.system, g.label, harness.fmt_figure(f("to_target_s")),
-                     harness.fmt_figure(f("from_start_s")), harness.fmt_figure(f("sweep_s")),
-                     harness.fmt_figure(f("max_running"), "{:.0f}"),
-                     harness.fmt_figure(f("trials_finished"), "{:.0f}"),
-                     harness.fmt_figure(f("trials_failed"), "{:.0f}"),
-                     harness.fmt_figure(f("best_reward"))])
-    harness.print_table(
-        ["system", "runs", f"sweep start to {TARGET:g} s", f"process start to {TARGET:g} s",
-         "whole sweep s", "max trials at once", "trials finished", "trials failed",
-         "best mean return"], rows,
+    harness.print_groups(harness.summarize(runs, KEYS, TARGET_KEYS), [
+        (f"sweep start to {TARGET:g} s", "to_target_s", "{:,.1f}"),
+        (f"process start to {TARGET:g} s", "from_start_s", "{:,.1f}"),
+        ("whole sweep s", "sweep_s", "{:,.1f}"), ("max trials at once", "max_running", "{:.0f}"),
+        ("trials finished", "trials_finished", "{:.0f}"),
+        ("trials failed", "trials_failed", "{:.0f}"), ("best mean return", "best_reward", "{:,.1f}")],
         title=f"8 PPO CartPole-v1 trials with ASHA on Ray Tune ({os.path.relpath(SWEEP, ROOT)})"
               f", {os.cpu_count()} CPUs: median [min-max]")
 
