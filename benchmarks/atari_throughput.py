@@ -226,12 +226,9 @@ def flowrl_model(model: str) -> dict:
 
 def child_flowrl(args, algo_name: str) -> dict:
     import ray
-    import torch
-    torch.set_num_threads(1)
-    t = time.time()
-    ray.init(address="local", num_cpus=args.workers + 2, include_dashboard=False,
-             log_to_driver=False, configure_logging=False)
-    out = {"ray_init_s": time.time() - t}
+
+    from training import start_ray
+    out = {"ray_init_s": start_ray(args.workers + 2)}
     from flowrl.algorithms import APPO, IMPALA, PPO, APPOConfig, IMPALAConfig, PPOConfig
     common = dict(env=ENV_ID, backend="ray", seed=args.seed, num_workers=args.workers,
                   num_envs_per_worker=args.envs_per_worker,
@@ -365,17 +362,13 @@ def rllib_env(env_config: dict):
 
 def child_rllib(args, name: str) -> dict:
     import ray
-    import torch
-    torch.set_num_threads(1)
-    t = time.time()
-    ray.init(address="local", num_cpus=args.workers + 2, include_dashboard=False,
-             log_to_driver=False, configure_logging=False)
-    out = {"ray_init_s": time.time() - t}
+
+    from training import build_rllib, find_metric, start_ray
+    out = {"ray_init_s": start_ray(args.workers + 2)}
     from ray.rllib.algorithms.appo import APPOConfig
     from ray.rllib.algorithms.impala import IMPALAConfig
     from ray.rllib.core.rl_module.default_model_config import DefaultModelConfig
     from ray.tune.registry import register_env
-    from training import build_rllib, find_metric
     register_env("bench_pong", rllib_env)
     filters, dense = MODELS[args.model]
     cls = {"impala": IMPALAConfig, "appo": APPOConfig}[name]
