@@ -287,7 +287,7 @@ class Algorithm:
         """The plan as DOT text with the run's live figures on each node (items/s,
         busy share, queue depth, and an operator's own figures, such as IMPALA's
         policy lag): ``Plan.to_dot(run.stats())``."""
-        return self._run.plan.to_dot(self._run.stats())
+        return self.plan.to_dot(self._run.stats())
 
     def _make_evaluation(self) -> Evaluation:
         """The evaluation step and its own WorkerSet (``evaluation_config`` applied,
