@@ -42,22 +42,7 @@ import gymnasium as gym
 import numpy as np
 
 from flowrl.errors import ConfigError
-
-
-def env_action(space: gym.Space, action: Any) -> Any:
-    """``action`` (one, or a batch) as the env takes it: ``Discrete`` as a Python
-    int (a batch as int64), ``Box`` clipped to the bounds, others as they are.
-
-    >>> env_action(gym.spaces.Discrete(3), np.int64(2)), env_action(gym.spaces.Discrete(3), [0, 2])
-    (2, array([0, 2]))
-    >>> env_action(gym.spaces.Box(-1.0, 1.0, (2,)), np.array([0.5, 3.0]))
-    array([0.5, 1. ])
-    """
-    if isinstance(space, gym.spaces.Discrete):
-        return int(action) if np.ndim(action) == 0 else np.asarray(action, np.int64)
-    if isinstance(space, gym.spaces.Box):
-        return np.clip(action, space.low, space.high)
-    return action
+from flowrl.workers.env_loop import defers_vf_preds, env_actions
 
 
 def _flatten_like_workers(env: Any, obs: Any) -> Any:
@@ -152,7 +137,6 @@ def _act(policy: Any, rows: np.ndarray, explore: bool, state_rows: list[np.ndarr
          prev_action: Any, prev_reward: Any, single: bool) -> tuple[np.ndarray, list]:
     """One batched forward: ``(actions, state_out)`` (``state_out`` empty unless the
     policy is recurrent)."""
-    from flowrl.workers.sampler import defers_vf_preds
     if not getattr(policy, "is_recurrent", False):
         lean = {"vf_preds": False} if defers_vf_preds(policy) else {}
         actions, _ = policy.compute_actions(rows, explore, **lean)
@@ -195,7 +179,7 @@ def compute_single_action(policy: Any, obs: Any, state: Sequence[Any] | None = N
     state_rows = _state_rows(policy, state, 1, True, where) if recurrent else []
     actions, state_out = _act(policy, rows, explore, state_rows, prev_action, prev_reward,
                               single=True)
-    action = env_action(policy.action_space, actions[0])
+    action = env_actions(policy.action_space, actions)[0]
     return (action, state_out) if recurrent else action
 
 
@@ -229,8 +213,9 @@ def predict(policy: Any, obs: Any, state: Sequence[Any] | None = None,
                           for s, s0 in zip(state_rows, initial)]
     actions, state_out = _act(policy, rows, not deterministic, state_rows, prev_action,
                               prev_reward, single)
-    out = env_action(policy.action_space, actions[0] if single else actions)
+    out = env_actions(policy.action_space, actions)
+    out = out[0] if single else np.asarray(out)
     return out, (state_out if recurrent else None)
 
 
-__all__ = ["compute_single_action", "predict", "observation_rows", "env_action"]
+__all__ = ["compute_single_action", "predict", "observation_rows"]

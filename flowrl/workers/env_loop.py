@@ -7,7 +7,7 @@ each move lives here once:
 
 1. act: :meth:`Acting.act`, one batched ``compute_actions`` for the rows that act
    (a recurrent policy gets each row's state, previous action and reward);
-2. the actions as the env takes them: :meth:`Acting.to_env` (``Discrete`` as
+2. the actions as the env takes them: :func:`env_actions` (``Discrete`` as
    Python ints, ``Box`` clipped to the bounds; the batch keeps the policy's
    actions, unclipped);
 3. step the env(s): the sampler's own (a vector env, dict envs, single envs);
@@ -66,6 +66,25 @@ def defers_vf_preds(policy) -> bool:
             and policy.separate_value_network)
 
 
+def env_actions(space: gym.Space, actions: Any) -> Any:
+    """A batch of a policy's actions as an env with action space ``space`` takes them:
+    ``Discrete`` as a list of Python ints (the type ``Discrete.contains`` checks
+    first), ``Box`` clipped to the bounds, others as they are. The samplers hand
+    these to the envs and keep the policy's own actions in the batch;
+    :mod:`flowrl.inference` returns them to the caller.
+
+    >>> env_actions(gym.spaces.Discrete(3), np.array([2, 0]))
+    [2, 0]
+    >>> env_actions(gym.spaces.Box(-1.0, 1.0, (2,)), np.array([[0.5, 3.0]]))
+    array([[0.5, 1. ]])
+    """
+    if isinstance(space, gym.spaces.Discrete):
+        return np.asarray(actions).tolist()
+    if isinstance(space, gym.spaces.Box):
+        return np.clip(actions, space.low, space.high)
+    return actions
+
+
 class Acting:
     """``policy`` acting for ``num_rows`` env rows (env slots), one batched forward a step.
 
@@ -73,8 +92,6 @@ class Acting:
     ``num_forwards`` counts the ``compute_actions`` calls. A recurrent policy
     (``policy.is_recurrent``) needs ``num_rows``: its state, previous action and
     reward are kept per row, and :meth:`advance` moves them on after each step.
-    ``policy`` may be replaced between steps (a worker whose ``policy_map`` entry
-    was replaced).
 
     >>> from flowrl.policies import PGPolicy
     >>> box, two = gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2)
@@ -87,9 +104,7 @@ class Acting:
     def __init__(self, policy, action_space: gym.Space, *, explore: bool, num_rows: int = 0):
         self.policy, self.explore = policy, explore
         self.num_forwards = 0
-        self._discrete = isinstance(action_space, gym.spaces.Discrete)
-        self._clip = ((action_space.low, action_space.high)
-                      if isinstance(action_space, gym.spaces.Box) else None)
+        self.action_space = action_space
         self.recurrent = bool(getattr(policy, "is_recurrent", False))
         if self.recurrent:
             self.initial = [np.asarray(s) for s in policy.get_initial_state()]
@@ -122,12 +137,8 @@ class Acting:
         return actions, extra
 
     def to_env(self, actions: Any) -> Any:
-        """A batch of the policy's actions as the env takes them: ``Discrete`` as a
-        list of Python ints (the type ``Discrete.contains`` checks first), ``Box``
-        clipped to the bounds, others as they are."""
-        if self._discrete:
-            return np.asarray(actions).tolist()
-        return actions if self._clip is None else np.clip(actions, *self._clip)
+        """A batch of the policy's actions as the env takes them (:func:`env_actions`)."""
+        return env_actions(self.action_space, actions)
 
     def advance(self, extra: dict, actions: Any, rewards: Any, done: np.ndarray,
                 rows: Sequence[int] | None = None) -> None:
@@ -234,4 +245,4 @@ class Episodes:
         return entry
 
 
-__all__ = ["Acting", "Episodes", "defers_vf_preds"]
+__all__ = ["Acting", "Episodes", "defers_vf_preds", "env_actions"]

@@ -299,8 +299,6 @@ class MultiAgentSampler:
         open_rows: list[dict] = [{} for _ in self.envs]
         self._start_fragment(rows, trajs, traj_of, open_rows)
         policies, acting = self.policies, self._acting
-        for pid, a in acting.items():  # a policy_map entry may have been replaced
-            a.policy = policies[pid]
         deferred = {pid for pid, p in policies.items() if defers_vf_preds(p)}
         n_envs, env_obs, episodes = len(self.envs), self._obs, self._episode
         env_range = range(n_envs)

@@ -140,12 +140,8 @@ class VectorSampler:
 
     @property
     def policy(self):
-        """The acting policy (a worker may replace it between samples)."""
+        """The acting policy."""
         return self.acting.policy
-
-    @policy.setter
-    def policy(self, policy) -> None:
-        self.acting.policy = policy
 
     @property
     def callbacks(self) -> Any:
