@@ -315,7 +315,7 @@ def test_custom_metrics_summary_leaves_out_nan_and_keeps_the_window():
 def test_without_callbacks_the_sampler_tracks_no_episode_objects():
     w = RolloutWorker("CartPole-v1", policy=PGPolicy, rollout_fragment_length=50, seed=0)
     w.sample()
-    assert w.sampler.callbacks is None and not hasattr(w.sampler, "_live")
+    assert w.sampler.callbacks is None and w.sampler.episodes.live == [None]
     assert all("custom_metrics" not in e for e in w.episode_stats())
     w.stop()
 

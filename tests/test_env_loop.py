@@ -109,6 +109,63 @@ def test_episodes_count_run_the_hooks_and_carry_lives_into_the_game():
     assert Episodes(1, None).finish(0, {"x": 1}) == {"x": 1}  # no callbacks: as given
 
 
+class AgentRecorder(Recorder):
+    """Records (hook, episode id, length, agent returns, agent 1's last obs/action)."""
+
+    def _log(self, hook, episode):
+        self.calls.append((hook, episode.episode_id, episode.length, dict(episode.agent_rewards),
+                           episode.last_observation_for(1), episode.last_action_for(1)))
+
+    def start(self, episode):
+        self._log("start", episode)
+
+    def step(self, episode):
+        self._log("step", episode)
+
+    def end(self, episode):
+        self._log("end", episode)
+        episode.custom_metrics["len"] = episode.length
+
+
+@pytest.mark.parametrize("with_callbacks", [False, True])
+def test_multi_agent_episodes_map_policies_count_and_run_the_hooks(with_callbacks):
+    hooks = AgentRecorder() if with_callbacks else None
+    mapped = []
+
+    def mapping(agent, episode):
+        mapped.append((agent, episode.episode_id))
+        return f"p{agent}"
+
+    eps = Episodes(1, hooks, first_id=5, mapping=mapping)
+    eps.start(0, {0: "o0", 1: "o1"}, {})  # the first episode: an Episode even without hooks
+    episode = eps.live[0]
+    assert episode.policy_for(1) == "p1" and episode.policy_for(1) == "p1"
+    episode.agent_rewards.update({0: 1.0, 1: 2.0})  # the sampler adds up the returns
+    eps.t[0] += 1
+    # agent 0 acted and got no observation back: it keeps its first one
+    assert eps.step_agents(0, {1: "o1'"}, {0: 7}, {0: 1.0, 1: 2.0}, {}, False) is None
+    assert episode.length == 1
+    episode.agent_rewards[1] += 3.0
+    eps.t[0] += 1
+    entry = eps.step_agents(0, {}, {1: 8}, {1: 3.0}, {}, True)
+    assert mapped == [(1, 5), (0, 5)]
+    assert entry == {"episode_reward": 6.0, "episode_len": 2,
+                     "policy_rewards": {"p0": [1.0], "p1": [5.0]},
+                     "agent_rewards": {0: ("p0", 1.0), 1: ("p1", 5.0)},
+                     **({"custom_metrics": {"len": 2.0}} if with_callbacks else {})}
+    eps.begin(0, {1: "n1"}, {1: {"k": 1}})
+    assert eps.live[0].episode_id == 6 and eps.t.tolist() == [0]
+    if with_callbacks:
+        assert eps.live[0].last_info_for(1) == {"k": 1}
+        assert hooks.calls == [("start", 5, 0, {}, "o1", None),
+                               ("step", 5, 1, {0: 1.0, 1: 2.0}, "o1'", None),
+                               ("step", 5, 2, {0: 1.0, 1: 5.0}, "o1'", 8),
+                               ("end", 5, 2, {0: 1.0, 1: 5.0}, "o1'", 8),
+                               ("start", 6, 0, {}, "n1", None)]
+    else:
+        assert eps.live[0].last_observation_for(1) is None  # nothing recorded
+
+
 class Steps(gym.Env):
     """Episode ``k`` (its reset seed) lasts ``k`` steps; the observation is the step."""
 

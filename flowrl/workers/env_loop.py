@@ -13,9 +13,10 @@ each move lives here once:
 3. step the env(s): the sampler's own (a vector env, dict envs, single envs);
 4. after the step: :meth:`Acting.advance` carries the recurrent state (reset
    where an episode ended), :class:`Episodes` counts each env slot's episode
-   (id, steps, return) and runs the episode callbacks
-   (:class:`~flowrl.callbacks.EpisodeCallbacks`) on its
-   :class:`~flowrl.workers.Episode`.
+   (id, steps, return; a multi-agent episode's returns per agent) and runs the
+   episode callbacks (:class:`~flowrl.callbacks.EpisodeCallbacks`) on its
+   :class:`~flowrl.workers.Episode`, which a multi-agent env's policy mapping
+   reads too.
 
 What the samplers keep apart is what they record: the single-agent sampler's
 ``(T, N)`` buffers, the multi-agent sampler's per-policy rows and turn-taking,
@@ -25,15 +26,17 @@ State. :class:`Acting`: the policy, its forward count and, for a recurrent
 policy, per row the state the next step starts from and the previous action and
 reward (zeros at an episode's start; the previous actions are None until the
 first step, which the policy reads as zeros). :class:`Episodes`: per env slot
-the episode id, steps so far and return (numpy arrays), and with callbacks the
-slot's :class:`~flowrl.workers.Episode` and, for envs that report whole games
-over several training episodes (Atari lives), the custom metrics of the game's
-earlier lives. Without callbacks no Episode object is made.
+the episode id, steps so far and return (numpy arrays), the slot's
+:class:`~flowrl.workers.Episode` (with callbacks, or a multi-agent env's policy
+mapping; a multi-agent episode's returns per agent live there) and, for envs
+that report whole games over several training episodes (Atari lives), the
+custom metrics of the game's earlier lives. A single-agent env without callbacks
+makes no Episode object.
 """
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -168,14 +171,25 @@ class Acting:
 
 
 class Episodes:
-    """The episodes of ``num_slots`` single-agent env slots: per slot its episode id
-    (``eps_id``), steps so far (``t``) and return (``ret``), and with ``callbacks``
-    (an :class:`~flowrl.callbacks.EpisodeCallbacks`, or None) its
-    :class:`~flowrl.workers.Episode` and the episode hooks.
+    """The episodes of ``num_slots`` env slots: per slot its episode id (``eps_id``)
+    and steps so far (``t``), the :class:`~flowrl.workers.Episode` where one is
+    kept, and the episode hooks of ``callbacks`` (an
+    :class:`~flowrl.callbacks.EpisodeCallbacks`, or None).
+
+    Single-agent envs (``mapping`` None) also count each slot's return (``ret``)
+    and keep an Episode only with callbacks; its one agent
+    (:data:`~flowrl.workers.episode.SINGLE_AGENT_ID`) plays the callbacks' one
+    policy. Multi-agent envs give ``mapping``, the ``policy_mapping_fn(agent_id,
+    episode)``: every slot's episode is then an Episode (the mapping reads it), and
+    its ``agent_rewards`` hold each agent's return, which the sampler adds up (it
+    knows which rewards a waiting agent is owed).
 
     Slot ``i`` starts with episode id ``first_id + i``; :meth:`begin` gives the
     next episode the next free id unless told one. The counts are numpy arrays
-    the samplers update in place (``t += 1``, ``ret += rewards``).
+    the samplers update in place (``t += 1``, ``ret += rewards``). Hooks:
+    :meth:`begin` (or :meth:`start`, for a slot's first episode) runs the start
+    hook; :meth:`step` (single agent) or :meth:`step_agents` (multi-agent) the
+    step hook and, where the step ended the episode, the end hook.
 
     >>> eps = Episodes(2, None, first_id=10)
     >>> eps.t += 1; eps.ret += [1.0, 2.0]
@@ -185,48 +199,101 @@ class Episodes:
     ([10, 12], [1, 0])
     """
 
-    def __init__(self, num_slots: int, callbacks: Any, *, first_id: int = 0):
+    def __init__(self, num_slots: int, callbacks: Any, *, first_id: int = 0,
+                 mapping: Callable[[Any, Episode], str] | None = None):
         self.eps_id = np.arange(num_slots, dtype=np.int64) + first_id
         self.next_id = first_id + num_slots
         self.t = np.zeros(num_slots, dtype=np.int64)
         self.ret = np.zeros(num_slots, dtype=np.float64)
         self.callbacks = callbacks
-        #: per slot: its Episode (callbacks only; None before its start)
+        self.multi_agent = mapping is not None
+        if mapping is None and callbacks is not None:
+            pid = next(iter(callbacks.policies))
+            mapping = lambda agent_id, episode: pid  # noqa: E731
+        self.mapping = mapping
+        #: whether every episode is an Episode (callbacks, or a mapping that reads it)
+        self.keeps_episodes = mapping is not None
+        #: per slot: its Episode (kept ones only; None before its start)
         self.live: list[Episode | None] = [None] * num_slots
         self._ended: dict[int, dict] = {}  # slot -> finished_stats(), of this step's end
         self._carried: dict[int, dict] = {}  # slot -> stats of lives not yet reported
 
     def begin(self, i: int, obs: Any, info: Any, episode_id: int | None = None) -> None:
-        """A new episode in slot ``i`` from its first observation and info (a dict, or
-        a callable returning one when a callback asks): its id, zero counts, and
-        with callbacks its Episode and start hook."""
+        """A new episode in slot ``i`` from its first observation and info (single
+        agent: a dict, or a callable returning one when a callback asks; multi-agent:
+        dicts by agent id): its id, zero counts, and its Episode and start hook
+        (:meth:`start`)."""
         if episode_id is None:
             episode_id, self.next_id = self.next_id, self.next_id + 1
         self.eps_id[i] = episode_id
         self.t[i] = 0
         self.ret[i] = 0.0
-        if self.callbacks is not None:
+        if self.keeps_episodes:
             self.start(i, obs, info)
 
     def start(self, i: int, obs: Any, info: Any) -> None:
-        """Slot ``i``'s current episode as an Episode, and its start hook (callbacks only)."""
-        pid = next(iter(self.callbacks.policies))
-        episode = self.live[i] = Episode(int(self.eps_id[i]), i, lambda agent_id, episode: pid)
-        episode.record(SINGLE_AGENT_ID, obs, None, 0.0, info)
+        """Slot ``i``'s current episode as an Episode, its first observations recorded
+        and its start hook run (both with callbacks only). The samplers call it for
+        their first episodes at the first ``sample()``, after the worker that owns
+        them is built (the hooks get the worker)."""
+        episode = self.live[i] = Episode(int(self.eps_id[i]), i, self.mapping)
+        if self.callbacks is None:
+            return
+        if self.multi_agent:
+            for agent, o in obs.items():
+                episode.record(agent, o, None, 0.0, info.get(agent, {}))
+        else:
+            episode.record(SINGLE_AGENT_ID, obs, None, 0.0, info)
         self.callbacks.start(episode)
 
     def step(self, i: int, obs: Any, action: Any, reward: float, info: Any,
              ended: bool) -> None:
-        """Slot ``i``'s step (counted already) into its Episode, then its step hook,
-        and where it ``ended`` the episode its end hook (callbacks only)."""
+        """Slot ``i``'s single-agent step (counted already) into its Episode, then its
+        step hook, and where it ``ended`` the episode its end hook (callbacks only;
+        :meth:`finish` adds the custom metrics to the episode's entry)."""
         episode = self.live[i]
         episode.length = int(self.t[i])
         episode.agent_rewards[SINGLE_AGENT_ID] = float(self.ret[i])
         episode.record(SINGLE_AGENT_ID, obs, action, reward, info)
         self.callbacks.step(episode)
         if ended:
-            self.callbacks.end(episode)
-            self._ended[i] = episode.finished_stats()
+            self._end(i, episode)
+
+    def step_agents(self, i: int, obs: dict, actions: dict, rewards: dict, infos: dict,
+                    ended: bool) -> dict | None:
+        """Slot ``i``'s multi-agent env step (counted already: ``t`` and the acting
+        agents' returns): its Episode's ``length``, and with callbacks each agent that
+        acted or got an observation recorded (an agent with no new observation keeps
+        its last one), then the step hook. Where the step ``ended`` the episode,
+        returns its entry: ``episode_reward`` (the sum of the agents' returns),
+        ``episode_len``, ``policy_rewards`` (policy id -> the return of each agent it
+        played), ``agent_rewards`` (agent id -> (policy id, return)), and with
+        callbacks, after the end hook, the custom metrics it set; else None."""
+        episode = self.live[i]
+        episode.length = int(self.t[i])
+        callbacks = self.callbacks
+        if callbacks is not None:
+            for agent in {*obs, *actions}:
+                episode.record(agent, obs[agent] if agent in obs
+                               else episode.last_observation_for(agent), actions.get(agent),
+                               float(rewards.get(agent, 0.0)), infos.get(agent, {}))
+            callbacks.step(episode)
+        if not ended:
+            return None
+        returns, policy_for = episode.agent_rewards, episode.policy_for
+        per_policy: dict[str, list[float]] = {}
+        for agent, ret in returns.items():
+            per_policy.setdefault(policy_for(agent), []).append(ret)
+        entry = {"episode_reward": float(sum(returns.values())), "episode_len": int(self.t[i]),
+                 "policy_rewards": per_policy,
+                 "agent_rewards": {a: (policy_for(a), ret) for a, ret in returns.items()}}
+        if callbacks is not None:
+            self._end(i, episode)
+        return self.finish(i, entry)
+
+    def _end(self, i: int, episode: Episode) -> None:
+        self.callbacks.end(episode)
+        self._ended[i] = episode.finished_stats()
 
     def finish(self, i: int, entry: dict | None) -> dict | None:
         """Slot ``i``'s ended episode's ``entry`` (its statistics), with the custom

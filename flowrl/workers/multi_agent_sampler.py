@@ -39,24 +39,30 @@ step that returns no observation at all without ending the episode is an
 OperatorError: nobody could act next.
 
 State kept between calls: each env's current observations (of agents about to
-act), its :class:`Episode`, step count and the agents already done in it; the
-rows still waiting for an observation (carried into the next fragment);
-completed episodes are buffered as ``{"episode_reward", "episode_len",
-"policy_rewards", "agent_rewards"}`` dicts (``policy_rewards[pid]`` lists the
-return of each agent that policy played) until
-:meth:`MultiAgentSampler.episode_stats` drains them.
+act) and the agents already done in its episode; the
+:class:`~flowrl.workers.env_loop.Episodes` (``episodes``: per env its
+:class:`Episode`, id and step count); the rows still waiting for an observation
+(carried into the next fragment); completed episodes are buffered as
+``{"episode_reward", "episode_len", "policy_rewards", "agent_rewards"}`` dicts
+(``policy_rewards[pid]`` lists the return of each agent that policy played)
+until :meth:`MultiAgentSampler.episode_stats` drains them.
 
-Each policy acts through the shared env-stepping loop's
-:class:`~flowrl.workers.env_loop.Acting` (the forward, the actions as the env
-takes them); this module adds what only multi-agent envs need: the grouping by
-policy, turn-taking and the per-policy rows.
+The shared env-stepping loop's parts (:mod:`flowrl.workers.env_loop`) act
+(:class:`~flowrl.workers.env_loop.Acting`, one per policy: the forward, the
+actions as the env takes them) and track the episodes
+(:class:`~flowrl.workers.env_loop.Episodes`: ids, steps, the Episode the policy
+mapping reads, the episode entries and callbacks); this module adds what only
+multi-agent envs need: the grouping by policy, turn-taking, the agents' returns
+(which rewards a waiting agent is owed) and the per-policy rows.
 
 Callbacks (``callbacks``, an :class:`~flowrl.callbacks.EpisodeCallbacks`, or None):
 each episode's start runs once its env was reset (the first ones at the first
 ``sample()``), its step after each env step (the agents' latest observation,
 action, reward and info recorded in the :class:`Episode` first), its end after
 its last step; an ended episode's entry then also holds the custom metrics the
-callbacks set (:meth:`Episode.finished_stats`).
+callbacks set (:meth:`Episode.finished_stats`). Within a step the envs take
+their turns in order: env 0's step hook (then, if its episode ended, its end
+hook and its next episode's start hook), then env 1's, ...
 """
 
 from __future__ import annotations
@@ -70,7 +76,7 @@ import numpy as np
 
 from flowrl.batch import MultiAgentBatch, SampleBatch
 from flowrl.errors import ConfigError, OperatorError
-from flowrl.workers.env_loop import Acting, defers_vf_preds
+from flowrl.workers.env_loop import Acting, Episodes, defers_vf_preds
 from flowrl.workers.episode import Episode
 from flowrl.workers.sampler import postprocess_trajectories
 
@@ -210,26 +216,30 @@ class MultiAgentSampler:
                  seed: int | None, explore: bool = True, eps_id_base: int = 0,
                  callbacks: Any = None):
         self.envs, self.policies = envs, policies
-        self.callbacks = callbacks
         self._started = False  # whether the first episodes' starts ran
         self.policy_mapping_fn = as_mapping_fn(policy_mapping_fn)
         self.fragment_length, self.explore = fragment_length, explore
-        self._next_eps = eps_id_base
+        #: each env's episode (an Episode: the policy mapping reads it), its id and steps
+        self.episodes = Episodes(len(envs), callbacks, first_id=eps_id_base, mapping=self._map)
         self._episodes: list[dict] = []
         self._checked: set[tuple[Any, str]] = set()
         # per policy: its acting (actions reach the env in the policy's action space)
         self._acting = {pid: Acting(p, p.action_space, explore=explore)
                         for pid, p in policies.items()}
         self._agent_index = [{a: i for i, a in enumerate(env.possible_agents)} for env in envs]
-        self._obs: list[dict] = []
-        self._episode: list[Episode] = []
-        self._done_agents: list[set] = []  # per env: agents done in its current episode
+        self._done_agents: list[set] = [set() for _ in envs]  # per env: agents done in it
         self._carry: list[_Carried] = []
-        for k in range(len(envs)):
-            self._obs.append({})
-            self._episode.append(None)  # type: ignore[arg-type]
-            self._done_agents.append(set())
-            self._reset(k, None if seed is None else seed + k)
+        self._obs: list[dict] = []  # per env: the observations of the agents about to act
+        self._reset_infos: list[dict] = []  # per env: its first reset's infos
+        for k, env in enumerate(envs):
+            obs, infos = env.reset(seed=None if seed is None else seed + k)
+            self._obs.append(obs)
+            self._reset_infos.append(infos)
+
+    @property
+    def callbacks(self) -> Any:
+        """The :class:`~flowrl.callbacks.EpisodeCallbacks` the sampler runs, or None."""
+        return self.episodes.callbacks
 
     @property
     def num_forwards(self) -> int:
@@ -257,17 +267,12 @@ class MultiAgentSampler:
             self._checked.add((agent_id, pid))
         return pid
 
-    def _reset(self, k: int, seed: int | None) -> None:
-        obs, infos = self.envs[k].reset(seed=seed)
-        episode = self._episode[k] = Episode(self._next_eps, k, self._map)
-        self._next_eps += 1
+    def _reset(self, k: int) -> None:
+        """Env ``k``'s next episode (its first episode began with the sampler)."""
+        obs, infos = self.envs[k].reset(seed=None)
         self._obs[k] = obs
         self._done_agents[k].clear()
-        if self.callbacks is not None:
-            for agent, o in obs.items():
-                episode.record(agent, o, None, 0.0, infos.get(agent, {}))
-            if self._started:
-                self.callbacks.start(episode)
+        self.episodes.begin(k, obs, infos)
 
     def _start_fragment(self, rows: dict, trajs: list, traj_of: list, open_rows: list) -> None:
         """Put the rows carried from the last fragment first in this one's."""
@@ -288,25 +293,26 @@ class MultiAgentSampler:
 
     def sample(self) -> MultiAgentBatch:
         """``fragment_length`` steps of every env, postprocessed per policy."""
-        if self.callbacks is not None and not self._started:
+        episodes = self.episodes
+        if not self._started:
             self._started = True
-            for episode in self._episode:
-                self.callbacks.start(episode)
+            for k, infos in enumerate(self._reset_infos):
+                episodes.start(k, self._obs[k], infos)
         rows: dict[str, _Rows] = {}
         trajs: list[_Traj] = []
         traj_of: list[dict] = [{} for _ in self.envs]  # per env: agent -> trajectory index
         # per env: agent -> (pid, row) of its open row (its next observation not yet seen)
         open_rows: list[dict] = [{} for _ in self.envs]
         self._start_fragment(rows, trajs, traj_of, open_rows)
-        policies, acting = self.policies, self._acting
-        deferred = {pid for pid, p in policies.items() if defers_vf_preds(p)}
-        n_envs, env_obs, episodes = len(self.envs), self._obs, self._episode
+        acting = self._acting
+        deferred = {pid for pid, p in self.policies.items() if defers_vf_preds(p)}
+        n_envs, env_obs, live = len(self.envs), self._obs, episodes.live
         env_range = range(n_envs)
         for _ in range(self.fragment_length):
             # Group the acting agents of all envs by policy: ONE forward per policy.
             groups: dict[str, tuple[list, list, list]] = {}  # pid -> (obs, env, agent)
             for k in env_range:
-                policy_for = episodes[k].policy_for
+                policy_for = live[k].policy_for
                 for agent, o in env_obs[k].items():
                     pid = policy_for(agent)
                     g = groups.get(pid)
@@ -347,9 +353,10 @@ class MultiAgentSampler:
 
     def _step_env(self, k: int, actions: dict, rows: dict, trajs: list,
                   traj_of: dict, open_rows: dict) -> None:
-        episode = self._episode[k]
+        episodes = self.episodes
+        episode = episodes.live[k]
         obs, rewards, terms, truncs, infos = self.envs[k].step(actions)
-        t = episode.length
+        t = int(episodes.t[k])
         returns = episode.agent_rewards
         policy_for = episode.policy_for
         for agent in actions:
@@ -371,15 +378,10 @@ class MultiAgentSampler:
                 if held is not None:  # it waits: the reward belongs to its open row
                     rows[held[0]].rewards[held[1]] += float(r)
                     returns[agent] += float(r)
-        episode.length = t + 1
-        if self.callbacks is not None:
-            for agent in {*obs, *actions}:
-                episode.record(agent, obs[agent] if agent in obs
-                               else episode.last_observation_for(agent), actions.get(agent),
-                               float(rewards.get(agent, 0.0)), infos.get(agent, {}))
-            self.callbacks.step(episode)
-        done_agents = self._done_agents[k]
+        episodes.t[k] = t + 1
         all_term, all_trunc = bool(terms.get("__all__")), bool(truncs.get("__all__"))
+        entry = episodes.step_agents(k, obs, actions, rewards, infos, all_term or all_trunc)
+        done_agents = self._done_agents[k]
         if all_term or all_trunc or any(terms.values()) or any(truncs.values()):
             for agent in [*open_rows, *(a for a in obs if a not in open_rows)]:
                 term = all_term or bool(terms.get(agent))
@@ -394,21 +396,11 @@ class MultiAgentSampler:
                 traj.done = True
                 traj.final_obs = obs.get(agent)  # None: closes on its last row's obs
                 rows[held[0]].dones.append((held[1], term, trunc))
-        if all_term or all_trunc:
-            per_policy: dict[str, list[float]] = {}
-            for agent, ret in returns.items():
-                per_policy.setdefault(policy_for(agent), []).append(ret)
-            entry = {
-                "episode_reward": float(sum(returns.values())), "episode_len": episode.length,
-                "policy_rewards": per_policy,
-                "agent_rewards": {a: (policy_for(a), ret) for a, ret in returns.items()}}
-            if self.callbacks is not None:
-                self.callbacks.end(episode)
-                entry.update(episode.finished_stats())
+        if entry is not None:  # the episode ended
             self._episodes.append(entry)
             traj_of.clear()
             open_rows.clear()
-            self._reset(k, None)
+            self._reset(k)
             return
         if not obs:
             raise OperatorError(
