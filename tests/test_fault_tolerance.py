@@ -170,7 +170,8 @@ def test_max_restarts_is_enforced(ray_session):
             kill(hosts[0])
             assert run.take(3)[0] == ("r0", 0)
             kill(made[0])
-            with pytest.raises(WorkerError, match=r"src\[0\] failed again .* max_restarts=1"):
+            with pytest.raises(WorkerError,
+                               match=r"src\[0\] was lost .* max_restarts=1 is used up"):
                 run.take(10)
     finally:
         for h in hosts + made:

@@ -18,7 +18,6 @@ from flowrl.policies import PGPolicy
 from flowrl.runtime.backend import lost_reason
 from flowrl.runtime.calls import IN_PROCESS, PendingCalls, calls_for
 from flowrl.workers import WorkerConfig, WorkerSet
-from flowrl.workers.restarts import RestartPolicy
 
 SMALL = dict(rollout_fragment_length=8, num_cpus_per_worker=0, seed=0)
 
@@ -52,29 +51,47 @@ def test_pending_calls_take_finished_and_overdue_calls_in_order():
     assert pending.overdue() == ["c"] and len(pending) == 0
 
 
-def test_restart_policy_decides_counts_and_reports_to_one_counter():
-    policy = RestartPolicy(WorkerConfig(max_worker_restarts=2), IN_PROCESS)
-    assert policy.tolerates_failures and policy.replaces(1, "died")
-    policy.replaced(1, "died", IN_PROCESS.call([], "append", 0))
-    assert (policy.num_restarts, policy.num_dropped, set(policy.fresh)) == (1, 0, {1})
-    assert policy.still_starting() == set() and policy.starting == {}
-    metrics = MetricsContext()
-    metrics.counters["num_worker_restarts"] = 5          # restored from a checkpoint
-    policy.report_to(metrics)
-    assert metrics.counters["num_worker_restarts"] == 6 and policy.num_restarts == 6
-    policy.report_to(metrics)                            # binding twice adds nothing
-    assert metrics.counters["num_worker_restarts"] == 6
-    with pytest.raises(WorkerError, match=r"remote worker 3 was lost \(died\) after 6 "
-                                          r"restart\(s\): max_worker_restarts=2 is used up"):
-        policy.replaces(3, "died")
-    dropping = RestartPolicy(WorkerConfig(ignore_worker_failures=True), IN_PROCESS)
-    assert dropping.replaces(1, "died") is False
-    dropping.dropped(1, "died", left=0)
-    assert (dropping.num_restarts, dropping.num_dropped) == (0, 1)
-    strict = RestartPolicy(WorkerConfig(recreate_failed_workers=False), IN_PROCESS)
-    with pytest.raises(WorkerError, match=r"WorkerSet\.sync_weights: remote worker 2 \(a Ray "
-                                          r"actor\) died; set recreate_failed_workers=True"):
-        strict.refuse(2, "died", "sync_weights")
+def test_recovery_decides_counts_and_reports_to_one_counter():
+    ws = WorkerSet("CartPole-v1", PGPolicy, WorkerConfig(**SMALL, max_worker_restarts=2),
+                   num_workers=3, backend="local")
+    try:
+        recovery, old = ws.recovery, ws.host(1)
+        new = recovery.replace(1, old, "died", lost=2)
+        assert new is ws.host(1) and new is not old and ws.worker_indices() == [1, 2, 3]
+        assert recovery.replace(1, old, "died") is new       # found again: one replacement
+        assert (recovery.num_restarts, recovery.num_dropped, recovery.per_key) == (1, 0, {1: 1})
+        assert dict(recovery.metrics.counters) == {"num_lost_requests": 2,
+                                                   "num_worker_restarts": 1}
+        assert set(ws.starts.fresh) == {1} and ws.starts.still_starting() == set()
+        metrics = MetricsContext()
+        metrics.counters["num_worker_restarts"] = 5          # restored from a checkpoint
+        recovery.count_in(metrics)
+        assert metrics.counters["num_worker_restarts"] == 6 and ws.num_restarts == 6
+        recovery.count_in(metrics)                           # binding twice adds nothing
+        assert metrics.counters["num_worker_restarts"] == 6
+        with pytest.raises(WorkerError, match=r"remote worker 3 was lost \(died\) after 6 "
+                                              r"restart\(s\): max_worker_restarts=2 is used up"):
+            recovery.replace(3, ws.host(3), "died")
+    finally:
+        ws.stop()
+    dropping = WorkerSet("CartPole-v1", PGPolicy,
+                         WorkerConfig(**SMALL, ignore_worker_failures=True),
+                         num_workers=2, backend="local")
+    try:
+        lost = dropping.host(1)
+        assert dropping.recovery.replace(1, lost, "died") is None
+        assert dropping.recovery.replace(1, lost, "died") is None   # dropped already
+        assert dropping.worker_indices() == [2] and dropping.host(1) is None
+        assert (dropping.num_restarts, dropping.num_dropped) == (0, 1)
+    finally:
+        dropping.stop()
+    strict = WorkerSet("CartPole-v1", PGPolicy,
+                       WorkerConfig(**SMALL, recreate_failed_workers=False),
+                       num_workers=1, backend="local")
+    try:
+        assert not strict.tolerates_failures and strict.restarter() is None
+    finally:
+        strict.stop()
 
 
 def test_a_restart_is_one_counter_in_the_results():

@@ -170,9 +170,7 @@ class Algorithm:
                 "remote_timeout_s": config.sample_timeout_s}
             self._run = self.plan.compile(backend="auto", seed=config.seed or 0,
                                           local_worker=self.workers.local_worker(), **timeout)
-            restarts = getattr(self.workers, "restarts", None)
-            if restarts is not None:  # replacements count in the run's one counter
-                restarts.report_to(self._run.metrics)
+            self.workers.recovery.count_in(self._run.metrics)  # the run's counters
             self._hook("after_init", self.after_init)
         except BaseException:
             if getattr(self, "_run", None) is not None:

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 from flowrl.errors import ConfigError
 from flowrl.graph.stream import LocalStream
 from flowrl.runtime.calls import CALL_TIMEOUT_S, calls_for
-from flowrl.runtime.driver import WORKER_RESTARTS_COUNTER
+from flowrl.runtime.recovery import LOST_REQUESTS_COUNTER, WORKER_RESTARTS_COUNTER
 from flowrl.metrics import (LEARNER_INFO, STEPS_SAMPLED_COUNTER, STEPS_TRAINED_COUNTER,
                             get_metrics, summarize_custom_metrics)
 
@@ -247,9 +247,7 @@ class CollectMetrics:
 
     def _report(self, per_worker: list[list[dict]]) -> dict[str, Any]:
         metrics = get_metrics()
-        restarts = getattr(self.workers, "restarts", None)
-        if restarts is not None:  # the set counts its replacements in this run's counter
-            restarts.report_to(metrics)
+        self.workers.recovery.count_in(metrics)  # the set counts in this run's counters
         now = time.perf_counter()
         new = [e for eps in per_worker for e in eps]
         window = metrics.info.setdefault(RECENT_EPISODES, [])
@@ -277,7 +275,7 @@ class CollectMetrics:
             "time_total_s": metrics.info[TIME_TOTAL_S],
             "num_healthy_workers": len(self.workers.remote_workers()),
             "num_worker_restarts": counters[WORKER_RESTARTS_COUNTER],
-            "num_lost_requests": counters.get("num_lost_requests", 0),
+            "num_lost_requests": counters.get(LOST_REQUESTS_COUNTER, 0),
             "info": info,
             "timers": metrics.timer_summary(),
         }

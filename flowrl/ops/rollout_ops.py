@@ -60,8 +60,7 @@ def rollout_shards(workers, *, name: str = "rollouts") -> ParallelStream:
         raise ConfigError("rollout_shards(workers): the WorkerSet has no remote workers, so "
                           "there are no shards; use ParallelRollouts(workers, ...), which "
                           "samples the local worker on the driver, or set num_workers >= 1")
-    restarter = getattr(workers, "restarter", None)
-    return from_actors(remotes, name=name, restart=restarter() if restarter else None)
+    return from_actors(remotes, name=name, restart=workers.restarter())
 
 
 class _CountSampled:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from flowrl.errors import WorkerError
 from flowrl.runtime.stages import FusedStage
@@ -39,11 +39,10 @@ class Shard:
     key: str                  # the install key of this run's consumer on the host
     label: str                # "<source id>[<index>]" for messages and stats
     stage: FusedStage
-    #: ``restart(index) -> host | None`` from ``from_actors(restart=...)``; None: no recovery
-    restart: Callable[[int], Any] | None = None
-    index: int = 0            # the shard's index in its source (what restart gets)
-    max_restarts: int | None = None
-    origin: Any = None        # (source node, index): hosts shared by several gathers
+    #: What replaces a lost host: ``recovery.replace(index, dead, reason, lost)``
+    #: (:mod:`flowrl.runtime.recovery`); None: a loss is a WorkerError
+    recovery: Any = None
+    index: int = 0            # the shard's index in its source
 
     @property
     def actor(self) -> Any:

@@ -369,9 +369,12 @@ def _annotated_hosts(g: "nx.MultiDiGraph", node_id: str, names: list[str]) -> li
 
 
 def check_picklable(compiled: Compiled) -> None:
-    """Every function shipped to an actor must pickle; name the node if not."""
+    """Every function shipped to an actor must pickle; name the node if not. The params
+    of host sources are not shipped: ``from_actors``' name hosts (and their recovery,
+    which stays on the driver), an ``aggregate``'s its pipeline, whose own nodes are
+    checked here."""
     for op in compiled.ops.values():
-        if op.placement not in ("shards", "aggregators") or op.op == "from_actors":
+        if op.placement not in ("shards", "aggregators") or op.op in ("from_actors", "aggregate"):
             continue
         try:
             cloudpickle.dumps(op.params)

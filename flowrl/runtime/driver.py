@@ -14,7 +14,10 @@ State: ``hosts`` (per host-source id: the hosts and whether this run created
 them), ``shards`` (per gather id: the :class:`Shard` list it reads), ``stats``
 (per node id: :class:`NodeStats`), ``stages`` (the driver-side runs with their
 stage and busy time, resolved into per-node figures by :meth:`Driver.node_stats`),
-``splitters`` (per ``duplicate``), and the recovery state below.
+``splitters`` (per ``duplicate``), ``recoveries`` (per ``from_actors`` source with a
+``restart``: the :class:`~flowrl.runtime.recovery.ShardRecovery` that replaces its
+lost hosts; the policy and its counts live there) and ``relay`` (the
+:class:`~flowrl.runtime.recovery.RecoveryRelay` of aggregators on Ray, if any).
 """
 
 from __future__ import annotations
@@ -31,19 +34,16 @@ from flowrl.runtime.backend import Backend, Request, Shard, lost_reason
 from flowrl.runtime.compile import Compiled, Op, StageSpec, is_sync_source
 from flowrl.runtime.concurrency import Splitter, async_union, round_robin
 from flowrl.runtime.context import RunContext
+from flowrl.runtime.recovery import HostList, Recovery, RecoveryRelay, ShardRecovery
 from flowrl.runtime.stages import FusedStage, operator_error
 from flowrl.runtime.stats import NodeStats
 
 perf = time.perf_counter
 log = logging.getLogger("flowrl.runtime")
 
-#: Run counters of fault recovery (also at top level of algorithm results).
-WORKER_RESTARTS_COUNTER = "num_worker_restarts"
-LOST_REQUESTS_COUNTER = "num_lost_requests"
-DROPPED_WORKERS_COUNTER = "num_dropped_workers"
-
-#: ``(host, stage, label, recovery fields)`` of one shard a program's entry gather reads.
-Member = tuple[Any, FusedStage, str, dict]
+#: ``(host, stage, label, index, recovery)`` of one shard a program's entry gather reads
+#: (``recovery``: see :class:`~flowrl.runtime.backend.Shard`).
+Member = tuple[Any, FusedStage, str, int, Any]
 
 
 class Driver:
@@ -70,9 +70,8 @@ class Driver:
         self.splitters: dict[str, Splitter] = {}
         self.stages: list[tuple[StageSpec, FusedStage, _Busy]] = []
         self.agens: list[Any] = []
-        self.restarts: dict[Any, int] = {}   # shard origin -> replacements so far
-        self.relay: Any = None                # RestartRelay, made when an aggregator needs one
-        self._recovering: dict[int, tuple[str, int]] = {}  # shard id -> (reason, lost)
+        self.recoveries: dict[str, ShardRecovery] = {}  # per from_actors source with restart
+        self.relay: RecoveryRelay | None = None  # made when an aggregator's member needs it
 
     # ------------------------------------------------------------------ setup
     def start(self) -> None:
@@ -85,12 +84,13 @@ class Driver:
             self.shards[gather] = [
                 Shard(self.hosts[s.source][s.index][0], f"{self.key}/{gather}",
                       f"{s.source}[{s.index}]", FusedStage.from_spec(s.stage),
-                      **_recovery(self.ops[s.source], s.index))
+                      recovery=self._recovery(self.ops[s.source]), index=s.index)
                 for s in slots]
         entry = self.program.entry
         if entry is not None:
-            self.shards[entry] = [Shard(host, f"{self.key}/{entry}", label, stage, **recovery)
-                                  for host, stage, label, recovery in self.inputs]
+            self.shards[entry] = [Shard(host, f"{self.key}/{entry}", label, stage,
+                                        recovery=recovery, index=index)
+                                  for host, stage, label, index, recovery in self.inputs]
         self.backend.install([s for shards in self.shards.values() for s in shards])
 
     def _make_hosts(self, src: Op) -> list[tuple[Any, bool]]:
@@ -103,9 +103,8 @@ class Driver:
             hosts = []
             for j, group in enumerate(self.program.groups[src.id]):
                 members = [(self.hosts[s.source][s.index][0], FusedStage.from_spec(s.stage),
-                            f"{s.source}[{s.index}]",
-                            _recovery(self.ops[s.source], s.index, shipped=True,
-                                      relay=self._relayed))
+                            f"{s.source}[{s.index}]", s.index,
+                            self._shipped(self.ops[s.source]))
                            for s in group]
                 spec = AggregatorSpec(self.program.pipelines[src.id], members, self.seed + j,
                                       self.backend.remote_timeout_s)
@@ -115,23 +114,6 @@ class Driver:
         return [(self.backend.make_item_host(part, src.params["repeat"], options,
                                              label=f"{src.id}[{i}]"), True)
                 for i, part in enumerate(src.params["shards"])]
-
-    def _relayed(self, source: Op, restart: Any) -> Any:
-        """A shippable stand-in for the driver-only ``restart`` of ``source``'s shards.
-
-        Ray only: an aggregator actor calls it, and the driver's :class:`RestartRelay`
-        runs ``restart`` here, where the WorkerSet and the learner's weights are.
-        In-process aggregators (local backend) hold no lost hosts: None.
-        """
-        if self.backend.name != "ray":
-            return None
-        if self.relay is None:
-            from flowrl.runtime.aggregator import RestartRelay
-            from flowrl.runtime.ray_backend import START_WAIT_S
-            bound = self.backend.remote_timeout_s
-            self.relay = RestartRelay(self.metrics.counters, LOST_REQUESTS_COUNTER,
-                                      max(START_WAIT_S, bound or 0.0))
-        return self.relay.proxy(source.id, restart)
 
     def stop(self) -> None:
         """Release this run's stages from surviving hosts and end the hosts it made."""
@@ -149,122 +131,90 @@ class Driver:
 
     # ------------------------------------------------------------------ recovery
     def recover(self, shard: Shard, error: BaseException, lost: int) -> Request | None:
-        """Start replacing ``shard``'s lost host, or drop the shard; re-raise what is not
+        """Replace ``shard``'s lost host, or drop the shard; re-raise what is not
         recoverable.
 
         ``error`` is what a request to the shard raised; ``lost`` is how many of the
         shard's requests (in flight or failed) are abandoned. Only a lost host (died,
-        unreachable, silent past the bound) with a ``restart`` is recovered:
-        ``restart(index)`` gives the replacement, on which the shard's stage is
-        installed afresh (a new stream), or None to go on without the shard.
-        Returns the install request of the replacement (the gather waits for it
-        beside its other requests, then calls :meth:`installed`), or None if the
-        shard was dropped.
-
-        Counters: ``num_lost_requests`` += ``lost``; ``num_worker_restarts`` += 1 per
-        replacement made (one lost while it starts is replaced, and counted, again;
-        a ``restart`` with ``report_restarts_to(metrics)``, a WorkerSet's, is bound
-        to the run's metrics instead and counts the replacements it makes there);
-        ``num_dropped_workers`` += 1 per dropped shard. Each is logged once
-        (``flowrl.runtime`` logger, WARNING) with the reason.
+        unreachable, silent past the bound) of a shard with a recovery is recovered:
+        the host is ended and its source's recovery decides, counts and logs
+        (:mod:`flowrl.runtime.recovery`). Returns the request that installs the
+        shard's stage afresh on the replacement (the gather waits for it beside its
+        other requests, then calls :meth:`installed`), or None if the shard was
+        dropped.
         """
-        reason = lost_reason(error)
-        if reason is None or shard.restart is None:
+        if lost_reason(error) is None or shard.recovery is None:
             raise error
-        self.metrics.counters[LOST_REQUESTS_COUNTER] += lost
-        return self._begin(shard, error, reason, lost)
+        return self._replace(shard, lost_reason(error), lost)
 
-    def _begin(self, shard: Shard, error: BaseException, reason: str,
-               lost: int) -> Request | None:
-        if not self._replace(shard, error, reason, lost):
+    def _replace(self, shard: Shard, reason: str, lost: int) -> Request | None:
+        self.backend.forget(shard)
+        self.backend.end_host(shard.host)
+        new = shard.recovery.replace(shard.index, shard.host, reason, lost)
+        if new is None:
             return None
-        self._recovering[id(shard)] = (reason, lost)
-        report = getattr(shard.restart, "report_restarts_to", None)
-        if report is not None:  # the restart counts its own replacements (a WorkerSet's)
-            report(self.metrics)
-        else:
-            self.metrics.counters[WORKER_RESTARTS_COUNTER] += 1
+        shard.host = new
         return self.backend.begin_install(shard)
 
     def installed(self, request: Request) -> "Request | bool":
         """Finish a replacement's install (``request`` from :meth:`recover`, done).
 
         Returns True once the shard has a working host again. A replacement lost
-        while it started is replaced in turn: the next install request is
+        while it started is recovered in turn: the next install request is
         returned, or False if the shard was dropped instead. Nothing here waits,
         so a gather keeps serving its other shards however often that repeats
         (``max_restarts`` still bounds it).
         """
-        shard = request.shard
-        reason, lost = self._recovering.pop(id(shard), ("lost", 0))
         try:
             self.backend.end_install(request)
         except WorkerError as e:
             reason = lost_reason(e)
             if reason is None:
                 raise
+            shard = request.shard
             log.warning("the replacement of shard host %s was lost while it started "
                         "(%s): %s", shard.label, reason, str(e).splitlines()[0][:200])
-            nxt = self._begin(shard, e, reason, 0)
+            nxt = self._replace(shard, reason, 0)
             return False if nxt is None else nxt
-        log.warning("shard host %s was lost (%s) and replaced (restart %d); %d "
-                    "request(s) abandoned", shard.label, reason,
-                    self.restarts[shard.origin or id(shard)], lost)
         return True
 
-    def _replace(self, shard: Shard, error: BaseException, reason: str, lost: int) -> bool | None:
-        """Give ``shard`` a new host (True) or drop it (False); see :meth:`recover`."""
-        counters = self.metrics.counters
-        origin = shard.origin or id(shard)
-        done = self.restarts.get(origin, 0)
-        if shard.max_restarts is not None and done >= shard.max_restarts:
-            raise WorkerError(
-                f"shard host {shard.label} failed again ({reason}) after {done} restart(s): "
-                f"max_restarts={shard.max_restarts} (from_actors(max_restarts=...); "
-                "AlgorithmConfig.max_worker_restarts for algorithms) is used up; find out why "
-                "it fails, or raise the limit") from error
-        self.backend.forget(shard)
-        dead = shard.host
-        new = self._current_host(shard, dead)
-        if new is None:
-            self.backend.end_host(dead)
-            try:
-                if getattr(shard.restart, "takes_lost", False):
-                    new = shard.restart(shard.index, lost=lost)
-                else:
-                    new = shard.restart(shard.index)
-            except WorkerError:
-                raise
-            except Exception as e:
-                raise WorkerError(f"shard host {shard.label} was lost ({reason}) and "
-                                  f"restart({shard.index}) raised {type(e).__name__}: {e}") from e
-        if new is None:
-            counters[DROPPED_WORKERS_COUNTER] += 1
-            log.warning("shard host %s was lost (%s); restart(%d) gave None, so the run goes "
-                        "on without it; %d request(s) abandoned", shard.label, reason,
-                        shard.index, lost)
-            self._set_host(shard, None)
-            return False
-        self.restarts[origin] = done + 1
-        shard.host = new
-        self._set_host(shard, new)
-        return True
+    def _recovery(self, source: Op) -> ShardRecovery | None:
+        """The recovery of ``source``'s shards (None: a loss is a WorkerError), one per
+        source and run, counting in this run's metrics.
 
-    def _current_host(self, shard: Shard, dead: Any) -> Any:
-        """The replacement another gather of this run already made for ``dead``, if any."""
-        if shard.origin is None:
+        A WorkerSet's restarter is its own recovery's; a ``restart`` function gets one
+        that replaces each shard at most ``max_restarts`` times.
+        """
+        if source.op != "from_actors" or source.params["restart"] is None:
             return None
-        src, index = shard.origin
-        hosts = self.hosts.get(src)
-        if hosts is None or hosts[index][0] is dead:
-            return None
-        return hosts[index][0]
+        if source.id not in self.recoveries:
+            p = source.params
+            if isinstance(p["restart"], ShardRecovery):
+                if p["max_restarts"] is not None:
+                    raise ConfigError(
+                        f"from_actors {source.id!r}: max_restarts={p['max_restarts']} with a "
+                        "WorkerSet's restarter; the WorkerSet's max_worker_restarts caps its "
+                        "replacements: drop max_restarts")
+                shards = p["restart"]
+            else:
+                hosts = HostList(p["hosts"], p["restart"], source.id)
+                shards = ShardRecovery(Recovery(hosts, max_restarts=p["max_restarts"],
+                                                per_host=True), range(len(p["hosts"])))
+            shards.recovery.count_in(self.metrics)
+            self.recoveries[source.id] = shards
+        return self.recoveries[source.id]
 
-    def _set_host(self, shard: Shard, host: Any) -> None:
-        if shard.origin is not None and shard.origin[0] in self.hosts:
-            src, index = shard.origin
-            self.hosts[src][index] = (host if host is not None else shard.host,
-                                      self.hosts[src][index][1])
+    def _shipped(self, source: Op) -> Any:
+        """The recovery of ``source``'s shards inside an aggregator: on Ray, a stand-in
+        that runs :meth:`_recovery`'s on the driver (:class:`RecoveryRelay`).
+        In-process aggregators (local backend) hold no host that can be lost: None."""
+        recovery = self._recovery(source)
+        if recovery is None or self.backend.name != "ray":
+            return None
+        if self.relay is None:
+            from flowrl.runtime.ray_backend import START_WAIT_S
+            self.relay = RecoveryRelay(max(START_WAIT_S, self.backend.remote_timeout_s or 0.0))
+        return self.relay.proxy(source.id, recovery)
 
     # ------------------------------------------------------------------ stats
     def node_stats(self) -> dict[str, dict]:
@@ -609,24 +559,6 @@ BUILDERS = {
     "concurrently": Driver._concurrently,
     "duplicate": Driver._duplicate,
 }
-
-
-def _recovery(source: Op, index: int, shipped: bool = False,
-              relay: Any = None) -> dict[str, Any]:
-    """The Shard fields that let the runtime replace shard ``index`` of ``source``.
-
-    ``shipped``: for an aggregator's members, which recover inside the aggregator; a
-    ``restart`` that only works on the driver (``driver_only``, e.g. a WorkerSet's) is
-    replaced there by ``relay(source, restart)`` (a stand-in that asks the driver),
-    or left out without a relay.
-    """
-    p = source.params
-    restart = p.get("restart") if source.op == "from_actors" else None
-    if restart is not None and shipped and getattr(restart, "driver_only", False):
-        restart = relay(source, restart) if relay is not None else None
-    return {"restart": restart, "index": index,
-            "max_restarts": p.get("max_restarts") if restart is not None else None,
-            "origin": None if shipped else (source.id, index)}
 
 
 class SyncOutput:

@@ -1,4 +1,13 @@
-"""Warm spares of a WorkerSet: a started, idle worker the next replacement is built in.
+"""A replacement's start: the wait it is given, and a warm spare to build the next one in.
+
+Start wait: a replacement gets :data:`~flowrl.runtime.calls.START_WAIT_S` to start:
+until it answers once, a wait on it is bounded by what is left of that when it is
+more than ``sample_timeout_s`` (:class:`StartingWorkers`; state: ``fresh``, worker
+index -> when its replacement was made, until it answers or its start wait is
+over, and ``starting``, worker index -> the replacement's pending ready call,
+until it is done).
+
+Spares:
 
 Policy: most of a replacement's start is its new process importing flowrl and its
 libraries (torch), not building the env
@@ -12,18 +21,71 @@ CPU reservation when promoted (Ray fixes an actor's resources at creation); the
 lost worker's reservation is released. Only workers in their own processes
 (``Calls.remote``) have spares: an in-process start costs no import.
 
-State: ``spare`` (the started idle worker, or None) and ``stopped``, both under
-the set's lock; one short-lived thread per spare start, waiting for the
+State of the spares: ``spare`` (the started idle worker, or None) and ``stopped``,
+both under the set's lock; one short-lived thread per spare start, waiting for the
 replacement's ready call.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from typing import Any, Callable
 
 from flowrl.runtime.calls import START_WAIT_S, Calls
 from flowrl.workers.rollout_worker import RolloutWorker
+
+
+class StartingWorkers:
+    """The replacements of one WorkerSet that have not started yet; see the module
+    docstring.
+
+    >>> from flowrl.runtime.calls import IN_PROCESS
+    >>> starts = StartingWorkers(IN_PROCESS)
+    >>> starts.began(2, IN_PROCESS.call([], "append", 0))    # its ready call, done
+    >>> sorted(starts.fresh), starts.still_starting(), starts.starting
+    ([2], set(), {})
+    >>> starts.bound(1.0, 2) > 1.0, starts.bound(1.0, 1)     # only worker 2 waits longer
+    (True, 1.0)
+    >>> starts.answered(2); starts.fresh
+    {}
+    """
+
+    def __init__(self, calls: Calls):
+        self.calls = calls
+        self.fresh: dict[int, float] = {}
+        self.starting: dict[int, Any] = {}
+
+    def began(self, worker_index: int, ready: Any) -> None:
+        """Replacement ``worker_index`` was made; ``ready``: its pending ready call."""
+        self.starting[worker_index] = ready
+        self.fresh[worker_index] = time.monotonic()
+
+    def answered(self, worker_index: int) -> None:
+        """Worker ``worker_index`` answered a call: it is started."""
+        self.fresh.pop(worker_index, None)
+
+    def still_starting(self) -> set[int]:
+        """Indices of replacements whose worker is not built yet."""
+        if not self.starting:
+            return set()
+        done = {id(p) for p in self.calls.wait(list(self.starting.values()), 0)}
+        for idx, p in list(self.starting.items()):
+            if id(p) in done:
+                del self.starting[idx]
+        return set(self.starting)
+
+    def bound(self, timeout_s: float, worker_index: int | None = None) -> float:
+        """Seconds to wait for worker ``worker_index`` (any worker if None):
+        ``timeout_s``, or what is left of START_WAIT_S for a replacement that has not
+        answered yet."""
+        now, bound = time.monotonic(), timeout_s
+        for i, t0 in list(self.fresh.items()):
+            if now - t0 > START_WAIT_S:
+                del self.fresh[i]
+            elif worker_index is None or i == worker_index:
+                bound = max(bound, t0 + START_WAIT_S - now)
+        return bound
 
 
 class SpareWorkers:
@@ -79,4 +141,4 @@ def rebuild_worker(worker: RolloutWorker, env: Any, worker_index: int, kwargs: d
                            **kwargs)
 
 
-__all__ = ["SpareWorkers", "rebuild_worker"]
+__all__ = ["SpareWorkers", "StartingWorkers", "rebuild_worker"]

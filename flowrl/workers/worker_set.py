@@ -24,14 +24,16 @@ workers, each wait bounded by ``sample_timeout_s`` (or
 :data:`~flowrl.defaults.REMOTE_TIMEOUT_S`). The set composes
 three units, each with its own policy and state:
 
-- :mod:`flowrl.workers.restarts`: a remote worker that dies or does not answer is
-  replaced (``recreate_failed_workers``), dropped (``ignore_worker_failures``) or a
-  :class:`~flowrl.errors.WorkerError` naming it; each replacement counts once in
-  ``num_worker_restarts``. ``foreach_worker`` and ``sync_weights`` do this
-  themselves; plans reading :func:`rollout_shards` get it through
-  ``from_actors(restart=workers.restarter(...))``.
-- :mod:`flowrl.workers.spares`: once a set has replaced a worker (Ray), it keeps one
-  warm spare started, so the next replacement skips its process start.
+- :mod:`flowrl.runtime.recovery` (``recovery``): a remote worker that dies or does
+  not answer is replaced (``recreate_failed_workers``), dropped
+  (``ignore_worker_failures``) or a :class:`~flowrl.errors.WorkerError` naming it;
+  each replacement counts once in ``num_worker_restarts``. The set is the
+  recovery's :class:`~flowrl.runtime.recovery.Replaceable` hosts: ``foreach_worker``
+  and ``sync_weights`` hand it the workers they find lost, and so do plans reading
+  :func:`rollout_shards`, through ``from_actors(restart=workers.restarter(...))``.
+- :mod:`flowrl.workers.spares` (``starts``, ``spares``): a replacement's start wait,
+  and, once a set has replaced a worker (Ray), one warm spare started, so the next
+  replacement skips its process start.
 - :mod:`flowrl.workers.broadcast`: ``sync_weights`` sends the local worker's weights
   to every remote worker without waiting, and tracks every send until it answers.
 
@@ -58,9 +60,9 @@ from flowrl.runtime.backend import lost_reason
 from flowrl.runtime.calls import (START_WAIT_S, Calls, calls_for_backend, is_actor_handle,
                                   remote_cause, require_ray, resolve_backend)
 from flowrl.workers.broadcast import WeightBroadcast
-from flowrl.workers.restarts import Restarter, RestartPolicy
+from flowrl.runtime.recovery import Recovery, Replaceable, ShardRecovery
 from flowrl.workers.rollout_worker import PolicySpec, RolloutWorker
-from flowrl.workers.spares import SpareWorkers, rebuild_worker
+from flowrl.workers.spares import SpareWorkers, StartingWorkers, rebuild_worker
 
 
 @dataclass
@@ -160,13 +162,13 @@ class WorkerConfig:
         return kwargs
 
 
-class WorkerSet:
+class WorkerSet(Replaceable):
     """A local :class:`RolloutWorker` plus remote ones; see the module docstring.
 
-    It composes three units, each readable alone: :class:`RestartPolicy`
-    (``restarts``: what becomes of a lost worker, and the restart count),
-    :class:`SpareWorkers` (``spares``) and :class:`WeightBroadcast`
-    (``broadcast``). Every call to a remote worker goes through ``calls``
+    It composes units, each readable alone: :class:`~flowrl.runtime.recovery.Recovery`
+    (``recovery``: what becomes of a lost worker, and the restart count),
+    :class:`StartingWorkers` (``starts``), :class:`SpareWorkers` (``spares``) and
+    :class:`WeightBroadcast` (``broadcast``). Every call to a remote worker goes through ``calls``
     (:mod:`flowrl.runtime.calls`), the same code for Ray actors and in-process
     workers.
     """
@@ -221,9 +223,14 @@ class WorkerSet:
         self._remotes = list(remotes)
         self._indices = list(range(1, len(self._remotes) + 1))
         # Replacements may be made on the driver's thread or, for workers lost inside an
-        # aggregator, on the run's restart-relay thread: one at a time.
+        # aggregator, on the run's recovery-relay thread: one at a time.
         self._lock = threading.RLock()
-        self.restarts = RestartPolicy(config, calls)
+        replaces = (config is not None and config.recreate_failed_workers
+                    and not config.ignore_worker_failures)
+        self.recovery = Recovery(
+            self, replaces=replaces, setting="max_worker_restarts", lock=self._lock,
+            max_restarts=None if config is None else config.max_worker_restarts)
+        self.starts = StartingWorkers(calls)
         self.spares = SpareWorkers(calls, functools.partial(self._create, num_cpus=0),
                                    self._lock)
         self.broadcast = WeightBroadcast(
@@ -266,14 +273,20 @@ class WorkerSet:
 
     @property
     def num_restarts(self) -> int:
-        """Replacements made (:attr:`RestartPolicy.num_restarts`: the run's
-        ``num_worker_restarts`` once a run counts them)."""
-        return self.restarts.num_restarts
+        """Replacements made (the run's ``num_worker_restarts`` once a run counts them:
+        :meth:`~flowrl.runtime.recovery.Recovery.count_in`)."""
+        return self.recovery.num_restarts
 
     @property
     def num_dropped(self) -> int:
-        """Workers dropped (``ignore_worker_failures``)."""
-        return self.restarts.num_dropped
+        """Workers dropped (``ignore_worker_failures``; the run's
+        ``num_dropped_workers`` once a run counts them)."""
+        return self.recovery.num_dropped
+
+    @property
+    def tolerates_failures(self) -> bool:
+        """Whether a lost remote worker is replaced or dropped rather than a WorkerError."""
+        return self.config is not None and self.config.tolerates_failures
 
     def worker_indices(self) -> list[int]:
         """``worker_index`` of each of :meth:`remote_workers`, in the same order."""
@@ -358,7 +371,7 @@ class WorkerSet:
                                wait_s: float, carry: dict, results: list) -> None:
         """The ``wait_s``/``carry`` form of :meth:`foreach_worker_async`."""
         now = time.monotonic()
-        starting = self.restarts.still_starting() if skip_starting else set()
+        starting = self.starts.still_starting() if skip_starting else set()
         current = dict(zip(self._indices, self._remotes))
         for idx in [i for i, (w, _, _) in carry.items() if current.get(i) is not w]:
             del carry[idx]  # the worker was replaced or dropped: its call is moot
@@ -381,7 +394,7 @@ class WorkerSet:
     def _apply_remote(self, fn: Callable[[RolloutWorker], Any], skip_starting: bool) -> list:
         """``(index, handle, pending call)`` of ``fn`` applied on each remote worker; with
         ``skip_starting``, calls to replacements still starting are queued but left out."""
-        starting = self.restarts.still_starting() if skip_starting else set()
+        starting = self.starts.still_starting() if skip_starting else set()
         calls = [(idx, w, self.calls.apply(w, fn))
                  for idx, w in zip(self._indices, self._remotes)]
         return [c for c in calls if c[0] not in starting]
@@ -398,14 +411,14 @@ class WorkerSet:
             try:
                 results.append(self.calls.get(p, timeout=0, label=f"remote worker {idx}",
                                               setting="sample_timeout_s"))
-                self.restarts.answered(idx)
+                self.starts.answered(idx)
             except Exception as e:  # noqa: BLE001 - classified below
                 self._call_failed(idx, w, e, where)
 
     def _bound(self, idx: int | None = None) -> float:
         """Seconds to wait for worker ``idx`` (any worker if None); see
-        :meth:`RestartPolicy.bound`."""
-        return self.restarts.bound(self.timeout_s, idx)
+        :meth:`StartingWorkers.bound`."""
+        return self.starts.bound(self.timeout_s, idx)
 
     # -- failures -------------------------------------------------------------------
     def _call_failed(self, idx: int, w: Any, e: BaseException, where: str) -> None:
@@ -422,15 +435,20 @@ class WorkerSet:
               error: BaseException | None = None) -> None:
         """Remote worker ``idx`` (handle ``w``) is lost: replace or drop it, or raise."""
         with self._lock:
-            if idx not in self._indices or self._remotes[self._indices.index(idx)] is not w:
+            if self.host(idx) is not w:
                 return  # already replaced or dropped by an earlier call
-            self.restarts.refuse(idx, reason, where, error)
-            self.restart_worker(idx, reason=reason)
+            if not self.tolerates_failures:
+                raise WorkerError(
+                    f"WorkerSet.{where}: remote worker {idx} (a Ray actor) {reason}; set "
+                    "recreate_failed_workers=True to replace it or ignore_worker_failures=True "
+                    "to go on without it") from error
+            self.recovery.replace(idx, w, reason)
 
     def restart_worker(self, worker_index: int, *, reason: str = "requested") -> Any:
         """Replace remote worker ``worker_index`` (or drop it); returns the new one or None.
 
-        The old worker is ended (``ray.kill``); the replacement has the same
+        What :attr:`recovery` does with a lost worker (:mod:`flowrl.runtime.recovery`):
+        the old worker is ended (``ray.kill``); the replacement has the same
         ``worker_index`` and gets the local worker's current weights before anything
         else. On Ray it is the warm spare when one was started (rebuilt in place;
         see :mod:`flowrl.workers.spares`), and a new spare is started for the next
@@ -438,28 +456,33 @@ class WorkerSet:
         (or ``recreate_failed_workers=False``) the worker is dropped instead and
         None is returned. Raises WorkerError once ``max_worker_restarts``
         replacements were made. Counts ``num_restarts`` / ``num_dropped`` and logs
-        once (``flowrl.workers`` logger, WARNING); see :class:`RestartPolicy`.
-        Thread-safe (a worker lost inside an aggregator is replaced from the run's
-        restart-relay thread).
+        once. Thread-safe (a worker lost inside an aggregator is replaced from the
+        run's recovery-relay thread).
         """
         with self._lock:
-            return self._restart_worker(worker_index, reason)
+            if worker_index not in self._indices:
+                raise ConfigError(f"WorkerSet.restart_worker({worker_index!r}): no such remote "
+                                  f"worker; have {self._indices}")
+            if self.config is None:
+                raise WorkerError(f"WorkerSet.restart_worker({worker_index}): this set wraps "
+                                  "workers created elsewhere (from_existing) and cannot rebuild "
+                                  "them")
+            return self.recovery.replace(worker_index, self.host(worker_index), reason)
 
-    def _restart_worker(self, worker_index: int, reason: str) -> Any:
-        if worker_index not in self._indices:
-            raise ConfigError(f"WorkerSet.restart_worker({worker_index!r}): no such remote "
-                              f"worker; have {self._indices}")
+    # -- the hosts of its recovery (Replaceable; called by self.recovery, under the lock)
+    def host(self, worker_index: int) -> Any:
+        """Remote worker ``worker_index`` now (None: dropped, or no such worker)."""
+        remotes = dict(zip(self._indices, self._remotes))
+        return remotes.get(worker_index)
+
+    def describe(self, worker_index: int) -> str:
+        return f"remote worker {worker_index}"
+
+    def rebuild(self, worker_index: int, another: bool) -> Any:
+        """End remote worker ``worker_index`` and put its replacement in its place (see
+        :meth:`restart_worker`); ``another``: start a spare for the next one."""
         pos = self._indices.index(worker_index)
-        if self.config is None:
-            raise WorkerError(f"WorkerSet.restart_worker({worker_index}): this set wraps "
-                              "workers created elsewhere (from_existing) and cannot rebuild them")
         self.calls.kill(self._remotes[pos])
-        if not self.restarts.replaces(worker_index, reason):
-            # New lists, so a loop over the old ones on another thread stays consistent.
-            self._remotes = self._remotes[:pos] + self._remotes[pos + 1:]
-            self._indices = self._indices[:pos] + self._indices[pos + 1:]
-            self.restarts.dropped(worker_index, reason, len(self._remotes))
-            return None
         weights = self._local.get_weights()
         new = self.spares.take()
         if new is not None:  # rebuilt in place; calls run in order, so before any sample
@@ -470,23 +493,30 @@ class WorkerSet:
         versions = self._versions()
         self.calls.call(new, "set_weights", weights, *(() if versions is None else (versions,)))
         ready = self.calls.call(new, "flowrl_ping")
-        if self.restarts.another_may_come():
+        if another:
             self.spares.start_after(ready, worker_index)
+        # New lists, so a loop over the old ones on another thread stays consistent.
         self._remotes = self._remotes[:pos] + [new] + self._remotes[pos + 1:]
-        self.restarts.replaced(worker_index, reason, ready)
+        self.starts.began(worker_index, ready)
         return new
 
-    def restarter(self, indices: Sequence[int] | None = None) -> "Callable[[int], Any] | None":
-        """``restart(i)`` for ``from_actors(self.remote_workers(), restart=...)``.
+    def drop(self, worker_index: int) -> None:
+        """End remote worker ``worker_index`` and go on without it."""
+        pos = self._indices.index(worker_index)
+        self.calls.kill(self._remotes[pos])
+        self._remotes = self._remotes[:pos] + self._remotes[pos + 1:]
+        self._indices = self._indices[:pos] + self._indices[pos + 1:]
 
-        Shard ``i`` is worker ``indices[i]`` (default: :meth:`worker_indices` now).
-        If this set already replaced or dropped that worker (``foreach_worker`` found
-        it dead first), the current one (or None) is returned instead of another.
-        None when the set does not tolerate failures (or cannot rebuild workers).
+    def restarter(self, indices: Sequence[int] | None = None) -> ShardRecovery | None:
+        """The ``restart`` for ``from_actors(self.remote_workers(), restart=...)``: this
+        set's :attr:`recovery`, shard ``i`` being worker ``indices[i]`` (default:
+        :meth:`worker_indices` now). A worker this set already replaced or dropped
+        (``foreach_worker`` found it lost first) is not replaced again: the shard gets
+        the current one (or is dropped). None when the set does not tolerate failures.
         """
-        if not self.restarts.tolerates_failures:
+        if not self.tolerates_failures:
             return None
-        return Restarter(self, list(self._indices if indices is None else indices))
+        return ShardRecovery(self.recovery, list(self._indices if indices is None else indices))
 
     def foreach_remote_worker(self, fn: Callable[[RolloutWorker], Any]) -> list:
         """``[fn(w) for each remote worker]`` in worker order (waits for all).
