@@ -217,9 +217,9 @@ def breakdown(args) -> None:
     try:
         for k in range(args.breakdown):
             deadline = time.monotonic() + 120
-            while k and ws._spare is None and time.monotonic() < deadline:
+            while k and ws.spares.spare is None and time.monotonic() < deadline:
                 time.sleep(0.05)   # the spare is started once the previous replacement is up
-            spare = ws._spare
+            spare = ws.spares.spare
             if spare is not None:
                 ray.get(spare.flowrl_ping.remote())   # a kill 10 s apart finds it started
             victim = ws.remote_workers()[0]
