@@ -51,6 +51,9 @@ class Workers:
     def remote_workers(self):
         return self._remotes
 
+    def restarter(self):
+        return None  # a lost worker is a WorkerError
+
 
 @pytest.fixture(scope="module")
 def ray_workers(request):

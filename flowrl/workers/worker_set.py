@@ -22,7 +22,7 @@ Every call to a remote worker goes through the backend's calls
 (:mod:`flowrl.runtime.calls`): one code path for Ray actors and in-process
 workers, each wait bounded by ``sample_timeout_s`` (or
 :data:`~flowrl.defaults.REMOTE_TIMEOUT_S`). The set composes
-three units, each with its own policy and state:
+units, each with its own policy and state:
 
 - :mod:`flowrl.runtime.recovery` (``recovery``): a remote worker that dies or does
   not answer is replaced (``recreate_failed_workers``), dropped
@@ -59,8 +59,8 @@ from flowrl.errors import ConfigError, EnvError, WorkerError
 from flowrl.runtime.backend import lost_reason
 from flowrl.runtime.calls import (START_WAIT_S, Calls, calls_for_backend, is_actor_handle,
                                   remote_cause, require_ray, resolve_backend)
-from flowrl.workers.broadcast import WeightBroadcast
 from flowrl.runtime.recovery import Recovery, Replaceable, ShardRecovery
+from flowrl.workers.broadcast import WeightBroadcast
 from flowrl.workers.rollout_worker import PolicySpec, RolloutWorker
 from flowrl.workers.spares import SpareWorkers, StartingWorkers, rebuild_worker
 
@@ -168,9 +168,9 @@ class WorkerSet(Replaceable):
     It composes units, each readable alone: :class:`~flowrl.runtime.recovery.Recovery`
     (``recovery``: what becomes of a lost worker, and the restart count),
     :class:`StartingWorkers` (``starts``), :class:`SpareWorkers` (``spares``) and
-    :class:`WeightBroadcast` (``broadcast``). Every call to a remote worker goes through ``calls``
-    (:mod:`flowrl.runtime.calls`), the same code for Ray actors and in-process
-    workers.
+    :class:`WeightBroadcast` (``broadcast``). Every call to a remote worker goes
+    through ``calls`` (:mod:`flowrl.runtime.calls`), the same code for Ray actors and
+    in-process workers.
     """
 
     def __init__(self, env, policy: Callable[..., Any] | None = None,
