@@ -321,15 +321,7 @@ class Driver:
         return stage(self._open_source(self.ops[spec.source_id]))
 
     async def _pulled(self, spec: StageSpec, stage: FusedStage, busy: "_Busy"):
-        items = self.pull_source(spec, stage)
-        while True:
-            t = perf()
-            try:
-                x = next(items)
-            except StopIteration:
-                return
-            finally:
-                busy.s += perf() - t
+        for x in _timed(self.pull_source(spec, stage), busy):
             yield x
 
     @staticmethod
