@@ -8,6 +8,7 @@ import pytest
 from ray_helpers import kill
 
 from flowrl.algorithms import DDPPO, DDPPOConfig
+from flowrl.callbacks import DefaultCallbacks
 from flowrl.algorithms.ddppo import allreduce_mean
 from flowrl.errors import ConfigError, FlowError, WorkerError
 
@@ -121,9 +122,16 @@ def _lr(worker) -> float:
     return worker.get_policy().optimizer.param_groups[0]["lr"]
 
 
+class RowsLearned(DefaultCallbacks):
+    def on_learn_on_batch(self, *, policy, train_batch, result, **kwargs):
+        result["rows"] = train_batch.count
+
+
 @pytest.mark.ray
 def test_ddppo_lr_schedule_sets_the_rate_the_workers_train_with(ray_session):
-    algo = DDPPO(DDPPOConfig(**QUICK, lr_schedule=[[0, 1e-3], [200, 1e-9]]))
+    # also: the workers' rounds run on_learn_on_batch, as every other learner does
+    algo = DDPPO(DDPPOConfig(**QUICK, lr_schedule=[[0, 1e-3], [200, 1e-9]],
+                             callbacks=RowsLearned))
     try:
         first = algo.train()
         assert algo.workers.foreach_remote_worker(_lr) == pytest.approx([1e-9, 1e-9])
@@ -132,6 +140,7 @@ def test_ddppo_lr_schedule_sets_the_rate_the_workers_train_with(ray_session):
         assert [r["info"]["learner"]["default_policy"]["cur_lr"]
                 for r in (first, second)] == pytest.approx([1e-3, 1e-9])
         assert "ddppo/update_lr" in algo.plan.to_dot()
+        assert second["info"]["learner"]["default_policy"]["custom_metrics"] == {"rows": 128}
     finally:
         algo.stop()
 

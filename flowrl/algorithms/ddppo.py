@@ -44,6 +44,7 @@ import numpy as np
 from flowrl.algorithms.ppo import PPO, PPOConfig
 from flowrl.algorithms.validators import number
 from flowrl.batch import SampleBatch
+from flowrl.callbacks import learn_callbacks
 from flowrl.errors import ConfigError, FlowError, WorkerError
 from flowrl.graph.stream import LocalStream
 from flowrl.metrics import (AGENT_STEPS_SAMPLED_COUNTER, LEARNER_INFO, STEPS_SAMPLED_COUNTER,
@@ -233,6 +234,7 @@ class _DDPPOTrain:
                               "single-agent envs")
         (pid,) = worker.policies_to_train
         policy = worker.get_policy(pid)
+        custom = learn_callbacks(policy, batch)  # on_learn_on_batch, as every learner runs it
         if not self.per_minibatch:
             batch = self.standardize(batch)
         loaded = policy.load_batch(batch)  # rows, or a recurrent policy's sequences
@@ -243,6 +245,8 @@ class _DDPPOTrain:
         stats = minibatch_sgd(loaded, num_sgd_iter=self.num_sgd_iter, sgd_minibatch_size=size,
                               rng=self.rng, step=step)
         stats["cur_lr"] = policy.optimizer.param_groups[0]["lr"]
+        if custom is not None:
+            stats["custom_metrics"] = custom
         return {pid: stats}, batch.count
 
 
