@@ -590,7 +590,7 @@ def train(args: argparse.Namespace) -> int:
     algo = cls(config)
     try:
         if restored is not None:
-            algo.restore(restored["path"], allow_pickle=args.restore_allow_pickle)
+            algo.restore_state(restored, f"--restore {args.restore!r}")  # read once, above
         return _train_loop(args, algo, stop, ResultLogger, restored)
     finally:
         algo.stop()

@@ -462,11 +462,13 @@ class Algorithm:
         from an incompatible model, or needs pickle and ``allow_pickle`` is False.
         """
         state = checkpoint.read_checkpoint(path, allow_pickle=allow_pickle)
-        self._restore_state(state, f"{self.name}.restore({path!r})")
+        self.restore_state(state, f"{self.name}.restore({path!r})")
 
-    def _restore_state(self, state: dict[str, Any], where: str) -> None:
-        """Apply a checkpoint's ``state`` as read by
-        :func:`~flowrl.checkpoint.read_checkpoint` (see :meth:`restore`)."""
+    def restore_state(self, state: dict[str, Any], where: str | None = None) -> None:
+        """Apply a checkpoint's ``state`` as :func:`~flowrl.checkpoint.read_checkpoint`
+        returned it (see :meth:`restore`), for a caller that has read it already;
+        ``where`` names the caller in errors."""
+        where = where or f"{self.name}.restore_state({state.get('path')!r})"
         remotes = checkpoint.check_algorithm_state(state, self.name, where)
         restore_local_worker(self.workers.local_worker(), state, where, self.config.env)
         self.workers.foreach_worker(functools.partial(_set_indexed_state, remotes))
@@ -550,7 +552,7 @@ class Algorithm:
             config = config.replace(**changes)
         algo = cls(config)
         try:
-            algo._restore_state(state, where)
+            algo.restore_state(state, where)
         except BaseException:
             algo.stop()
             raise

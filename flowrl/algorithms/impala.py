@@ -413,11 +413,11 @@ class IMPALA(Algorithm):
         with self.learner_thread.lock:
             return super().save(path)
 
-    def _restore_state(self, state: dict[str, Any], where: str) -> None:
+    def restore_state(self, state: dict[str, Any], where: str | None = None) -> None:
         """Apply a checkpoint read by :meth:`Algorithm.restore` or
         :meth:`Algorithm.from_checkpoint` between learner updates."""
         with self.learner_thread.lock:
-            super()._restore_state(state, where)
+            super().restore_state(state, where)
             self.learner_thread.weights_changed()
 
     @classmethod
