@@ -68,6 +68,7 @@ import os
 import re
 from typing import Any, Sequence
 
+from flowrl.config_text import read_numbers
 from flowrl.errors import ConfigError, TrialError
 from flowrl.experiment import (algorithm_class, check_stop, config_fields, make_config, read_yaml,
                                run_name, suggest)
@@ -110,8 +111,13 @@ def space_kind(value: Any) -> str | None:
 
 def space_values(kind: str, arg: Any, where: str, allowed: Sequence[str] = SPACES) -> list:
     """The values to check for search space ``{kind: arg}``: every option of a
-    grid/choice, the bounds (as floats) of a uniform/loguniform. ConfigError,
-    naming ``where``, when the space is malformed or ``kind`` not ``allowed``."""
+    grid/choice, the bounds (as floats, read from numeric strings too) of a
+    uniform/loguniform. ConfigError, naming ``where``, when the space is malformed or
+    ``kind`` not ``allowed``.
+
+    >>> space_values("loguniform", ["1e-4", 1e-2], "lr")
+    [0.0001, 0.01]
+    """
     if kind not in allowed:
         raise ConfigError(f"{where}: {kind} is not allowed here; use one of {list(allowed)}")
     if kind in ("grid_search", "choice"):
@@ -119,6 +125,7 @@ def space_values(kind: str, arg: Any, where: str, allowed: Sequence[str] = SPACE
             raise ConfigError(f"{where}: {{{kind}: ...}} takes a non-empty list of values, "
                               f"got {arg!r}")
         return list(arg)
+    arg = read_numbers(arg)  # YAML reads bounds such as 1e-4 as strings
     if (not isinstance(arg, list) or len(arg) != 2 or not all(_is_number(v) for v in arg)
             or not arg[0] < arg[1]):
         raise ConfigError(f"{where}: {{{kind}: [low, high]}} takes two numbers with low < high, "

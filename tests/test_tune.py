@@ -357,12 +357,13 @@ def test_a_sweep_spec_becomes_tunes_param_space_and_scheduler():
     from flowrl.sweep import check_sweep, make_scheduler, param_space
     spec = check_sweep({
         "algo": "PPO", "env": "CartPole-v1", "num_samples": 3,
-        "config": {"lr": {"loguniform": [1e-4, 1e-2]}, "num_sgd_iter": {"choice": [2, 4]},
+        "config": {"lr": {"loguniform": ["1e-4", 1e-2]}, "num_sgd_iter": {"choice": [2, 4]},
                    "train_batch_size": {"grid_search": [256, 512]}, "num_workers": 0},
         "scheduler": {"type": "asha", "max_t": 20, "grace_period": 2}})
     space = param_space(spec)
     assert space["env"] == "CartPole-v1" and space["num_workers"] == 0
     assert isinstance(space["lr"], Float) and isinstance(space["num_sgd_iter"], Categorical)
+    assert (space["lr"].lower, space["lr"].upper) == (1e-4, 1e-2)  # YAML's string "1e-4" read
     assert space["train_batch_size"] == {"grid_search": [256, 512]}
     assert isinstance(make_scheduler(spec), ASHAScheduler)
     pbt = check_sweep({"algo": "ppo", "env": "CartPole-v1", "scheduler": {
