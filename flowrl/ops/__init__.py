@@ -2,7 +2,8 @@
 
 Rollouts (:mod:`~flowrl.ops.rollout_ops`), training (:mod:`~flowrl.ops.train_ops`,
 :mod:`~flowrl.ops.multi_gpu`), gradients (:mod:`~flowrl.ops.gradient_ops`),
-reporting (:mod:`~flowrl.ops.metric_ops`), learner threads and their queues
+reporting (:mod:`~flowrl.ops.metric_ops`), off-policy estimates
+(:mod:`~flowrl.ops.off_policy_ops`), learner threads and their queues
 (:mod:`~flowrl.ops.learner_thread`, :mod:`~flowrl.ops.queues`) and replay mix-in
 (:mod:`~flowrl.ops.mixin_replay`). Each operator's docstring lists
 the counters and timers it touches.
@@ -17,6 +18,7 @@ from flowrl.ops.metric_ops import (CollectMetrics, OncePerTimeInterval, OncePerT
 from flowrl.ops.mixin_replay import MixInReplay
 from flowrl.ops.model_based import set_policy_with_env_fn, sync_ensemble, sync_stats
 from flowrl.ops.multi_gpu import MultiGPUTrainOneStep
+from flowrl.ops.off_policy_ops import EstimateOffPolicy
 from flowrl.ops.queues import Dequeue, Enqueue
 from flowrl.ops.replay_ops import (LearningStarts, Replay, StoreToReplayBuffer,
                                    UpdateReplayPriorities, UpdateTargetNetwork)
@@ -33,4 +35,4 @@ __all__ = ["Dequeue", "Enqueue", "ConcatBatches", "ParallelRollouts", "SelectExp
            "LearnerThread", "MixInReplay", "collect_metrics", "summarize_episodes",
            "LocalTrainOneStep", "LocalComputeUpdates", "ForwardUpdates", "sync_ensemble",
            "sync_stats", "set_policy_with_env_fn", "StoreToReplayBuffer", "LearningStarts",
-           "Replay", "UpdateTargetNetwork", "UpdateReplayPriorities"]
+           "Replay", "UpdateTargetNetwork", "UpdateReplayPriorities", "EstimateOffPolicy"]

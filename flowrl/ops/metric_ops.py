@@ -16,6 +16,7 @@ from typing import Any, Sequence
 
 from flowrl.errors import ConfigError
 from flowrl.graph.stream import LocalStream
+from flowrl.ops.off_policy_ops import OFF_POLICY_ESTIMATION, report_estimates
 from flowrl.runtime.calls import CALL_TIMEOUT_S, calls_for
 from flowrl.runtime.recovery import LOST_REQUESTS_COUNTER, WORKER_RESTARTS_COUNTER
 from flowrl.metrics import (LEARNER_INFO, STEPS_SAMPLED_COUNTER, STEPS_TRAINED_COUNTER,
@@ -181,8 +182,11 @@ class CollectMetrics:
     ``time_total_s``, ``num_healthy_workers`` (remote workers now),
     ``num_worker_restarts`` (replacements made), ``num_lost_requests`` (requests to
     lost workers abandoned), ``info`` (every counter plus
-    ``learner``: the last learner stats per policy) and ``timers``
-    (``<name>_time_ms`` / ``<name>_throughput``).
+    ``learner``: the last learner stats per policy), ``timers``
+    (``<name>_time_ms`` / ``<name>_throughput``) and, when the plan estimates
+    off-policy (:class:`~flowrl.ops.off_policy_ops.EstimateOffPolicy`),
+    ``off_policy_estimation``: per method, the mean of its estimates since the
+    last report.
 
     ``time_this_iter_s`` of the first report counts from when this op was
     created (when the plan was built).
@@ -264,6 +268,7 @@ class CollectMetrics:
         metrics.info[LAST_REPORT_STEPS] = steps
         info = {k: v for k, v in counters.items()}
         info[LEARNER_INFO] = metrics.info.get(LEARNER_INFO, {})
+        estimates = report_estimates(metrics)
         return {
             **summarize_episodes(window),
             "episodes_this_iter": len(new),
@@ -278,6 +283,7 @@ class CollectMetrics:
             "num_lost_requests": counters.get(LOST_REQUESTS_COUNTER, 0),
             "info": info,
             "timers": metrics.timer_summary(),
+            **({OFF_POLICY_ESTIMATION: estimates} if estimates else {}),
         }
 
 

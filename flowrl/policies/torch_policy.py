@@ -579,6 +579,27 @@ class TorchPolicy(Postprocessing):
             self._forward(obs_batch, state_batches, prev_actions, prev_rewards)
             return self.model.value_function().numpy()
 
+    def compute_log_likelihoods(self, batch: SampleBatch) -> np.ndarray:
+        """``log π(a_t|s_t)`` of ``batch``'s logged ``actions`` under this policy,
+        float32 ``(B,)`` in row order (RLlib 1.x's name): what off-policy estimators
+        weigh logged steps with. A recurrent policy runs over the batch's
+        sequences from their recorded ``state_in_*``, as learning does. Touches no
+        counter and no RNG.
+
+        >>> from flowrl.policies import PGPolicy
+        >>> p = PGPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2), seed=0)
+        >>> b = SampleBatch(obs=np.zeros((2, 3), np.float32), actions=np.array([0, 1]))
+        >>> np.exp(p.compute_log_likelihoods(b)).sum().round(5)
+        np.float32(1.0)
+        """
+        with torch.no_grad():
+            train = self._rows(self._train_tensors(batch))
+            inputs, _ = self.model_out(train)
+            logp = self.dist_class(inputs).logp(train[SB.ACTIONS])
+            if SEQ_MASK in train:
+                logp = logp[train[SEQ_MASK].bool()]
+        return logp.numpy().astype(np.float32)
+
     # -- learning --------------------------------------------------------------
     def loss(self, train: dict[str, torch.Tensor]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """Scalar loss and stats for a dict of batch tensors; subclasses implement it.
