@@ -7,7 +7,7 @@ built, overlapping ``ray.init`` on the Ray backend (see
 
 >>> import flowrl.algorithms as algorithms
 >>> sorted(algorithms.ALGORITHMS)
-['a2c', 'a3c', 'apex', 'appo', 'ddppo', 'dqn', 'impala', 'pg', 'ppo']
+['a2c', 'a3c', 'apex', 'appo', 'bc', 'ddppo', 'dqn', 'impala', 'marwil', 'pg', 'ppo']
 """
 
 from __future__ import annotations
@@ -22,17 +22,21 @@ _WHERE = {
     "A2C": "a2c", "A2CConfig": "a2c", "A3C": "a3c", "A3CConfig": "a3c",
     "ApeX": "apex", "ApeXConfig": "apex", "APPO": "appo", "APPOConfig": "appo",
     "Algorithm": "base", "AlgorithmConfig": "base", "build_algorithm": "base",
+    "BC": "marwil", "BCConfig": "marwil",
     "DDPPO": "ddppo", "DDPPOConfig": "ddppo", "DQN": "dqn", "DQNConfig": "dqn",
-    "IMPALA": "impala", "IMPALAConfig": "impala", "PG": "pg", "PGConfig": "pg",
+    "IMPALA": "impala", "IMPALAConfig": "impala", "MARWIL": "marwil",
+    "MARWILConfig": "marwil", "PG": "pg", "PGConfig": "pg",
     "PPO": "ppo", "PPOConfig": "ppo",
 }
 _NAMES = {"pg": "PG", "a2c": "A2C", "ppo": "PPO", "a3c": "A3C", "impala": "IMPALA",
-          "appo": "APPO", "dqn": "DQN", "apex": "ApeX", "ddppo": "DDPPO"}
+          "appo": "APPO", "dqn": "DQN", "apex": "ApeX", "ddppo": "DDPPO", "marwil": "MARWIL",
+          "bc": "BC"}
 
 __all__ = ["Algorithm", "AlgorithmConfig", "build_algorithm", "PG", "PGConfig", "A2C",
            "A2CConfig", "PPO", "PPOConfig", "ALGORITHMS", "A3C", "A3CConfig", "IMPALA",
            "IMPALAConfig", "APPO", "APPOConfig", "DQN", "DQNConfig", "ApeX", "ApeXConfig",
-           "DDPPO", "DDPPOConfig", "algorithm_class"]
+           "DDPPO", "DDPPOConfig", "MARWIL", "MARWILConfig", "BC", "BCConfig",
+           "algorithm_class"]
 
 
 def __getattr__(name: str) -> Any:
@@ -59,7 +63,7 @@ def algorithm_class(name: Any) -> type:
     >>> algorithm_class("ppp")
     Traceback (most recent call last):
     ...
-    flowrl.errors.ConfigError: unknown algorithm 'ppp'; did you mean 'ppo'? (choose one of ['a2c', 'a3c', 'apex', 'appo', 'ddppo', 'dqn', 'impala', 'pg', 'ppo'])
+    flowrl.errors.ConfigError: unknown algorithm 'ppp'; did you mean 'ppo'? (choose one of ['a2c', 'a3c', 'apex', 'appo', 'bc', 'ddppo', 'dqn', 'impala', 'marwil', 'pg', 'ppo'])
     """
     registry = globals()["ALGORITHMS"] if "ALGORITHMS" in globals() else __getattr__("ALGORITHMS")
     cls = registry.get(name.lower()) if isinstance(name, str) else None

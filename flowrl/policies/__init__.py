@@ -1,4 +1,4 @@
-"""Torch policies (PG, A2C/A3C, PPO, IMPALA, APPO, DQN) and the pure RL maths they use.
+"""Torch policies (PG, A2C/A3C, PPO, IMPALA, APPO, DQN, MARWIL, BC) and the pure RL maths they use.
 
 Names resolve on first use (PEP 562), so importing a light submodule such as
 ``flowrl.policies.sgd`` (the operators do) does not import torch.
@@ -15,16 +15,17 @@ from flowrl.policies.sgd import minibatch_sgd
 from flowrl.policies.vtrace import vtrace
 
 _WHERE = {
-    "A2CPolicy": "a2c", "APPOPolicy": "appo", "DQNPolicy": "dqn",
+    "A2CPolicy": "a2c", "APPOPolicy": "appo", "BCPolicy": "marwil", "DQNPolicy": "dqn",
     "Categorical": "distributions", "DiagGaussian": "distributions",
-    "IMPALAPolicy": "impala", "PGPolicy": "pg", "PPOPolicy": "ppo",
+    "IMPALAPolicy": "impala", "MARWILPolicy": "marwil", "PGPolicy": "pg", "PPOPolicy": "ppo",
     "MultiCategorical": "distributions", "LoadedBatch": "torch_policy",
     "TorchPolicy": "torch_policy",
 }
 
 __all__ = ["TorchPolicy", "MultiCategorical", "PGPolicy", "A2CPolicy", "PPOPolicy",
            "Categorical", "DiagGaussian", "discounted_returns", "gae", "explained_variance",
-           "IMPALAPolicy", "APPOPolicy", "vtrace", "minibatch_sgd", "LoadedBatch", "DQNPolicy"]
+           "IMPALAPolicy", "APPOPolicy", "vtrace", "minibatch_sgd", "LoadedBatch", "DQNPolicy",
+           "MARWILPolicy", "BCPolicy"]
 
 
 __getattr__, __dir__ = lazy_attributes(__name__, _WHERE, globals(), __all__)

@@ -16,10 +16,15 @@ SB = SampleBatch
 
 class Postprocessing:
     """Advantages and value targets for trajectories, in numpy (a mixin: the class
-    sets ``use_critic``, ``gamma`` and ``lambda_``), inherited by
-    :class:`~flowrl.policies.TorchPolicy`."""
+    sets ``use_critic``, ``use_gae``, ``gamma`` and ``lambda_``), inherited by
+    :class:`~flowrl.policies.TorchPolicy`.
+
+    ``use_gae`` (RLlib 1.x's name) False makes both columns the discounted returns
+    even with a critic, which then only bootstraps cut and truncated episodes
+    (MARWIL, whose loss subtracts ``V(s)`` itself)."""
 
     use_critic = True
+    use_gae = True
     gamma: float
     lambda_: float
 
@@ -31,7 +36,8 @@ class Postprocessing:
         row. Truncated rows bootstrap from the ``bootstrap_value`` column
         (``V(final obs)``); ``last_value`` is ``V(s_T)`` after the last row when the
         fragment cut an episode (0 when the last row ends its episode). With a
-        critic this is GAE(γ, λ); without one, advantages are discounted returns.
+        critic this is GAE(γ, λ); without one (or without ``use_gae``), advantages
+        are discounted returns.
         """
         term = batch[SB.TERMINATEDS]
         trunc = batch.get(SB.TRUNCATEDS)
@@ -42,9 +48,9 @@ class Postprocessing:
 
     def _with_advantages(self, batch: SampleBatch, term, last_value: float, trunc,
                          boot) -> SampleBatch:
-        """``batch`` plus ``advantages`` and ``value_targets``: GAE(γ, λ) with a critic,
-        discounted returns without one."""
-        if self.use_critic:
+        """``batch`` plus ``advantages`` and ``value_targets``: GAE(γ, λ) with a critic
+        and ``use_gae``, discounted returns otherwise."""
+        if self.use_critic and self.use_gae:
             adv, targets = gae(batch[SB.REWARDS], batch[SB.VF_PREDS], term, last_value,
                                gamma=self.gamma, lam=self.lambda_, truncateds=trunc,
                                bootstrap_values=boot)

@@ -1,0 +1,158 @@
+"""MARWIL and behaviour cloning (BC) as plans, with RLlib 1.x's semantics.
+
+The workers' batches (sampled, or read from recorded experience) carry each
+step's discounted return, computed when they are postprocessed; they are
+concatenated into train batches, optionally scored off-policy with the policy as
+it stands, and trained on with one step of MARWIL's loss
+(:mod:`flowrl.policies.marwil`): advantage-weighted log-likelihood plus a value
+loss, or for BC (``beta=0``) the log-likelihood alone.
+
+>>> algo = MARWIL(MARWILConfig(env="CartPole-v1", rollout_fragment_length=100,
+...                            train_batch_size=200, seed=0))
+>>> r = algo.train()
+>>> r["info"]["num_steps_trained"], sorted(r["off_policy_estimation"])
+(200, ['is', 'wis'])
+>>> "marwil/train" in algo.plan.to_dot()
+True
+>>> algo.stop()
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from flowrl.algorithms.base import Algorithm, AlgorithmConfig, LazyClass
+from flowrl.algorithms.validators import number, or_none
+from flowrl.errors import ConfigError
+from flowrl.graph.stream import LocalStream
+from flowrl.offline.estimators import method_options
+from flowrl.ops import (ConcatBatches, EstimateOffPolicy, ParallelRollouts,
+                        StandardMetricsReporting, TrainOneStep)
+
+
+@dataclass
+class MARWILConfig(AlgorithmConfig):
+    """MARWIL hyperparameters (RLlib 1.x names and defaults): ``beta`` (0 is
+    behaviour cloning), ``vf_coeff``, ``moving_average_sqd_adv_norm_start``,
+    ``moving_average_sqd_adv_norm_update_rate``, ``lr`` 1e-4, 2000-step train
+    batches, one SGD step on each, no gradient clipping (``grad_clip`` None).
+
+    ``off_policy_estimation_methods`` (RLlib 1.x's ``input_evaluation``; default
+    ``["is", "wis"]``): estimates of the policy's value from each train batch,
+    reported under ``result["off_policy_estimation"][method]``; a list of names
+    among ``"is"``, ``"wis"``, ``"fqe"``, or a dict of name to options
+    (``{"fqe": {"n_iters": 20}}``, :mod:`flowrl.offline.fqe`). Single-agent only.
+
+    >>> MARWILConfig(env="CartPole-v1", off_policy_estimation_methods=["dr"])
+    Traceback (most recent call last):
+    ...
+    flowrl.errors.ConfigError: MARWILConfig.off_policy_estimation_methods: unknown method 'dr'; choose among ['is', 'wis', 'fqe']
+    """
+
+    lr: float = 1e-4
+    train_batch_size: int = 2000
+    beta: float = 1.0
+    vf_coeff: float = 1.0
+    moving_average_sqd_adv_norm_start: float = 100.0
+    moving_average_sqd_adv_norm_update_rate: float = 1e-8
+    grad_clip: float | None = None
+    off_policy_estimation_methods: Any = field(default_factory=lambda: ["is", "wis"])
+
+    checks: ClassVar[dict[str, tuple]] = {
+        "beta": number(0), "vf_coeff": number(0),
+        "moving_average_sqd_adv_norm_start": number(0, open_lo=True),
+        "moving_average_sqd_adv_norm_update_rate": number(0, 1),
+        "grad_clip": or_none(number(0, open_lo=True)),
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        name = type(self).__name__
+        methods = method_options(self.off_policy_estimation_methods,
+                                 f"{name}.off_policy_estimation_methods")
+        if methods and self.multiagent.get("policies"):
+            raise ConfigError(f"{name}.off_policy_estimation_methods={list(methods)}: "
+                              "off-policy estimates are single-agent; set it to [] for a "
+                              "multi-agent config")
+
+
+@dataclass
+class BCConfig(MARWILConfig):
+    """Behaviour cloning: MARWIL's config with ``beta=0`` (required) and no
+    off-policy estimates by default, as RLlib 1.x's BC.
+
+    >>> BCConfig(env="CartPole-v1", beta=1.0)
+    Traceback (most recent call last):
+    ...
+    flowrl.errors.ConfigError: BCConfig.beta=1.0: behaviour cloning is beta=0; use MARWILConfig for beta > 0
+    """
+
+    beta: float = 0.0
+    off_policy_estimation_methods: Any = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.beta != 0:
+            raise ConfigError(f"BCConfig.beta={self.beta!r}: behaviour cloning is beta=0; "
+                              "use MARWILConfig for beta > 0")
+
+
+def offline_learning_plan(workers, config: MARWILConfig, name: str) -> LocalStream:
+    """MARWIL's and BC's plan: rollouts (or recorded batches) -> train batches ->
+    off-policy estimates (when asked) -> one training step; node ids start with
+    ``name``."""
+    train_op = ParallelRollouts(workers, mode="bulk_sync").combine(
+        ConcatBatches(min_batch_size=config.train_batch_size,
+                      count_steps_by=config.count_steps_by), name=f"{name}/concat_batches")
+    if config.off_policy_estimation_methods:
+        train_op = train_op.for_each(
+            EstimateOffPolicy(workers, methods=config.off_policy_estimation_methods,
+                              gamma=config.gamma, seed=config.seed),
+            name=f"{name}/estimate_off_policy")
+    train_op = train_op.for_each(TrainOneStep(workers), name=f"{name}/train")
+    return StandardMetricsReporting(
+        train_op, workers, min_time_s_per_reporting=config.min_time_s_per_reporting,
+        timesteps_per_iteration=config.timesteps_per_iteration)
+
+
+class MARWIL(Algorithm):
+    """Monotonic advantage re-weighted imitation learning; see the module docstring."""
+
+    config_class = MARWILConfig
+    policy_class = LazyClass("flowrl.policies.marwil:MARWILPolicy")
+    name = "marwil"
+
+    @classmethod
+    def policy_config(cls, config: MARWILConfig) -> dict[str, Any]:
+        return {**super().policy_config(config), "beta": config.beta,
+                "vf_coeff": config.vf_coeff, "grad_clip": config.grad_clip,
+                "moving_average_sqd_adv_norm_start": config.moving_average_sqd_adv_norm_start,
+                "moving_average_sqd_adv_norm_update_rate":
+                    config.moving_average_sqd_adv_norm_update_rate}
+
+    @staticmethod
+    def execution_plan(workers, config: MARWILConfig) -> LocalStream:
+        return offline_learning_plan(workers, config, "marwil")
+
+
+class BC(MARWIL):
+    """Behaviour cloning: MARWIL with ``beta=0`` and a policy without a value function.
+
+    >>> with BC(env="CartPole-v1", rollout_fragment_length=100, train_batch_size=100,
+    ...         seed=0) as algo:
+    ...     r = algo.train()
+    >>> r["info"]["learner"]["default_policy"]["policy_loss"] > 0
+    True
+    """
+
+    config_class = BCConfig
+    policy_class = LazyClass("flowrl.policies.marwil:BCPolicy")
+    name = "bc"
+
+    @staticmethod
+    def execution_plan(workers, config: BCConfig) -> LocalStream:
+        return offline_learning_plan(workers, config, "bc")
+
+
+__all__ = ["MARWIL", "MARWILConfig", "BC", "BCConfig", "offline_learning_plan"]
