@@ -1,8 +1,20 @@
-"""Shared fixtures: one Ray session per test session (``num_cpus=2``)."""
+"""Shared fixtures: one Ray session per test session (``num_cpus=2``), one torch thread."""
 
 from __future__ import annotations
 
 import pytest
+
+
+@pytest.fixture
+def one_torch_thread():
+    """One torch thread for the test, as algorithms and benchmark children run: small
+    networks on a shared 2-core machine only lose time to a second one."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 @pytest.fixture(scope="session")

@@ -453,16 +453,6 @@ def test_impala_fairness_probe_tags_rows_and_counts_each_fragment_once_with_its_
         sampler.get_policy().set_weights(weights)
 
 
-@pytest.fixture
-def one_torch_thread():
-    """As the benchmark's children run (several threads crawl on a loaded machine)."""
-    import torch
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def test_models_throughput_measures_both_systems_of_every_model_and_reports_ratios(
         capsys, one_torch_thread):
     import models_throughput as mt

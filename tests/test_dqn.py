@@ -32,13 +32,7 @@ ROOT = os.path.dirname(HERE)
 OBS, ACT = gym.spaces.Box(-1, 1, (3,)), gym.spaces.Discrete(2)
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Small MLPs on a shared 2-core machine: one torch thread (as algorithms use)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # -- n-step returns ----------------------------------------------------------------------

@@ -21,12 +21,7 @@ from flowrl.policies.marwil import BCPolicy, MARWILPolicy
 FAST = dict(env="CartPole-v1", rollout_fragment_length=100, train_batch_size=200, seed=0)
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def box_policy(cls=MARWILPolicy, **kwargs):
@@ -96,7 +91,7 @@ def loss_and_grads(policy, tensors):
     loss, stats = policy.loss_on(policy.model, tensors)
     loss.backward()
     grads = [p.grad.clone() for p in policy.model.parameters() if p.grad is not None]
-    return float(loss), {k: float(v) for k, v in stats.items()}, grads
+    return float(loss.detach()), {k: float(v) for k, v in stats.items()}, grads
 
 
 def test_recurrent_padding_never_enters_the_loss():

@@ -24,15 +24,7 @@ from flowrl.offline.fqe import FittedQEvaluation, next_observations
 H, GAMMA = 5, 0.9
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """One torch thread, as algorithms run by default: tiny networks on a shared
-    machine only lose time to a second one."""
-    import torch
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def true_value(q: float) -> float:
