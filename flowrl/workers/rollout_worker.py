@@ -41,8 +41,12 @@ from flowrl.batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
 from flowrl.callbacks import call_hook, episode_callbacks, make_callbacks, overrides
 from flowrl.envs import reports_episode_infos
 from flowrl.errors import ConfigError, EnvError, FlowError
+from flowrl.offline.settings import (SAMPLER, check_input_config, check_output_config,
+                                     input_sources)
+from flowrl.offline.writer import DatasetWriter
 from flowrl.runtime.shard_host import ShardHost
 from flowrl.envs.multi_agent import MultiAgentEnv
+from flowrl.workers.dataset_input import DatasetInput
 from flowrl.workers.episode import Episode
 from flowrl.workers.multi_agent_sampler import MultiAgentSampler, as_mapping_fn, spaces_match
 from flowrl.workers.sampler import VectorSampler
@@ -314,6 +318,15 @@ class RolloutWorker(ShardHost):
     ``imports``: modules to import before anything is built (modules that register
     the env or the model; :func:`flowrl.user_code.import_modules`).
 
+    Offline data (RLlib 1.x's settings; :mod:`flowrl.offline`): ``output`` (a
+    directory, None: off) writes every sampled batch there, with ``new_obs``, under
+    ``output_config`` (:func:`~flowrl.offline.settings.check_output_config`);
+    ``input`` other than ``"sampler"`` makes :meth:`sample` read recorded batches
+    (:mod:`flowrl.workers.dataset_input`) under ``input_config``, recomputing their
+    postprocessing with ``postprocess_inputs``. ``num_workers`` (the remote workers
+    of the worker's set) shards the dataset: remote worker ``i`` reads share
+    ``i - 1`` of ``num_workers``.
+
     ``spaces`` (policy id -> ``(observation_space, action_space)``) makes a worker
     without an env: its policies are built for those spaces and nothing is made or
     reset (a driver worker with ``create_env_on_driver=False``, whose remote workers
@@ -340,7 +353,10 @@ class RolloutWorker(ShardHost):
                  torch_threads: int | None = None, preprocessor_pref: str | None = "deepmind",
                  training: bool = True, callbacks: Any = None, vector_env: str = "sync",
                  spaces: dict[str, tuple[gym.Space, gym.Space]] | None = None,
-                 imports: Sequence[str] = ()):
+                 imports: Sequence[str] = (), input: Any = SAMPLER,
+                 input_config: dict | None = None, postprocess_inputs: bool = False,
+                 output: str | None = None, output_config: dict | None = None,
+                 num_workers: int = 0):
         if imports:
             from flowrl.user_code import import_modules
             import_modules(imports, f"RolloutWorker (worker {worker_index}) imports")
@@ -360,6 +376,7 @@ class RolloutWorker(ShardHost):
         self.env_config = dict(env_config or {})
         self.num_envs, self.rollout_fragment_length = num_envs, rollout_fragment_length
         self.seed = None if seed is None else seed + 1000 * worker_index
+        self.base_seed = seed   # what every worker of the set shuffles a dataset with
         if policies is None:
             policies = {DEFAULT_POLICY_ID: PolicySpec(policy, config=dict(policy_config or {}))}
         specs = {pid: as_policy_spec(pid, s) for pid, s in policies.items()}
@@ -374,6 +391,14 @@ class RolloutWorker(ShardHost):
 
         self.preprocessor_pref = preprocessor_pref
         self.vector_env = vector_env
+        self.num_workers = num_workers
+        self.input_sources = input_sources(input, "RolloutWorker(input=...)")
+        self.input_config = check_input_config(input_config or {},
+                                               "RolloutWorker(input_config=...)")
+        self.postprocess_inputs = postprocess_inputs
+        self.dataset_input: DatasetInput | None = None  # built at the first sample()
+        self.output_writer = None if output is None else self._make_writer(
+            output, check_output_config(output_config or {}, "RolloutWorker(output_config=...)"))
         create = make_env_creator(env, self.env_config, preprocessor_pref, training=training)
         self._spaces: dict[str, tuple[gym.Space, gym.Space]] = {}  # per policy, as built
         first = self.env = (None if spaces is not None else
@@ -428,6 +453,7 @@ class RolloutWorker(ShardHost):
                 venv, self.policy_map[pid], fragment_length=rollout_fragment_length,
                 step_error=functools.partial(env_error, env, worker_index, "step"),
                 frame_stacks=stacks_frames(env, preprocessor_pref),
+                record_new_obs=output is not None,
                 seed=self.seed, explore=explore, eps_id_base=eps_base,
                 episode_infos=reports_episode_infos(first),
                 callbacks=episode_callbacks(self.callbacks, worker=self,
@@ -524,14 +550,59 @@ class RolloutWorker(ShardHost):
         """``num_envs * rollout_fragment_length`` env steps, postprocessed.
 
         A :class:`SampleBatch` for single-agent envs, a :class:`MultiAgentBatch`
-        for multi-agent envs. Runs the callbacks' ``on_sample_end`` on it.
-        A worker without an env raises ConfigError.
+        for multi-agent envs. With a dataset ``input``, recorded batches of at least
+        as many env steps instead (:class:`~flowrl.workers.dataset_input.DatasetInput`).
+        With ``output``, the batch is written (:meth:`record`). Runs the callbacks'
+        ``on_sample_end`` on it. A worker without an env raises ConfigError, unless
+        it reads a dataset only.
         """
-        self._require_env("sample")
-        batch = self._stamp_versions(self.sampler.sample())
+        if self.input_sources == [(SAMPLER, 1.0)]:
+            batch = self._sample_env()
+        else:
+            batch = self._dataset().sample()
+        batch = self._stamp_versions(batch)
+        self.record(batch)
         if self._on_sample_end:
             call_hook(self.callbacks, "on_sample_end", worker=self, samples=batch)
         return batch
+
+    def _sample_env(self) -> SampleBatch | MultiAgentBatch:
+        self._require_env("sample")
+        return self.sampler.sample()
+
+    def _dataset(self) -> DatasetInput:
+        """The worker's :class:`DatasetInput`, built on first use: remote worker ``i``
+        of ``num_workers`` reads shard ``i - 1``; the driver's worker, which samples
+        only when there are no remote workers, reads all of it."""
+        if self.dataset_input is None:
+            shards = self.num_workers if self.worker_index > 0 else 1
+            self.dataset_input = DatasetInput(
+                self.input_sources, self.input_config, policies=self.policy_map,
+                spaces=self.policy_spaces(), multi_agent=isinstance(self.env, MultiAgentEnv),
+                min_steps=self.rollout_fragment_length * self.num_envs,
+                postprocess=self.postprocess_inputs,
+                sample_env=self._sample_env if self.env is not None else None,
+                seed=self.base_seed, shard_index=max(self.worker_index - 1, 0),
+                num_shards=max(shards, 1), where=f"input (worker {self.worker_index})")
+        return self.dataset_input
+
+    def _make_writer(self, output: str, config: dict) -> DatasetWriter:
+        return DatasetWriter(output, format=config["format"],
+                             max_rows_per_file=config["max_rows_per_file"],
+                             compression=config["compression"],
+                             compress_columns=config["compress_columns"],
+                             worker_index=self.worker_index)
+
+    def record(self, batch: SampleBatch | MultiAgentBatch) -> None:
+        """Write ``batch`` to the worker's ``output`` dataset (nothing without one)."""
+        if self.output_writer is not None:
+            self.output_writer.write(batch)
+
+    def close_output(self) -> None:
+        """Finish the ``output`` files written so far (each gets its final name);
+        later batches go to new files. :meth:`stop` calls it."""
+        if self.output_writer is not None:
+            self.output_writer.close()
 
     def _stamp_versions(self, batch: SampleBatch | MultiAgentBatch):
         """``batch`` with a ``policy_version`` column: the version of the weights that
@@ -685,8 +756,12 @@ class RolloutWorker(ShardHost):
                                      state.get("policy_versions", {}).items()})
 
     def stop(self) -> None:
-        """Close the envs (``"async"``: their subprocesses end), and ``env`` where it
-        is not one of them (``"async"``, ``"envpool"``)."""
+        """Finish the ``output`` files, close the dataset input's files and the envs
+        (``"async"``: their subprocesses end), and ``env`` where it is not one of
+        them (``"async"``, ``"envpool"``)."""
+        self.close_output()
+        if self.dataset_input is not None:
+            self.dataset_input.close()
         for env in self.envs:
             env.close()
         if self.vector_env != "sync" and self.env is not None:

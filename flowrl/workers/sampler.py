@@ -114,15 +114,18 @@ class VectorSampler:
     shifted by one frame (the DeepMind Atari preprocessing); only then may a batch
     carry ``new_frame`` for ``new_obs`` (see the module docstring), the same columns
     from every fragment of every worker. A fragment that breaks the promise is an
-    error (``step_error``'s), never a batch with other columns.
+    error (``step_error``'s), never a batch with other columns. ``record_new_obs``:
+    every batch has ``new_obs``, whatever the policy trains on (a worker recording a
+    dataset: ``output``).
     """
 
     def __init__(self, venv: gym.vector.VectorEnv, policy, *, fragment_length: int,
                  seed: int | None, explore: bool = True, eps_id_base: int = 0,
                  episode_infos: bool = False, callbacks: Any = None,
                  step_error: Callable[[Exception], Exception] | None = None,
-                 frame_stacks: bool = False):
+                 frame_stacks: bool = False, record_new_obs: bool = False):
         self.venv = venv
+        self.record_new_obs = record_new_obs
         self.step_error = step_error
         self.frame_stacks = frame_stacks
         self.episode_infos = episode_infos
@@ -278,8 +281,8 @@ class VectorSampler:
         bootstrap[T - 1, open_end] = values[:N][open_end]
         # Env-major rows: env i's T steps are rows i*T .. (i+1)*T - 1, one trajectory.
         # (copies: the buffers are reused by the next sample())
-        keep_new_obs = getattr(self.policy, "trains_on_new_obs", True)
-        next_frame = keep_new_obs and self.frame_stacks \
+        keep_new_obs = self.record_new_obs or getattr(self.policy, "trains_on_new_obs", True)
+        next_frame = keep_new_obs and not self.record_new_obs and self.frame_stacks \
             and getattr(self.policy, "takes_next_frame", False)
         if next_frame and not is_frame_stack(
                 buf[SB.OBS].reshape(T * N, *buf[SB.OBS].shape[2:]),

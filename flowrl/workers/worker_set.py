@@ -93,6 +93,10 @@ class WorkerConfig:
     ``python_path`` directories remote workers import from
     (:meth:`~flowrl.runtime.calls.Calls.create`), where the driver found the
     modules the config names (:func:`flowrl.user_code.module_roots`).
+    ``input``, ``input_config``, ``postprocess_inputs``, ``output`` and
+    ``output_config`` are the workers' offline settings (:class:`RolloutWorker`):
+    each remote worker reads its own share of an ``input`` dataset and writes its own
+    ``output`` files.
 
     >>> WorkerConfig(num_envs_per_worker=0)
     Traceback (most recent call last):
@@ -122,6 +126,11 @@ class WorkerConfig:
     create_env_on_driver: bool = True
     imports: Sequence[str] = ()
     python_path: Sequence[str] = ()
+    input: Any = "sampler"
+    input_config: dict = field(default_factory=dict)
+    postprocess_inputs: bool = False
+    output: str | None = None
+    output_config: dict = field(default_factory=dict)
 
     @property
     def tolerates_failures(self) -> bool:
@@ -154,7 +163,10 @@ class WorkerConfig:
             rollout_fragment_length=self.rollout_fragment_length, seed=self.seed,
             explore=self.explore, policies_to_train=self.policies_to_train,
             preprocessor_pref=self.preprocessor_pref, training=self.training,
-            callbacks=self.callbacks, vector_env=self.vector_env, imports=tuple(self.imports))
+            callbacks=self.callbacks, vector_env=self.vector_env, imports=tuple(self.imports),
+            input=self.input, input_config=self.input_config,
+            postprocess_inputs=self.postprocess_inputs, output=self.output,
+            output_config=self.output_config)
         if self.policies is not None:
             kwargs.update(policies=self.policies, policy_mapping_fn=self.policy_mapping_fn)
         else:
@@ -185,7 +197,7 @@ class WorkerSet(Replaceable):
                               "multi-agent")
         if backend == "ray":
             require_ray("WorkerSet")
-        kwargs = config.worker_kwargs(policy)
+        kwargs = {**config.worker_kwargs(policy), "num_workers": num_workers}
         self._env = env
         self._remote_kwargs = kwargs
         self._setup(config, calls_for_backend(backend), [], owned=True)
@@ -581,7 +593,8 @@ class WorkerSet(Replaceable):
         return list(self._local.policies_to_train)
 
     def stop(self) -> None:
-        """Stop the workers this set created (local envs closed, actors killed).
+        """Stop the workers this set created (local envs closed, ``output`` files
+        finished, actors killed).
 
         A set from :meth:`from_existing` owns nothing and leaves its workers running.
         """
@@ -590,9 +603,20 @@ class WorkerSet(Replaceable):
         self._local.stop()
         with self._lock:
             self.spares.stop()
+            self._close_remote_outputs()
             for w in self._remotes:
                 self.calls.kill(w)
             self._remotes = []
+
+    def _close_remote_outputs(self) -> None:
+        """Have the remote workers finish their ``output`` files before they are killed
+        (a kill ends a Ray actor without its ``stop()``), each wait bounded by
+        :attr:`timeout_s`; a worker that does not answer keeps its open file under
+        its temporary name."""
+        if self.config is None or self.config.output is None or not self.calls.remote:
+            return
+        pending = [self.calls.call(w, "close_output") for w in self._remotes]
+        self.calls.wait(pending, self._bound())
 
     # -- creation -------------------------------------------------------------------
     def _create(self, worker_index: int, num_cpus: float | None = None) -> Any:
