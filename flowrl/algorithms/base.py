@@ -47,12 +47,18 @@ from flowrl.envs.multi_agent import MultiAgentEnv
 from flowrl.errors import ConfigError, EnvError, FlowError
 from flowrl.graph.plan import Plan
 from flowrl.graph.stream import LocalStream
+from flowrl.offline.settings import SAMPLER, check_input_config, input_sources
 from flowrl.ops.evaluation import Evaluation
 from flowrl.ops.metric_ops import TRAINING_ITERATION
 from flowrl.runtime.calls import ensure_ray, resolve_backend
 from flowrl.user_code import module_roots
 from flowrl.workers import WorkerConfig, WorkerSet
+from flowrl.workers.dataset_input import DEFAULT_INPUT_COLUMNS, check_dataset, make_reader
 from flowrl.workers.rollout_worker import as_policy_spec, check_policy_config
+
+
+def _has_multi_agent_env(worker) -> bool:
+    return isinstance(worker.env, MultiAgentEnv)
 
 
 def _validate_worker_env(validate: Callable[[Any, int], None], worker) -> None:
@@ -158,6 +164,7 @@ class Algorithm:
             validate = type(self).validate_env
             self._hook("validate_env", self.workers.foreach_worker,
                        functools.partial(_validate_worker_env, validate))
+            self._check_input(config)
             output = self.execution_plan(self.workers, config)
             if not isinstance(output, LocalStream):
                 raise FlowError(f"{type(self).__name__}.execution_plan must return a LocalStream "
@@ -245,6 +252,33 @@ class Algorithm:
         raise NotImplementedError("subclasses build their plan here")
 
     @classmethod
+    def input_columns(cls, config: AlgorithmConfig) -> tuple[str, ...]:
+        """The columns a dataset ``input`` must have for this algorithm (checked on
+        every file when the algorithm is built; RLlib's ``dones`` counts as
+        ``terminateds``). Default: :data:`~flowrl.workers.dataset_input.DEFAULT_INPUT_COLUMNS`
+        (``obs``, ``actions``, ``rewards``, ``terminateds``); an algorithm that
+        needs more (``new_obs``) or less says so here."""
+        return DEFAULT_INPUT_COLUMNS
+
+    def _check_input(self, config: AlgorithmConfig) -> None:
+        """Check each dataset of ``config.input`` against the algorithm and the env
+        (:func:`~flowrl.workers.dataset_input.check_dataset`), on the driver, before
+        the plan runs."""
+        datasets = [s for s, _ in input_sources(config.input, "input") if s != SAMPLER]
+        if not datasets:
+            return
+        local = self.workers.local_worker()
+        multi_agent = any(self.workers.foreach_worker(_has_multi_agent_env))
+        input_config = check_input_config(config.input_config, "input_config")
+        for paths in datasets:
+            reader = make_reader(paths, input_config, where=f"{type(config).__name__}.input")
+            try:
+                check_dataset(reader, local.policy_spaces(), multi_agent=multi_agent,
+                              columns=self.input_columns(config), who=type(self).__name__)
+            finally:
+                reader.close()
+
+    @classmethod
     def worker_config(cls, config: AlgorithmConfig, policy_class: Any = None) -> WorkerConfig:
         """The :class:`WorkerConfig` for ``config``; multi-agent policies with no class
         get ``policy_class`` (default: the algorithm's ``policy_class``)."""
@@ -273,7 +307,10 @@ class Algorithm:
             sample_timeout_s=config.sample_timeout_s,
             preprocessor_pref=config.preprocessor_pref, callbacks=config.callbacks,
             vector_env=config.vector_env, create_env_on_driver=config.create_env_on_driver,
-            imports=config.imports, python_path=module_roots(user_modules(config)))
+            imports=config.imports, python_path=module_roots(user_modules(config)),
+            input=config.input, input_config=config.input_config,
+            postprocess_inputs=config.postprocess_inputs, output=config.output,
+            output_config=config.output_config)
 
     # -- running -----------------------------------------------------------------
     @property
@@ -293,9 +330,10 @@ class Algorithm:
         config, explore = self.config.for_evaluation()
         # Evaluation plays its envs one by one; its driver worker plays the episodes of
         # a lost evaluation worker, so it has envs whatever create_env_on_driver says.
+        # It plays the envs whatever the training input, and records nothing.
         worker_config = dataclasses.replace(
             self.worker_config(config, self._policy_class), explore=explore, training=False,
-            vector_env="sync", create_env_on_driver=True)
+            vector_env="sync", create_env_on_driver=True, input="sampler", output=None)
         workers = WorkerSet(config.env, self._policy_class, worker_config,
                             num_workers=self.config.evaluation_num_workers,
                             backend=self._backend)

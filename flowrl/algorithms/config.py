@@ -16,12 +16,17 @@ from typing import Any, ClassVar
 
 from flowrl.algorithms.validators import (boolean, check_env, check_env_config, int_between,
                                           int_ge, module_names, multiagent_table, number,
-                                          one_of, or_none, str_dict)
+                                          one_of, or_none, path_text, str_dict)
 from flowrl.callbacks import check_callbacks
 from flowrl.config_text import read_numbers, suggest
 from flowrl.envs import PREPROCESSOR_PREFS
 from flowrl.errors import ConfigError
 from flowrl.models.config import ModelConfig
+from flowrl.offline.parquet import import_pyarrow
+from flowrl.offline.reader import list_files
+from flowrl.offline.rllib_json import import_lz4
+from flowrl.offline.settings import (SAMPLER, check_input_config, check_output_config,
+                                     dataset_format, input_sources)
 from flowrl.runtime.calls import BACKENDS
 from flowrl.user_code import import_modules, load_reference, split_reference
 from flowrl.workers.rollout_worker import VECTOR_ENVS
@@ -50,12 +55,12 @@ RLLIB_KEYS = frozenset({
     "compress_observations", "custom_eval_function", "custom_resources_per_worker",
     "eager_tracing", "explore", "exploration_config", "extra_python_environs_for_driver",
     "extra_python_environs_for_worker", "fake_sampler", "framework", "horizon",
-    "in_evaluation", "input", "input_evaluation", "local_tf_session_args", "log_level",
+    "in_evaluation", "input_evaluation", "local_tf_session_args", "log_level",
     "log_sys_usage", "logger_config", "metrics_smoothing_episodes", "monitor",
     "no_done_at_end", "normalize_actions", "num_cpus_for_driver", "num_gpus_per_worker",
-    "observation_filter", "observation_space", "optimizer", "output",
+    "observation_filter", "observation_space", "optimizer",
     "output_compress_columns", "output_max_file_size", "placement_strategy",
-    "postprocess_inputs", "record_env", "remote_env_batch_wait_ms", "remote_worker_envs",
+    "record_env", "remote_env_batch_wait_ms", "remote_worker_envs",
     "render_env", "replay_sequence_length", "sample_async", "sample_collector",
     "shuffle_buffer_size", "simple_optimizer", "soft_horizon", "synchronize_filters",
     "tf_session_args",
@@ -157,6 +162,21 @@ class AlgorithmConfig:
     episodes when ``evaluation_num_workers`` is 0, and those of a lost
     evaluation worker.
 
+    Offline data (RLlib 1.x names; :mod:`flowrl.offline`, ``docs/offline.md``):
+    ``output`` (a directory; None: off) makes every rollout worker write each batch
+    it samples there, under ``output_config`` (``format``: ``"parquet"``, the default,
+    or ``"json"``, RLlib 1.x's JSON lines; ``max_rows_per_file``; ``compression``, the
+    Parquet codec; ``compress_columns``, the JSON columns packed as RLlib packed
+    them). ``input`` (``"sampler"``: step the envs) set to a dataset (a path, a
+    glob or a list of them) makes the workers read recorded batches instead, each
+    remote worker its own share, so the plan trains from data unchanged; a dict
+    ``{"sampler": 0.5, PATH: 0.5}`` mixes sources by probability. ``input_config``:
+    ``format`` (None: from the file names), ``shuffle`` (seeded by ``seed``) and
+    ``on_error`` (``"raise"``, or ``"skip"`` unreadable files with a warning).
+    ``postprocess_inputs`` recomputes the recorded batches' postprocessing
+    (advantages, value targets) with the current policy. A dataset path with no
+    file is a ConfigError here.
+
     Evaluation (RLlib 1.x names; :mod:`flowrl.ops.evaluation`): with
     ``evaluation_interval=N`` (None: off) iterations ``N, 2N, ...`` report
     ``result["evaluation"]`` over exactly ``evaluation_duration`` whole episodes
@@ -210,6 +230,11 @@ class AlgorithmConfig:
     #: Drop rows acted by weights more than this many learner updates old (None: off).
     #: Only algorithms with a learner queue (IMPALA, APPO) have stale rows to drop.
     max_policy_lag: int | None = None
+    input: Any = "sampler"
+    input_config: dict = field(default_factory=dict)
+    postprocess_inputs: bool = False
+    output: str | None = None
+    output_config: dict = field(default_factory=dict)
     has_learner_queue: ClassVar[bool] = False
 
     checks: ClassVar[dict[str, tuple]] = {
@@ -230,6 +255,7 @@ class AlgorithmConfig:
         "evaluation_duration": int_between(1, MAX_EVALUATION_EPISODES),
         "evaluation_num_workers": int_ge(0), "evaluation_config": str_dict(),
         "evaluation_parallel_to_training": boolean(),
+        "postprocess_inputs": boolean(), "output": or_none(path_text()),
     }
 
     def __new__(cls, *args: Any, **fields: Any) -> "AlgorithmConfig":
@@ -304,6 +330,25 @@ class AlgorithmConfig:
                 raise ConfigError(f"{name}.vector_env='envpool': {e}") from None
             import_envpool(f"{name}.vector_env='envpool'")
         self._check_evaluation(name)
+        self._check_offline(name)
+
+    def _check_offline(self, name: str) -> None:
+        """``input`` and ``output`` with their configs; a dataset that names no file
+        fails here, before anything is built."""
+        output = check_output_config(self.output_config, f"{name}.output_config")
+        if self.output is not None:
+            if output["format"] == "parquet":
+                import_pyarrow(f"{name}.output_config['format']='parquet'")
+            elif output["compress_columns"]:
+                import_lz4(f"{name}.output_config['compress_columns']")
+        input_config = check_input_config(self.input_config, f"{name}.input_config")
+        for source, _ in input_sources(self.input, f"{name}.input"):
+            if source != SAMPLER:
+                where = f"{name}.input"
+                fmt = dataset_format(source, input_config["format"], where)
+                list_files(source, fmt, where)
+                if fmt == "parquet":
+                    import_pyarrow(where)
 
     def _make_kwargs(self, name: str) -> dict:
         """``env_config`` less the keys that are the Atari preprocessing's rather than

@@ -19,6 +19,7 @@ import difflib
 import importlib
 import inspect
 import math
+import os
 from typing import Any, Callable
 
 from flowrl.envs import ensure_registered, env_reference, multi_agent_creator
@@ -127,6 +128,12 @@ def module_names() -> tuple[Callable[[Any], bool], str]:
     from flowrl.user_code import is_module_name
     return ((lambda v: isinstance(v, (list, tuple)) and all(is_module_name(m) for m in v)),
             "a list of module names to import, e.g. ['my_envs', 'my_models.nets']")
+
+
+def path_text() -> tuple[Callable[[Any], bool], str]:
+    """A non-empty string or ``os.PathLike`` (a file or directory path)."""
+    return (lambda v: isinstance(v, os.PathLike) or (isinstance(v, str) and v != ""),
+            "a path (a non-empty string)")
 
 
 def or_none(check):

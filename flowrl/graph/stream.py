@@ -488,9 +488,11 @@ def Concurrently(streams: Sequence[LocalStream], mode: str = "round_robin",
 
 # --------------------------------------------------------------------------- sources
 
-def _source(op: str, label: str, name: str | None, num_shards: int, **params: Any) -> ParallelStream:
-    return ParallelStream(Node(op=op, kind=SOURCE, stream=PARALLEL, name=name, label=name or label,
-                               params=params, num_shards=num_shards))
+def _source(op: str, label: str, name: str | None, num_shards: int, *,
+            shown: str | None = None, **params: Any) -> ParallelStream:
+    return ParallelStream(Node(op=op, kind=SOURCE, stream=PARALLEL, name=name,
+                               label=shown or name or label, params=params,
+                               num_shards=num_shards))
 
 
 def from_items(items: Iterable[Any], num_shards: int = 2, repeat: bool = False, *,
@@ -558,7 +560,7 @@ def _is_shard_host(obj: Any) -> bool:
 
 def from_actors(hosts: Sequence[Any], *, name: str | None = None,
                 restart: Callable[[int], Any] | None = None,
-                max_restarts: int | None = None) -> ParallelStream:
+                max_restarts: int | None = None, label: str | None = None) -> ParallelStream:
     """One shard per ShardHost: in-process instances or Ray actor handles (not mixed).
 
     The runtime never kills hosts it did not create, except a lost one it replaces.
@@ -570,6 +572,8 @@ def from_actors(hosts: Sequence[Any], *, name: str | None = None,
     ``restart`` returning None drops the shard (``num_dropped_workers``). A sync
     gather's round waits for the replacement. After ``max_restarts`` replacements
     of one shard (None: no limit) the next loss is a WorkerError naming it.
+    ``label`` says what the hosts produce, beside the node's id in the plan's DOT
+    (default: the node's name, or ``from_actors(N)``).
 
     >>> import flowrl
     >>> class Squares(flowrl.ShardHost):
@@ -598,14 +602,17 @@ def from_actors(hosts: Sequence[Any], *, name: str | None = None,
                                      or not isinstance(max_restarts, int) or max_restarts < 0):
         raise ConfigError(f"from_actors(max_restarts={max_restarts!r}): must be an int >= 0 "
                           "or None (no limit)")
-    return _source("from_actors", f"from_actors({len(hosts)})", name, len(hosts),
+    return _source("from_actors", f"from_actors({len(hosts)})", name, len(hosts), shown=label,
                    hosts=hosts, remote=all(remote), restart=restart, max_restarts=max_restarts)
 
 
-def from_iterable(factory: Callable[[], Iterable[Any]], *, name: str | None = None) -> LocalStream:
+def from_iterable(factory: Callable[[], Iterable[Any]], *, name: str | None = None,
+                  label: str | None = None) -> LocalStream:
     """A LocalStream on the driver from a zero-argument callable returning an iterable.
 
     For an asynchronous source, pass an async generator function as ``factory``.
+    ``label`` says what it produces, beside the node's id in the plan's DOT
+    (default: the node's name, or the factory's).
 
     >>> import flowrl
     >>> with flowrl.Plan(from_iterable(lambda: iter("abc"))).compile() as run:
@@ -614,4 +621,5 @@ def from_iterable(factory: Callable[[], Iterable[Any]], *, name: str | None = No
     """
     _check_callable(factory, "from_iterable")
     return LocalStream(Node(op="from_iterable", kind=SOURCE, stream=LOCAL, name=name,
-                            label=name or describe_callable(factory), params={"factory": factory}))
+                            label=label or name or describe_callable(factory),
+                            params={"factory": factory}))

@@ -30,6 +30,7 @@ from flowrl.errors import ConfigError
 from flowrl.graph.stream import LocalStream, ParallelStream, from_actors, from_iterable
 from flowrl.metrics import (AGENT_STEPS_SAMPLED_COUNTER, SAMPLE_TIMER, STEPS_SAMPLED_COUNTER,
                             get_metrics)
+from flowrl.offline.settings import SAMPLER, describe_input
 
 Batch = SampleBatch | MultiAgentBatch
 
@@ -60,7 +61,20 @@ def rollout_shards(workers, *, name: str = "rollouts") -> ParallelStream:
         raise ConfigError("rollout_shards(workers): the WorkerSet has no remote workers, so "
                           "there are no shards; use ParallelRollouts(workers, ...), which "
                           "samples the local worker on the driver, or set num_workers >= 1")
-    return from_actors(remotes, name=name, restart=workers.restarter())
+    return from_actors(remotes, name=name, restart=workers.restarter(),
+                       label=input_label(workers))
+
+
+def input_label(workers) -> str | None:
+    """What the workers' ``sample()`` reads, as the plan's DOT shows it on the rollout
+    source: None when they step envs (``input="sampler"``), else the dataset and
+    where it is (``"reads dataset /data/cartpole (json)"``;
+    :func:`~flowrl.offline.settings.describe_input`). A WorkerSet built elsewhere
+    (``from_existing``) has no config and counts as stepping envs."""
+    config = getattr(workers, "config", None)
+    if config is None:
+        return None
+    return describe_input(getattr(config, "input", SAMPLER), getattr(config, "input_config", {}))
 
 
 class _CountSampled:
@@ -115,6 +129,10 @@ def ParallelRollouts(workers, mode: str = "bulk_sync", num_async: int = 1, *,
     driver, one ``sample()`` per item. For the raw ParallelStream use
     :func:`rollout_shards` (a return type never depends on a mode string).
 
+    Workers whose ``input`` is a dataset read recorded batches instead of stepping
+    envs (:mod:`flowrl.workers.dataset_input`), and the source node's label in the
+    plan's DOT says which dataset (:func:`input_label`).
+
     Metrics: ``STEPS_SAMPLED_COUNTER`` and ``AGENT_STEPS_SAMPLED_COUNTER`` grow by
     each batch's env/agent steps. ``SAMPLE_TIMER`` gets, per batch, the time of
     ``sample()`` when the local worker samples on the driver; with remote workers
@@ -143,7 +161,8 @@ def ParallelRollouts(workers, mode: str = "bulk_sync", num_async: int = 1, *,
         raise ConfigError(f"ParallelRollouts(num_async={num_async!r}): must be an int >= 1")
     if not workers.remote_workers():
         local = workers.local_worker()
-        return (from_iterable(lambda: _sample_local_forever(local), name=f"{name}.local")
+        return (from_iterable(lambda: _sample_local_forever(local), name=f"{name}.local",
+                              label=input_label(workers))
                 .for_each(_CountSampled(timed=True), name=f"{name}.count_sampled"))
     shards = rollout_shards(workers, name=name)
     if mode == "bulk_sync":
