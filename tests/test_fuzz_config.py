@@ -88,6 +88,13 @@ def keep_torch_threads():
     torch.set_num_threads(threads)
 
 
+@pytest.fixture(autouse=True)
+def in_a_scratch_directory(tmp_path, monkeypatch):
+    """A fuzzed ``output`` (any text) records its dataset under the current directory:
+    a scratch one, not the checkout."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.mark.parametrize("algo, field", FIELDS)
 @settings(max_examples=DEEP or 8, deadline=None, derandomize=not DEEP,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
