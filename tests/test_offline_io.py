@@ -326,7 +326,7 @@ def test_remote_workers_read_disjoint_shards(tmp_path, shuffle):
 
 def one_pass_rows(worker) -> list[tuple[int, int]]:
     """The (eps_id, t) rows of one pass over a worker's share of its dataset."""
-    (reader,) = worker._dataset().readers
+    (reader,) = worker.input_reader().readers
     return [r for b in reader.read_pass(0) for r in zip(b["eps_id"].tolist(), b["t"].tolist())]
 
 

@@ -559,7 +559,7 @@ class RolloutWorker(ShardHost):
         if self.input_sources == [(SAMPLER, 1.0)]:
             batch = self._sample_env()
         else:
-            batch = self._dataset().sample()
+            batch = self.input_reader().sample()
         batch = self._stamp_versions(batch)
         self.record(batch)
         if self._on_sample_end:
@@ -570,8 +570,9 @@ class RolloutWorker(ShardHost):
         self._require_env("sample")
         return self.sampler.sample()
 
-    def _dataset(self) -> DatasetInput:
-        """The worker's :class:`DatasetInput`, built on first use: remote worker ``i``
+    def input_reader(self) -> DatasetInput:
+        """The worker's :class:`DatasetInput` (RLlib 1.x's ``input_reader``), for a
+        dataset ``input``; built on first use: remote worker ``i``
         of ``num_workers`` reads shard ``i - 1``; the driver's worker, which samples
         only when there are no remote workers, reads all of it."""
         if self.dataset_input is None:
