@@ -70,6 +70,13 @@ class EnvError(FlowError):
     """
 
 
+class DivergedError(FlowError):
+    """A loss became NaN or infinite while training: the message names the loss, the
+    policy and the training iteration. Training stops there, and the algorithm no
+    longer saves checkpoints (its weights are not finite), so the last good
+    checkpoint stays as it was."""
+
+
 class TrialError(FlowError):
     """A Ray Tune trial of a flowrl algorithm failed (:mod:`flowrl.tune`). The
     message is flowrl's one-line reason, the type and first line of the original
@@ -77,4 +84,4 @@ class TrialError(FlowError):
 
 
 __all__ = ["FlowError", "PlanError", "ConfigError", "OperatorError", "WorkerError", "EnvError",
-           "TrialError"]
+           "DivergedError", "TrialError"]

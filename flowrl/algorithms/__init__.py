@@ -7,7 +7,7 @@ built, overlapping ``ray.init`` on the Ray backend (see
 
 >>> import flowrl.algorithms as algorithms
 >>> sorted(algorithms.ALGORITHMS)
-['a2c', 'a3c', 'apex', 'appo', 'bc', 'ddppo', 'dqn', 'impala', 'marwil', 'pg', 'ppo']
+['a2c', 'a3c', 'apex', 'appo', 'bc', 'ddppo', 'dqn', 'impala', 'marwil', 'pg', 'ppo', 'sac']
 """
 
 from __future__ import annotations
@@ -26,17 +26,17 @@ _WHERE = {
     "DDPPO": "ddppo", "DDPPOConfig": "ddppo", "DQN": "dqn", "DQNConfig": "dqn",
     "IMPALA": "impala", "IMPALAConfig": "impala", "MARWIL": "marwil",
     "MARWILConfig": "marwil", "PG": "pg", "PGConfig": "pg",
-    "PPO": "ppo", "PPOConfig": "ppo",
+    "PPO": "ppo", "PPOConfig": "ppo", "SAC": "sac", "SACConfig": "sac",
 }
 _NAMES = {"pg": "PG", "a2c": "A2C", "ppo": "PPO", "a3c": "A3C", "impala": "IMPALA",
           "appo": "APPO", "dqn": "DQN", "apex": "ApeX", "ddppo": "DDPPO", "marwil": "MARWIL",
-          "bc": "BC"}
+          "bc": "BC", "sac": "SAC"}
 
 __all__ = ["Algorithm", "AlgorithmConfig", "build_algorithm", "PG", "PGConfig", "A2C",
            "A2CConfig", "PPO", "PPOConfig", "ALGORITHMS", "A3C", "A3CConfig", "IMPALA",
            "IMPALAConfig", "APPO", "APPOConfig", "DQN", "DQNConfig", "ApeX", "ApeXConfig",
            "DDPPO", "DDPPOConfig", "MARWIL", "MARWILConfig", "BC", "BCConfig",
-           "algorithm_class"]
+           "SAC", "SACConfig", "algorithm_class"]
 
 
 def __getattr__(name: str) -> Any:
@@ -63,7 +63,7 @@ def algorithm_class(name: Any) -> type:
     >>> algorithm_class("ppp")
     Traceback (most recent call last):
     ...
-    flowrl.errors.ConfigError: unknown algorithm 'ppp'; did you mean 'ppo'? (choose one of ['a2c', 'a3c', 'apex', 'appo', 'bc', 'ddppo', 'dqn', 'impala', 'marwil', 'pg', 'ppo'])
+    flowrl.errors.ConfigError: unknown algorithm 'ppp'; did you mean 'ppo'? (choose one of ['a2c', 'a3c', 'apex', 'appo', 'bc', 'ddppo', 'dqn', 'impala', 'marwil', 'pg', 'ppo', 'sac'])
     """
     registry = globals()["ALGORITHMS"] if "ALGORITHMS" in globals() else __getattr__("ALGORITHMS")
     cls = registry.get(name.lower()) if isinstance(name, str) else None

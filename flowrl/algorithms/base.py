@@ -33,6 +33,7 @@ import functools
 import importlib
 import inspect
 import logging
+import math
 import os
 from typing import Any, Callable, ClassVar
 
@@ -44,11 +45,12 @@ from flowrl.callbacks import call_hook, make_callbacks, overrides
 from flowrl.checkpoint import (CHECKPOINT_FILE, restore_local_worker,  # noqa: F401
                                saved_config)
 from flowrl.envs.multi_agent import MultiAgentEnv
-from flowrl.errors import ConfigError, EnvError, FlowError
+from flowrl.errors import ConfigError, DivergedError, EnvError, FlowError
 from flowrl.graph.plan import Plan
 from flowrl.graph.stream import LocalStream
 from flowrl.offline.settings import SAMPLER, check_input_config, input_sources
 from flowrl.ops.evaluation import Evaluation
+from flowrl.metrics import LEARNER_INFO
 from flowrl.ops.metric_ops import TRAINING_ITERATION
 from flowrl.runtime.calls import ensure_ray, resolve_backend
 from flowrl.user_code import module_roots
@@ -64,6 +66,25 @@ def _has_multi_agent_env(worker) -> bool:
 def _validate_worker_env(validate: Callable[[Any, int], None], worker) -> None:
     if worker.env is not None:  # the driver's worker has none (create_env_on_driver)
         validate(worker.env, worker.worker_index)
+
+
+def nonfinite_loss(learner_info: dict[str, Any]) -> tuple[str, str, float] | None:
+    """The first ``(policy_id, stat, value)`` among learner stats ``{policy_id:
+    stats}`` whose name holds ``"loss"`` and whose value is NaN or infinite; None
+    when every loss is finite.
+
+    >>> nonfinite_loss({"p0": {"critic_loss": 1.0}, "p1": {"actor_loss": float("nan")}})
+    ('p1', 'actor_loss', nan)
+    >>> nonfinite_loss({"p0": {"total_loss": 0.5, "custom_metrics": {}}}) is None
+    True
+    """
+    for pid, stats in learner_info.items():
+        if not isinstance(stats, dict):
+            continue
+        for key, value in stats.items():
+            if "loss" in key and isinstance(value, (int, float)) and not math.isfinite(value):
+                return pid, key, float(value)
+    return None
 
 
 class LazyClass:
@@ -131,6 +152,8 @@ class Algorithm:
                               f"{self.config_class.__name__}, got {type(config).__name__}")
         self.config = config
         self.workers = None
+        #: Why training stopped on a NaN or infinite loss (None while every loss is finite).
+        self._diverged: str | None = None
         #: The driver's callbacks instance (``on_train_result``); workers build their own.
         self.callbacks = make_callbacks(config.callbacks)
         self._evaluation: Evaluation | None = None
@@ -370,15 +393,32 @@ class Algorithm:
         """Run the plan to its next result: one reporting step. Returns the result dict
         (with ``"evaluation"`` on every ``evaluation_interval``-th iteration), after the
         callbacks' ``on_train_result`` (``algorithm=self``, also as ``trainer=``)
-        changed it."""
+        changed it.
+
+        Every algorithm's learner stats are checked: a loss (a stat whose name holds
+        ``"loss"``) that is NaN or infinite raises :class:`~flowrl.errors.DivergedError`
+        naming it, its policy and the iteration; from then on ``train()`` and
+        :meth:`save` raise it too, so no checkpoint of those weights is written."""
         if self._evaluation is not None:
             self._evaluation.before_iteration(
                 self._run.metrics.counters.get(TRAINING_ITERATION, 0) + 1)
+        if self._diverged is not None:
+            raise DivergedError(self._diverged)
         try:
             result = next(self._run)
         except StopIteration:
             raise FlowError(f"{self.name}: the plan ended (was stop() called?); build a new "
                             "algorithm to train again") from None
+        bad = nonfinite_loss(result.get("info", {}).get(LEARNER_INFO, {}))
+        if bad is not None:
+            pid, key, value = bad
+            self._diverged = (
+                f"{self.name}: loss {key!r} of policy {pid!r} is {value} at training "
+                f"iteration {result.get(TRAINING_ITERATION)}; training stopped, and this "
+                "algorithm saves no checkpoint of its weights (the last good checkpoint "
+                "stays as it was): restore that checkpoint and lower the learning rates "
+                "(or clip gradients), or look for NaN or infinite observations and rewards")
+            raise DivergedError(self._diverged)
         if overrides(self.callbacks, "on_train_result"):
             call_hook(self.callbacks, "on_train_result", algorithm=self, trainer=self,
                       result=result)
@@ -467,8 +507,11 @@ class Algorithm:
         both envs) and :meth:`extra_state`. The write goes aside and is renamed into place
         (:func:`flowrl.checkpoint.write_checkpoint`): a failed save raises FlowError
         and, unless it says otherwise, leaves an earlier checkpoint at ``path``
-        byte-identical.
+        byte-identical. After a NaN or infinite loss (see :meth:`train`) it writes
+        nothing and raises :class:`~flowrl.errors.DivergedError`.
         """
+        if self._diverged is not None:
+            raise DivergedError(f"{self.name}.save({path!r}): not saved: {self._diverged}")
         states = dict(self.workers.foreach_worker(_indexed_state))
         state = {"algorithm": self.name,
                  "worker": states.pop(0),
@@ -678,4 +721,4 @@ def build_algorithm(name: str, default_config: type, default_policy: Any,
 
 
 __all__ = ["Algorithm", "AlgorithmConfig", "LazyClass", "check_env", "check_env_config",
-           "gym_spec", "ensure_ray", "build_algorithm", "HOOKS"]
+           "gym_spec", "ensure_ray", "build_algorithm", "HOOKS", "nonfinite_loss"]

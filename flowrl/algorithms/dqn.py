@@ -43,17 +43,55 @@ from flowrl.workers.rollout_worker import stacks_frames
 
 
 @dataclass
-class DQNConfig(AlgorithmConfig):
+class ReplayConfig(AlgorithmConfig):
+    """The replay settings every Q-learning algorithm's config shares (DQN, Ape-X,
+    SAC), RLlib 1.x names: ``buffer_size``, ``prioritized_replay`` (with
+    ``prioritized_replay_alpha/beta/eps``), ``learning_starts`` (<= ``buffer_size``),
+    ``target_network_update_freq``, ``n_step``, ``training_intensity`` (None:
+    natural; sets the store/train ratio, :func:`round_robin_weights`),
+    ``timesteps_per_iteration``, ``worker_side_prioritization`` and
+    ``checkpoint_replay_buffer`` (put the buffer into checkpoints). Each algorithm's
+    config sets its own defaults.
+    """
+
+    buffer_size: int = 50000
+    prioritized_replay: bool = True
+    prioritized_replay_alpha: float = 0.6
+    prioritized_replay_beta: float = 0.4
+    prioritized_replay_eps: float = 1e-6
+    learning_starts: int = 1000
+    target_network_update_freq: int = 500
+    n_step: int = 1
+    training_intensity: float | None = None
+    timesteps_per_iteration: int = 1000
+    worker_side_prioritization: bool = False
+    checkpoint_replay_buffer: bool = False
+
+    checks: ClassVar[dict[str, tuple]] = {
+        "buffer_size": int_ge(1), "learning_starts": int_ge(0),
+        "prioritized_replay_alpha": number(0), "prioritized_replay_beta": number(0),
+        "prioritized_replay_eps": number(0), "target_network_update_freq": int_ge(0),
+        "n_step": int_ge(1), "training_intensity": or_none(number(0, open_lo=True)),
+    }
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.learning_starts > self.buffer_size:
+            raise ConfigError(f"{type(self).__name__}.learning_starts={self.learning_starts}: "
+                              f"must be <= buffer_size ({self.buffer_size}); replay could "
+                              "never start")
+
+
+@dataclass
+class DQNConfig(ReplayConfig):
     """DQN hyperparameters, RLlib 1.x names and the defaults RLlib 1.x gave the same
     settings (buffer, replay, exploration, ``lr``, ``n_step``...), except the network sizes:
     ``hiddens=(64,)`` (RLlib ``[256]``) and the torso ``fcnet_hiddens=(64, 64)``
-    (RLlib ``(256, 256)``).
+    (RLlib ``(256, 256)``). The replay settings are :class:`ReplayConfig`'s.
 
     ``model`` is the Q torso (ReLU MLP over ``fcnet_hiddens``, the CNN for images;
     ``use_lstm`` and custom models are refused), ``hiddens`` the head layers; ``exploration_config``
-    holds ``initial_epsilon``, ``final_epsilon``, ``epsilon_timesteps``;
-    ``training_intensity`` (None: natural) sets the store/train ratio;
-    ``checkpoint_replay_buffer`` puts the buffer into checkpoints.
+    holds ``initial_epsilon``, ``final_epsilon``, ``epsilon_timesteps``.
 
     >>> DQNConfig(env="CartPole-v1", buffer_size=100, learning_starts=500)
     Traceback (most recent call last):
@@ -66,38 +104,19 @@ class DQNConfig(AlgorithmConfig):
     train_batch_size: int = 32
     lr: float = 5e-4
     hiddens: tuple = (64,)
-    buffer_size: int = 50000
-    prioritized_replay: bool = True
-    prioritized_replay_alpha: float = 0.6
-    prioritized_replay_beta: float = 0.4
-    prioritized_replay_eps: float = 1e-6
-    learning_starts: int = 1000
-    target_network_update_freq: int = 500
-    n_step: int = 1
     double_q: bool = True
     dueling: bool = True
     grad_clip: float | None = 40.0
     exploration_config: dict = field(default_factory=lambda: dict(DEFAULT_EXPLORATION))
-    training_intensity: float | None = None
-    timesteps_per_iteration: int = 1000
-    worker_side_prioritization: bool = False
-    checkpoint_replay_buffer: bool = False
 
     checks: ClassVar[dict[str, tuple]] = {
-        "buffer_size": int_ge(1), "learning_starts": int_ge(0),
-        "prioritized_replay_alpha": number(0), "prioritized_replay_beta": number(0),
-        "prioritized_replay_eps": number(0), "target_network_update_freq": int_ge(0),
-        "n_step": int_ge(1), "grad_clip": or_none(number(0, open_lo=True)),
-        "training_intensity": or_none(number(0, open_lo=True)),
+        "grad_clip": or_none(number(0, open_lo=True)),
         "exploration_config": or_none(str_dict()),
     }
 
     def __post_init__(self) -> None:
         super().__post_init__()
         name = type(self).__name__
-        if self.learning_starts > self.buffer_size:
-            raise ConfigError(f"{name}.learning_starts={self.learning_starts}: must be <= "
-                              f"buffer_size ({self.buffer_size}); replay could never start")
         hiddens = self.hiddens
         if not isinstance(hiddens, (list, tuple)) or not all(
                 isinstance(h, int) and not isinstance(h, bool) and h > 0 for h in hiddens):
@@ -129,7 +148,7 @@ class DQNConfig(AlgorithmConfig):
         self.exploration_config = {k: explore[k] for k in DEFAULT_EXPLORATION}
 
 
-def round_robin_weights(config: DQNConfig) -> list[float]:
+def round_robin_weights(config: ReplayConfig) -> list[float]:
     """``[store, train]`` weights for ``training_intensity`` (see the module docstring).
 
     >>> round_robin_weights(DQNConfig(env="CartPole-v1", training_intensity=16))
@@ -146,8 +165,8 @@ def round_robin_weights(config: DQNConfig) -> list[float]:
     return [1, ratio] if ratio >= 1 else [1 / ratio, 1]
 
 
-def make_buffer(config: DQNConfig, capacity: int | None = None, seed: int | None = None):
-    """The replay buffer a DQN config asks for: with ``multiagent`` policies, a dict of
+def make_buffer(config: ReplayConfig, capacity: int | None = None, seed: int | None = None):
+    """The replay buffer a replay config asks for: with ``multiagent`` policies, a dict of
     one buffer per trained policy id."""
     policies = config.multiagent.get("policies")
     if policies and capacity is None:
@@ -162,7 +181,7 @@ def make_buffer(config: DQNConfig, capacity: int | None = None, seed: int | None
     return ReplayBuffer(capacity, seed=seed)
 
 
-def replay_spaces(workers, config: DQNConfig) -> list:
+def replay_spaces(workers, config: ReplayConfig) -> list:
     """The observation space of each replay buffer a DQN config makes (one per trained
     policy with ``multiagent`` policies), from the local worker's policies."""
     policies = workers.local_worker().policy_map
@@ -172,14 +191,14 @@ def replay_spaces(workers, config: DQNConfig) -> list:
     return [p.observation_space for p in policies.values()]
 
 
-def replay_run_length(config: DQNConfig) -> int | None:
+def replay_run_length(config: ReplayConfig) -> int | None:
     """How many rows stored in a row continue each other: a rollout fragment where
     several envs take turns, else None (one env: whole episodes)."""
     envs = max(1, config.num_workers) * config.num_envs_per_worker
     return config.rollout_fragment_length if envs > 1 else None
 
 
-def check_replay_fits(workers, config: DQNConfig) -> int:
+def check_replay_fits(workers, config: ReplayConfig) -> int:
     """The bytes the replay buffers of ``config`` need (:func:`check_replay_memory`:
     one buffer per trained policy, rows arriving in :func:`replay_run_length` runs,
     one frame a row where the env gives frame stacks); a ConfigError naming
@@ -188,6 +207,41 @@ def check_replay_fits(workers, config: DQNConfig) -> int:
                                replay_spaces(workers, config),
                                run_length=replay_run_length(config),
                                frame_stacks=stacks_frames(config.env, config.preprocessor_pref))
+
+
+def replay_plan(workers, config: ReplayConfig, local_buffer=None, *, name: str,
+                target_by_steps_trained: bool = False) -> LocalStream:
+    """The plan of the module docstring, its nodes named ``<name>/...``: store
+    rollouts (once ``learning_starts`` rows are in, replay may start) and, in turn by
+    ``training_intensity``, replay a batch -> train on it -> send its priorities back
+    (with ``prioritized_replay``) -> update the target networks
+    (``target_network_update_freq`` counted in steps sampled, or in steps trained
+    with ``target_by_steps_trained``). ``local_buffer`` defaults to
+    :func:`make_buffer` of ``config``."""
+    buffer = local_buffer if local_buffer is not None else make_buffer(config)
+    store = StoreToReplayBuffer(local_buffer=buffer)
+    store_op = (ParallelRollouts(workers, mode="bulk_sync")
+                .for_each(store, name=f"{name}/store")
+                .filter(LearningStarts(store, config.learning_starts),
+                        name=f"{name}/learning_starts"))
+    replay_op = (Replay(local_buffer=buffer, batch_size=config.train_batch_size,
+                        name=f"{name}/replay")
+                 .for_each(TrainOneStep(workers), name=f"{name}/train"))
+    if config.prioritized_replay:
+        replay_op = replay_op.for_each(
+            UpdateReplayPriorities(workers, local_buffer=buffer,
+                                   eps=config.prioritized_replay_eps),
+            name=f"{name}/update_priorities")
+    replay_op = replay_op.for_each(
+        UpdateTargetNetwork(workers, config.target_network_update_freq,
+                            by_steps_trained=target_by_steps_trained),
+        name=f"{name}/update_target")
+    train_op = Concurrently([store_op, replay_op], mode="round_robin", output_indexes=[1],
+                            round_robin_weights=round_robin_weights(config),
+                            name=f"{name}/concurrently")
+    return StandardMetricsReporting(
+        train_op, workers, min_time_s_per_reporting=config.min_time_s_per_reporting,
+        timesteps_per_iteration=config.timesteps_per_iteration)
 
 
 class DQN(Algorithm):
@@ -221,29 +275,7 @@ class DQN(Algorithm):
 
     @staticmethod
     def execution_plan(workers, config: DQNConfig, *, local_buffer=None) -> LocalStream:
-        buffer = local_buffer if local_buffer is not None else make_buffer(config)
-        store = StoreToReplayBuffer(local_buffer=buffer)
-        store_op = (ParallelRollouts(workers, mode="bulk_sync")
-                    .for_each(store, name="dqn/store")
-                    .filter(LearningStarts(store, config.learning_starts),
-                            name="dqn/learning_starts"))
-        replay_op = (Replay(local_buffer=buffer, batch_size=config.train_batch_size,
-                            name="dqn/replay")
-                     .for_each(TrainOneStep(workers), name="dqn/train"))
-        if config.prioritized_replay:
-            replay_op = replay_op.for_each(
-                UpdateReplayPriorities(workers, local_buffer=buffer,
-                                       eps=config.prioritized_replay_eps),
-                name="dqn/update_priorities")
-        replay_op = replay_op.for_each(
-            UpdateTargetNetwork(workers, config.target_network_update_freq),
-            name="dqn/update_target")
-        train_op = Concurrently([store_op, replay_op], mode="round_robin", output_indexes=[1],
-                                round_robin_weights=round_robin_weights(config),
-                                name="dqn/concurrently")
-        return StandardMetricsReporting(
-            train_op, workers, min_time_s_per_reporting=config.min_time_s_per_reporting,
-            timesteps_per_iteration=config.timesteps_per_iteration)
+        return replay_plan(workers, config, local_buffer, name="dqn")
 
     # -- checkpoints ---------------------------------------------------------------
     def extra_state(self) -> dict:
@@ -306,6 +338,7 @@ def _set_own_exploration(by_index: dict, worker) -> None:
         _set_exploration(worker, states)
 
 
-__all__ = ["DQN", "DQNConfig", "round_robin_weights", "make_buffer", "exploration_states",
+__all__ = ["DQN", "DQNConfig", "ReplayConfig", "replay_plan", "round_robin_weights",
+           "make_buffer", "exploration_states",
            "indexed_exploration_states", "restore_exploration", "replay_run_length",
            "check_replay_fits"]

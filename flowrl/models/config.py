@@ -243,4 +243,23 @@ def model_config(model: Any, hidden_sizes: Sequence[int] | None) -> ModelConfig:
     return ModelConfig.coerce({**config.to_dict(), "fcnet_hiddens": list(hidden_sizes)})
 
 
-__all__ = ["ModelConfig", "ACTIVATIONS", "MODEL_REGISTRY", "model_config"]
+def check_mlp_config(config: ModelConfig, where: str, algorithm: str) -> None:
+    """A ConfigError naming ``where`` (e.g. ``"SACConfig.Q_model"``) for what an
+    algorithm that builds plain MLPs over flat observations cannot build: a
+    recurrent model, a custom model or a conv stack.
+
+    >>> check_mlp_config(ModelConfig(use_lstm=True), "SACConfig.Q_model", "SAC")
+    Traceback (most recent call last):
+    ...
+    flowrl.errors.ConfigError: SACConfig.Q_model.use_lstm: not supported; SAC's networks are MLPs over flat observations (set fcnet_hiddens and fcnet_activation)
+    """
+    for name, bad in (("use_lstm", config.use_lstm),
+                      ("custom_model", config.custom_model is not None),
+                      ("conv_filters", config.conv_filters is not None)):
+        if bad:
+            raise ConfigError(f"{where}.{name}: not supported; {algorithm}'s networks are "
+                              "MLPs over flat observations (set fcnet_hiddens and "
+                              "fcnet_activation)")
+
+
+__all__ = ["ModelConfig", "ACTIVATIONS", "MODEL_REGISTRY", "model_config", "check_mlp_config"]

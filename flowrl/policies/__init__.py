@@ -1,4 +1,5 @@
-"""Torch policies (PG, A2C/A3C, PPO, IMPALA, APPO, DQN, MARWIL, BC) and the pure RL maths they use.
+"""Torch policies (PG, A2C/A3C, PPO, IMPALA, APPO, DQN, MARWIL, BC, SAC) and the pure RL
+maths they use.
 
 Names resolve on first use (PEP 562), so importing a light submodule such as
 ``flowrl.policies.sgd`` (the operators do) does not import torch.
@@ -19,13 +20,13 @@ _WHERE = {
     "Categorical": "distributions", "DiagGaussian": "distributions",
     "IMPALAPolicy": "impala", "MARWILPolicy": "marwil", "PGPolicy": "pg", "PPOPolicy": "ppo",
     "MultiCategorical": "distributions", "LoadedBatch": "torch_policy",
-    "TorchPolicy": "torch_policy",
+    "TorchPolicy": "torch_policy", "SACPolicy": "sac", "SquashedGaussian": "distributions",
 }
 
 __all__ = ["TorchPolicy", "MultiCategorical", "PGPolicy", "A2CPolicy", "PPOPolicy",
            "Categorical", "DiagGaussian", "discounted_returns", "gae", "explained_variance",
            "IMPALAPolicy", "APPOPolicy", "vtrace", "minibatch_sgd", "LoadedBatch", "DQNPolicy",
-           "MARWILPolicy", "BCPolicy"]
+           "MARWILPolicy", "BCPolicy", "SACPolicy", "SquashedGaussian"]
 
 
 __getattr__, __dir__ = lazy_attributes(__name__, _WHERE, globals(), __all__)

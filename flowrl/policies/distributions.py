@@ -98,6 +98,73 @@ class DiagGaussian:
                 / (2.0 * other.std.pow(2)) - 0.5).sum(-1)
 
 
+#: RLlib 1.x's bounds on a squashed Gaussian's log standard deviation.
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+def tanh_log_det(u: torch.Tensor) -> torch.Tensor:
+    """``log(1 - tanh(u)²)`` elementwise, in the stable form ``2 (log 2 - u -
+    softplus(-2u))`` (no ``log(0)`` where ``tanh(u)`` rounds to ±1).
+
+    >>> round(tanh_log_det(torch.tensor(0.5)).item(), 5) == round(math.log(1 - math.tanh(0.5) ** 2), 5)
+    True
+    """
+    return 2.0 * (math.log(2.0) - u - torch.nn.functional.softplus(-2.0 * u))
+
+
+class SquashedGaussian:
+    """A diagonal Gaussian squashed by ``tanh`` into the unit box ``(-1, 1)``:
+    ``a = tanh(u)``, ``u ~ N(mean, std²)``. ``inputs`` is ``(B, 2D)``: means, then log
+    standard deviations (clamped to ``[LOG_STD_MIN, LOG_STD_MAX]``). The density
+    carries the change of variables: ``log π(a) = log N(u) - Σ log(1 - tanh(u)²)``.
+    Policies map the unit box onto an env's bounds affinely
+    (:func:`flowrl.policies.continuous.to_env_actions`); densities here are of the
+    unit-box action. It has no closed-form entropy; SAC estimates it as ``-log π``
+    of samples.
+
+    >>> d = SquashedGaussian(torch.zeros(1, 2))
+    >>> a, logp = d.rsample_logp(torch.Generator().manual_seed(0))
+    >>> bool(a.abs().max() < 1), torch.allclose(logp, d.logp(a), atol=1e-4)
+    (True, True)
+    >>> d.deterministic_sample().tolist()
+    [[0.0]]
+    """
+
+    def __init__(self, inputs: torch.Tensor):
+        self.inputs = inputs
+        mean, log_std = torch.chunk(inputs, 2, dim=-1)
+        self.mean, self.log_std = mean, log_std.clamp(LOG_STD_MIN, LOG_STD_MAX)
+        self.std = self.log_std.exp()
+
+    def _logp_u(self, u: torch.Tensor) -> torch.Tensor:
+        z = (u - self.mean) / self.std
+        return (-0.5 * z.pow(2) - self.log_std - _HALF_LOG_2PI - tanh_log_det(u)).sum(-1)
+
+    def rsample_logp(self, generator: torch.Generator | None = None
+                     ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised sample ``(B, D)`` (gradients flow to ``inputs``) and its
+        log-density ``(B,)``, computed from the pre-squash value (exact where
+        ``tanh`` rounds to ±1)."""
+        noise = torch.randn(self.mean.shape, generator=generator, dtype=self.mean.dtype,
+                            device=self.mean.device)
+        u = self.mean + self.std * noise
+        return torch.tanh(u), self._logp_u(u)
+
+    def sample(self, generator: torch.Generator | None = None) -> torch.Tensor:
+        with torch.no_grad():
+            return self.rsample_logp(generator)[0]
+
+    def deterministic_sample(self) -> torch.Tensor:
+        return torch.tanh(self.mean)
+
+    def logp(self, actions: torch.Tensor) -> torch.Tensor:
+        """``log π(a)`` of unit-box actions (of any shape with ``D`` numbers per row),
+        clamped just inside ``(-1, 1)`` before ``atanh``."""
+        eps = torch.finfo(self.mean.dtype).eps
+        a = actions.reshape(self.mean.shape).clamp(-1.0 + eps, 1.0 - eps)
+        return self._logp_u(torch.atanh(a))
+
+
 class MultiCategorical:
     """Independent categoricals for a ``MultiDiscrete`` space: ``inputs`` ``(B, sum(nvec))``
     are the components' logits side by side; actions are ``(B, len(nvec))``;
@@ -159,4 +226,5 @@ class _MultiCategoricalOf:
         return MultiCategorical(inputs, self.nvec)
 
 
-__all__ = ["Categorical", "DiagGaussian", "MultiCategorical", "distribution_for"]
+__all__ = ["Categorical", "DiagGaussian", "MultiCategorical", "SquashedGaussian",
+           "distribution_for", "tanh_log_det", "LOG_STD_MIN", "LOG_STD_MAX"]

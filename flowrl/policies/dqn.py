@@ -80,6 +80,28 @@ def n_step_transitions(rewards: np.ndarray, terminateds: np.ndarray, truncateds:
     return ret.astype(np.float32), last, discount.astype(np.float32)
 
 
+def n_step_batch(batch: SampleBatch, *, n_step: int, gamma: float) -> SampleBatch:
+    """The replay rows of one time-ordered trajectory (:func:`n_step_transitions`):
+    ``obs``, ``actions``, ``rewards`` (the n-step return), ``new_obs`` (the bootstrap
+    state), ``terminateds`` (of the bootstrap row) and ``n_step_discount`` (γ^k, 0
+    after a termination). Every Q-learning policy stores these.
+
+    >>> b = SampleBatch(obs=[0, 1, 2], actions=[0, 1, 0], rewards=[1., 1., 1.],
+    ...                 new_obs=[1, 2, 3], terminateds=[False, False, True])
+    >>> out = n_step_batch(b, n_step=2, gamma=0.5)
+    >>> out["new_obs"].tolist(), out["n_step_discount"].tolist()
+    ([2, 3, 3], [0.25, 0.0, 0.0])
+    """
+    term = np.asarray(batch[SB.TERMINATEDS], bool)
+    trunc = batch.get(SB.TRUNCATEDS)
+    trunc = np.zeros_like(term) if trunc is None else np.asarray(trunc, bool)
+    ret, last, discount = n_step_transitions(batch[SB.REWARDS], term, trunc, n=n_step,
+                                             gamma=gamma)
+    return SampleBatch({SB.OBS: batch[SB.OBS], SB.ACTIONS: batch[SB.ACTIONS],
+                        SB.REWARDS: ret, SB.NEXT_OBS: batch[SB.NEXT_OBS][last],
+                        SB.TERMINATEDS: term[last], N_STEP_DISCOUNT: discount})
+
+
 def linear_epsilon(timesteps: int, *, initial_epsilon: float, final_epsilon: float,
                    epsilon_timesteps: int) -> float:
     """Epsilon after ``timesteps`` steps: linear from initial to final, then flat.
@@ -396,14 +418,7 @@ class DQNPolicy:
         ``obs``, ``actions``, ``rewards`` (n-step return), ``new_obs`` (bootstrap
         state), ``terminateds``, ``n_step_discount``, plus ``priorities`` with
         worker-side prioritization. ``last_value`` is not needed (Q bootstraps)."""
-        term = np.asarray(batch[SB.TERMINATEDS], bool)
-        trunc = batch.get(SB.TRUNCATEDS)
-        trunc = np.zeros_like(term) if trunc is None else np.asarray(trunc, bool)
-        ret, last, discount = n_step_transitions(batch[SB.REWARDS], term, trunc,
-                                                 n=self.n_step, gamma=self.gamma)
-        out = SampleBatch({SB.OBS: batch[SB.OBS], SB.ACTIONS: batch[SB.ACTIONS],
-                           SB.REWARDS: ret, SB.NEXT_OBS: batch[SB.NEXT_OBS][last],
-                           SB.TERMINATEDS: term[last], N_STEP_DISCOUNT: discount})
+        out = n_step_batch(batch, n_step=self.n_step, gamma=self.gamma)
         if self.worker_side_prioritization:
             td = self.compute_td_error(out)
             out[PRIORITIES] = (np.abs(td) + self.prioritized_replay_eps).astype(np.float32)
@@ -505,5 +520,6 @@ class DQNPolicy:
         self.set_exploration_state(state["exploration"])
 
 
-__all__ = ["DQNPolicy", "QNetwork", "QActingModule", "n_step_transitions", "linear_epsilon",
+__all__ = ["DQNPolicy", "QNetwork", "QActingModule", "n_step_transitions", "n_step_batch",
+           "linear_epsilon",
            "huber", "N_STEP_DISCOUNT", "PRIORITIES"]

@@ -238,6 +238,29 @@ def gaussian_logp(actions: np.ndarray, mean: np.ndarray, log_std: np.ndarray) ->
     return (-0.5 * z * z - log_std - _HALF_LOG_2PI).sum(axis=-1)
 
 
+def squashed_gaussian_act(inputs: np.ndarray, explore: bool, rng: np.random.Generator,
+                          log_std_bounds: tuple[float, float]) -> tuple[np.ndarray, np.ndarray]:
+    """Unit-box actions ``(B, D)`` and their log-densities ``(B,)`` of the squashed
+    Gaussian with ``(B, 2D)`` ``inputs`` (means, then log standard deviations
+    clipped to ``log_std_bounds``), the numpy twin of
+    :class:`~flowrl.policies.distributions.SquashedGaussian`: ``a = tanh(u)`` with
+    ``u = mean + std · standard_normal((B, D))`` (one draw from ``rng``), or
+    ``u = mean`` without ``explore``; ``log π(a) = log N(u) - Σ log(1 - tanh(u)²)``.
+
+    >>> a, logp = squashed_gaussian_act(np.zeros((3, 4), np.float32), True,
+    ...                                 np.random.default_rng(0), (-5.0, 2.0))
+    >>> a.shape, logp.shape, bool((np.abs(a) < 1).all())
+    ((3, 2), (3,), True)
+    """
+    mean, log_std = np.split(inputs, 2, axis=1)
+    log_std = np.clip(log_std, *log_std_bounds)
+    u = mean + np.exp(log_std) * rng.standard_normal(mean.shape, dtype=np.float32) \
+        if explore else mean
+    log_det = 2.0 * (math.log(2.0) - u - np.logaddexp(0.0, -2.0 * u))
+    logp = gaussian_logp(u, mean, log_std) - log_det.sum(axis=-1)
+    return np.tanh(u), logp.astype(np.float32)
+
+
 def one_hot(indices: np.ndarray, n: int) -> np.ndarray:
     """``(B,)`` integer observations as ``(B, n)`` float32 one-hot rows.
 
