@@ -613,10 +613,13 @@ def config_fields(config: Any) -> dict[str, Any] | None:
     """The fields of ``config`` (an AlgorithmConfig) for a checkpoint (``flowrl
     evaluate`` rebuilds the config from them), or None when one of them can be
     neither stored nor pickled. Fields that are functions or classes (an env
-    creator, a mapping function) end up in the checkpoint's ``user_state.pkl``."""
+    creator, a mapping function) end up in the checkpoint's ``user_state.pkl``; model
+    configs (``model``, SAC's ``Q_model``...) are stored as dicts of their fields."""
     import dataclasses
+
+    from flowrl.models.config import ModelConfig
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.init}
-    fields["model"] = config.model.to_dict()
+    fields = {k: v.to_dict() if isinstance(v, ModelConfig) else v for k, v in fields.items()}
     try:
         encode_state(fields)
     except FlowError:

@@ -36,7 +36,8 @@ from flowrl.models.catalog import is_image
 from flowrl.policies.numpy_acting import (NumpyMLP, ParameterGuard, SnapshotCache,
                                            in_chunks, max_rows, obs_rows)
 from flowrl.models.config import model_config
-from flowrl.policies.torch_policy import make_adam, model_obs, to_numpy_tree, to_torch_tree
+from flowrl.policies.torch_policy import (load_weights, make_adam, model_obs, module_weights,
+                                          to_numpy_tree, to_torch_tree)
 
 SB = SampleBatch
 #: Column of postprocessed DQN rows: γ^k for the k rewards summed, 0 after a termination.
@@ -495,15 +496,11 @@ class DQNPolicy:
     # -- weights and state ---------------------------------------------------------------
     def get_weights(self) -> dict[str, np.ndarray]:
         """Online network parameters as ``{name: numpy array}`` (copies)."""
-        return {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
+        return module_weights(self.model)
 
     def set_weights(self, weights: dict[str, np.ndarray]) -> None:
-        """Load online weights from :meth:`get_weights` (the target network is kept)."""
-        own = self.model.state_dict()
-        if set(own) != set(weights):
-            raise ConfigError(f"DQNPolicy.set_weights: missing {sorted(set(own) - set(weights))}, "
-                              f"unexpected {sorted(set(weights) - set(own))}")
-        self.model.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in weights.items()})
+        """Load what :meth:`get_weights` returned (the target network is kept)."""
+        load_weights(self.model, weights, "DQNPolicy.set_weights")
 
     def get_state(self) -> dict[str, Any]:
         """Online and target weights, optimizer state and exploration state."""

@@ -55,7 +55,8 @@ from flowrl.policies.dqn import N_STEP_DISCOUNT, n_step_batch
 from flowrl.policies.numpy_acting import (NumpyMLP, ParameterGuard, SnapshotCache,
                                            categorical_mode, categorical_sample, in_chunks,
                                            max_rows, obs_rows, squashed_gaussian_act)
-from flowrl.policies.torch_policy import make_adam, model_obs, to_numpy_tree, to_torch_tree
+from flowrl.policies.torch_policy import (load_weights, make_adam, model_obs, module_weights,
+                                          to_numpy_tree, to_torch_tree)
 
 SB = SampleBatch
 
@@ -111,6 +112,24 @@ class SACModel(nn.Module):
         self.policy = mlp(obs_dim, outputs, policy_model)
         self.critics = Critics(obs_dim, action_space, q_model, twin_q)
         self.log_alpha = nn.Parameter(torch.tensor(math.log(initial_alpha)))
+
+
+class PolicyActingModule(nn.Module):
+    """SAC's policy network as one module for export (:mod:`flowrl.export`):
+    ``forward(obs) -> action_dist_inputs``, ``(B, 2 · dim(A))`` squashed-Gaussian
+    means and log-stds (the greedy action is ``tanh`` of the means, mapped onto the
+    bounds) or ``(B, n)`` logits. It holds its own copy of the network."""
+
+    #: The outputs' names, in order (ONNX names them so).
+    output_names = ("action_dist_inputs",)
+
+    def __init__(self, policy: nn.Module, obs_dim: int, *, discrete_obs: bool):
+        super().__init__()
+        self.policy, self.obs_dim, self.discrete_obs = policy, obs_dim, discrete_obs
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.policy(model_obs(obs, self.obs_dim, discrete=self.discrete_obs,
+                                     image=False))
 
 
 class _NumpyActor:
@@ -247,6 +266,18 @@ class SACPolicy:
                                  isinstance(self.observation_space, gym.spaces.Discrete)))
         with torch.inference_mode():
             return self.model.policy(self._obs_tensor(obs_batch)).numpy()
+
+    def acting_module(self) -> PolicyActingModule:
+        """A copy of the policy network as a :class:`PolicyActingModule`.
+
+        >>> p = SACPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-1, 1, (2,)),
+        ...               policy_model=[8], Q_model=[8], seed=0)
+        >>> tuple(p.acting_module()(torch.zeros(5, 3)).shape)
+        (5, 4)
+        """
+        return PolicyActingModule(copy.deepcopy(self.model.policy), self._obs_dim,
+                                  discrete_obs=isinstance(self.observation_space,
+                                                          gym.spaces.Discrete))
 
     def compute_actions(self, obs_batch, explore: bool = True, **unused: Any
                         ) -> tuple[np.ndarray, dict]:
@@ -396,16 +427,11 @@ class SACPolicy:
     # -- weights and state ---------------------------------------------------------------
     def get_weights(self) -> dict[str, np.ndarray]:
         """The policy, critics and ``log_alpha`` as ``{name: numpy array}`` (copies)."""
-        return {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
+        return module_weights(self.model)
 
     def set_weights(self, weights: dict[str, np.ndarray]) -> None:
         """Load what :meth:`get_weights` returned (the target critics are kept)."""
-        own = self.model.state_dict()
-        if set(own) != set(weights):
-            raise ConfigError(f"SACPolicy.set_weights: missing {sorted(set(own) - set(weights))}, "
-                              f"unexpected {sorted(set(weights) - set(own))}; the weights come "
-                              "from another model")
-        self.model.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in weights.items()})
+        load_weights(self.model, weights, "SACPolicy.set_weights")
 
     def get_state(self) -> dict[str, Any]:
         """Weights, target critics, the three optimizers' states and both RNGs."""
@@ -428,4 +454,5 @@ class SACPolicy:
         self._rng.bit_generator.state = state["rng"]
 
 
-__all__ = ["SACPolicy", "SACModel", "Critics", "auto_target_entropy", "SAC_MODEL"]
+__all__ = ["SACPolicy", "SACModel", "Critics", "PolicyActingModule", "auto_target_entropy",
+           "SAC_MODEL"]

@@ -116,6 +116,36 @@ def to_numpy_tree(x: Any) -> Any:
     return x
 
 
+def module_weights(module: nn.Module) -> dict[str, np.ndarray]:
+    """``module``'s state as ``{name: numpy array}`` (copies): a policy's weights.
+
+    >>> sorted(module_weights(nn.Linear(2, 1)))
+    ['bias', 'weight']
+    """
+    return {k: v.detach().numpy().copy() for k, v in module.state_dict().items()}
+
+
+def load_weights(module: nn.Module, weights: dict[str, Any], where: str) -> None:
+    """Load :func:`module_weights` of a module of the same shapes into ``module``; a
+    ConfigError naming ``where`` for missing, unexpected or misshapen entries.
+
+    >>> load_weights(nn.Linear(2, 1), {"weight": np.zeros((1, 3))}, "P.set_weights")
+    Traceback (most recent call last):
+    ...
+    flowrl.errors.ConfigError: P.set_weights: missing ['bias'], unexpected []; weights come from another model
+    """
+    own = module.state_dict()
+    missing, extra = sorted(set(own) - set(weights)), sorted(set(weights) - set(own))
+    if missing or extra:
+        raise ConfigError(f"{where}: missing {missing}, unexpected {extra}; weights come "
+                          "from another model")
+    for k, v in weights.items():
+        if tuple(np.shape(v)) != tuple(own[k].shape):
+            raise ConfigError(f"{where}: {k!r} has shape {np.shape(v)}, expected "
+                              f"{tuple(own[k].shape)}")
+    module.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in weights.items()})
+
+
 def _tensor(x: Any, dtype: torch.dtype | None = None) -> torch.Tensor:
     """``x`` as a tensor: a tensor keeps its device (no round trip through numpy,
     which a CUDA or meta tensor cannot take), anything else becomes a CPU tensor.
@@ -874,20 +904,11 @@ class TorchPolicy(Postprocessing):
     # -- weights and state -----------------------------------------------------
     def get_weights(self) -> dict[str, np.ndarray]:
         """Model parameters as ``{name: numpy array}`` (copies)."""
-        return {k: v.detach().numpy().copy() for k, v in self.model.state_dict().items()}
+        return module_weights(self.model)
 
     def set_weights(self, weights: dict[str, np.ndarray]) -> None:
         """Load weights from :meth:`get_weights` (of a policy with the same shapes)."""
-        own = self.model.state_dict()
-        missing, extra = sorted(set(own) - set(weights)), sorted(set(weights) - set(own))
-        if missing or extra:
-            raise ConfigError(f"{type(self).__name__}.set_weights: missing {missing}, "
-                              f"unexpected {extra}; weights come from another model")
-        for k, v in weights.items():
-            if tuple(np.shape(v)) != tuple(own[k].shape):
-                raise ConfigError(f"{type(self).__name__}.set_weights: {k!r} has shape "
-                                  f"{np.shape(v)}, expected {tuple(own[k].shape)}")
-        self.model.load_state_dict({k: torch.tensor(np.asarray(v)) for k, v in weights.items()})
+        load_weights(self.model, weights, f"{type(self).__name__}.set_weights")
         self.asp.rebase(weights)  # ASP deltas count from here
 
     def get_state(self) -> dict[str, Any]:
@@ -942,4 +963,4 @@ class TorchPolicy(Postprocessing):
 
 
 __all__ = ["TorchPolicy", "LoadedBatch", "make_adam", "ActingModule",
-           "model_obs"]
+           "model_obs", "module_weights", "load_weights"]
