@@ -16,7 +16,10 @@
 # targeted ones are upper bounds, reached when runs use their whole budget), and
 # about 5 h more for the two mujoco_ppo envs (3 seeds x 2 systems x 1M env steps;
 # estimated from one run's own CPU seconds per system, about 18 min flowrl and 30 min
-# SB3, not yet timed idle), about 45 min for atari_throughput (9 systems x 3 seeds;
+# SB3, not yet timed idle), many hours for the two mujoco_offpolicy envs (3 seeds x 2
+# systems x 1M env steps, one 256x256 SAC update per step; not yet timed idle: give
+# --sitting-steps to split them over sittings), about 2 min for sac_update_rate,
+# about 45 min for atari_throughput (9 systems x 3 seeds;
 # not yet timed idle), about 5 min for profile_impala_pong, about 40 min for policy_lag
 # (4 systems x 3 seeds x about 3 min), about 25 min for torch_threads (6 systems x 3 seeds), dqn_pong (2 systems x 3
 # seeds x 2M frames, one core a run at about 53 agent steps/s alone: about 2.6 h a run, 16 h in all;
@@ -71,6 +74,11 @@ BENCHMARKS=(
   # Needs mujoco; 1M env steps per run (see the script's docstring for its length).
   "mujoco_ppo-Hopper-v5|mujoco_ppo --env Hopper-v5"
   "mujoco_ppo-HalfCheetah-v5|mujoco_ppo --env HalfCheetah-v5"
+  # Needs mujoco and stable-baselines3; 1M env steps per run, resumable over sittings
+  # (runs/mujoco_offpolicy/): run again and unfinished runs continue.
+  "mujoco_offpolicy-sac-Hopper-v5|mujoco_offpolicy --algo sac --env Hopper-v5"
+  "mujoco_offpolicy-sac-HalfCheetah-v5|mujoco_offpolicy --algo sac --env HalfCheetah-v5"
+  "sac_update_rate|sac_update_rate"
   # Needs ale-py; Sample Factory from its own venv (bash benchmarks/setup_sample_factory.sh,
   # else it is reported as skipped). atari_learning is 3 runs of up to 90 min each.
   "atari_throughput|atari_throughput"

@@ -28,6 +28,7 @@ import ddppo_cartpole  # noqa: E402
 import dqn_cartpole  # noqa: E402
 import dqn_pong  # noqa: E402
 import gpu_learner  # noqa: E402
+import mujoco_offpolicy  # noqa: E402
 import mujoco_ppo  # noqa: E402
 import pong_curve  # noqa: E402
 import profile_impala_pong  # noqa: E402
@@ -35,6 +36,7 @@ import ray_overhead  # noqa: E402
 import torch_threads  # noqa: E402
 import tune_sweep  # noqa: E402
 import replay  # noqa: E402
+import sac_update_rate  # noqa: E402
 import vector_envs  # noqa: E402
 
 
@@ -146,6 +148,50 @@ def test_mujoco_ppo_prints_a_progress_line_each_time_a_run_passes_100k_steps(cap
     assert [ln.split("] ")[1].split(" env steps")[0] for ln in lines] == [
         "0.10M", "0.20M", "0.30M", "0.40M"]  # the first iteration at or past each 100k
     assert "0.10M env steps, 49 episodes, score 51" in lines[0]
+
+
+def test_mujoco_offpolicy_reports_scores_speed_and_the_ratio_to_sb3(capsys):
+    def run(system, steps_per_s, score):
+        return {"seed": 0, **_run(system, complete=True, env_steps=1000, train_s=1000 / steps_per_s,
+                    steps_per_s=steps_per_s, final_score=score, score_300k=score / 2,
+                    sittings=2, curve=[[500, 5.0, score / 2], [1000, 10.0, score]])}
+    runs = [run("flowrl", 130.0, 2400.0), run("flowrl", 150.0, 2200.0),
+            run("sb3", 100.0, 2300.0)]
+    mujoco_offpolicy.report(runs, {"algo": "sac", "env": "Hopper-v5"})
+    out = capsys.readouterr().out
+    line = next(ln for ln in out.splitlines() if ln.startswith("flowrl |"))
+    assert "1.40x" in line and "2,300" in line  # median 140 / 100; median score
+    assert "curve sb3 seed 0 (complete, 2 sittings): 0.5k: 1,150 @ 5s; 1k: 2,300 @ 10s" in out
+    assert "CleanRL's 1M-step mean 2310" in out
+
+
+def test_mujoco_offpolicy_run_state_adds_up_over_sittings(tmp_path):
+    first = mujoco_offpolicy.RunState(tmp_path / "run")
+    first.add_returns([10.0, 20.0])
+    first.advance(600, 6.0, every=500)
+    first.save({"steps": 600, "train_s": 6.0})
+    again = mujoco_offpolicy.RunState(tmp_path / "run")
+    assert again.resumed and again.env_steps == 600 and again.score() == 15.0
+    again.add_returns([30.0])
+    again.advance(1000, 4.0, every=500)
+    again.save({"steps": 400, "train_s": 4.0})
+    result = again.result(timesteps=1000)
+    assert result["complete"] and result["train_s"] == 10.0 and result["sittings"] == 2
+    assert [c[0] for c in result["curve"]] == [600, 1000] and result["final_score"] == 20.0
+
+
+def test_sac_update_rate_gives_flowrls_ratio_to_the_plain_loop(capsys):
+    runs = [_run("flowrl", updates_per_s=90.0), _run("torch", updates_per_s=100.0)]
+    sac_update_rate.report(runs, {"batch": 256})
+    line = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith("flowrl"))
+    assert "0.90x" in line
+
+
+def test_sac_update_rate_children_run_the_same_update_at_tiny_sizes():
+    args = argparse.Namespace(seed=0, rows=300, batch=32, warmup=1, updates=2)
+    for child in (sac_update_rate.child_flowrl, sac_update_rate.child_torch):
+        result = child(args)
+        assert result["updates"] == 2 and result["updates_per_s"] > 0
 
 
 def test_tune_sweep_keeps_sweeps_that_missed_450_out_of_the_time_to_it(capsys):
