@@ -51,7 +51,6 @@ SB3's; CleanRL's published 1M-step mean (v4 envs) is in the title.
 from __future__ import annotations
 
 import argparse
-import collections
 import json
 import math
 import os
@@ -62,6 +61,7 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (stdlib only)
+from training import EpisodeWindow, spy_episodes  # noqa: E402  (stdlib only at import)
 
 SYSTEMS = ["flowrl", "sb3"]
 BASELINE = "sb3"
@@ -100,19 +100,16 @@ class RunState:
         saved = json.loads(self.path.read_text()) if self.path.exists() else {}
         self.env_steps = int(saved.get("env_steps", 0))
         self.train_s = float(saved.get("train_s", 0.0))
-        self.episodes = int(saved.get("episodes", 0))
-        self.window = collections.deque(saved.get("window", []), maxlen=WINDOW)
+        self.window = EpisodeWindow(WINDOW, saved.get("window", []),
+                                    int(saved.get("episodes", 0)))
+        self.add_returns, self.score = self.window.add_returns, self.window.score
         self.curve: list[list[float]] = saved.get("curve", [])
         self.sittings: list[dict] = saved.get("sittings", [])
         self.resumed = bool(saved)
 
-    def add_returns(self, returns) -> None:
-        for r in returns:
-            self.window.append(float(r))
-            self.episodes += 1
-
-    def score(self) -> float:
-        return sum(self.window) / len(self.window) if self.window else math.nan
+    @property
+    def episodes(self) -> int:
+        return self.window.episodes
 
     def advance(self, env_steps: int, train_s: float, every: int) -> None:
         """Training went on to ``env_steps`` (``train_s`` more seconds); a curve point
@@ -129,7 +126,8 @@ class RunState:
         self.dir.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(json.dumps({"env_steps": self.env_steps, "train_s": self.train_s,
-                                   "episodes": self.episodes, "window": list(self.window),
+                                   "episodes": self.episodes,
+                                   "window": list(self.window.returns),
                                    "curve": self.curve, "sittings": self.sittings}))
         tmp.replace(self.path)
 
@@ -192,7 +190,6 @@ def flowrl_algorithm(args, seed: int):
 
 
 def child_flowrl(args, seed: int) -> dict:
-    from training import spy_episodes
     state = RunState(state_dir(args, "flowrl", seed))
     algo = flowrl_algorithm(args, seed)
     restore_s = None

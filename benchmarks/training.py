@@ -25,6 +25,27 @@ from typing import Any, Callable
 import harness
 
 
+class EpisodeWindow:
+    """The returns of the last ``size`` completed episodes and how many there were.
+
+    >>> w = EpisodeWindow(2, [1.0]); w.add_returns([2.0, 4.0]); w.score(), w.episodes
+    (3.0, 2)
+    """
+
+    def __init__(self, size: int, returns=(), episodes: int = 0):
+        self.returns: collections.deque[float] = collections.deque(returns, maxlen=size)
+        self.episodes = episodes
+
+    def add_returns(self, returns) -> None:
+        for r in returns:
+            self.returns.append(float(r))
+            self.episodes += 1
+
+    def score(self) -> float:
+        """Their mean (NaN before the first)."""
+        return sum(self.returns) / len(self.returns) if self.returns else math.nan
+
+
 class Tracker:
     """The benchmark's own 100-episode train-mean window and stopping rule."""
 
