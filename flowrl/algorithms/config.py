@@ -22,6 +22,7 @@ from flowrl.config_text import read_numbers, suggest
 from flowrl.envs import PREPROCESSOR_PREFS
 from flowrl.errors import ConfigError
 from flowrl.models.config import ModelConfig
+from flowrl.offline.minari_data import import_minari
 from flowrl.offline.parquet import import_pyarrow
 from flowrl.offline.reader import list_files
 from flowrl.offline.rllib_json import import_lz4
@@ -349,6 +350,8 @@ class AlgorithmConfig:
                 list_files(source, fmt, where)
                 if fmt == "parquet":
                     import_pyarrow(where)
+                elif fmt == "minari":
+                    import_minari(where)
 
     def _make_kwargs(self, name: str) -> dict:
         """``env_config`` less the keys that are the Atari preprocessing's rather than

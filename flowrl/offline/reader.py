@@ -4,7 +4,9 @@ A dataset is the files that ``paths`` name (each a file, a directory, whose file
 of the format are taken, or a glob); hidden files (a writer's unfinished
 ``.*.tmp``) are never read. Each file is cut into *pieces*, the units read and
 shuffled: a line of a JSON file (one recorded batch), a row group of a Parquet
-file (one written batch, or a part of one). A piece keeps its rows in the order
+file (one written batch, or a part of one). A Minari dataset
+(:mod:`flowrl.offline.minari_data`) counts as one file whose pieces are its
+episodes. A piece keeps its rows in the order
 they were recorded, so trajectories stay in time order for postprocessing.
 
 Policy:
@@ -49,11 +51,12 @@ import numpy as np
 
 from flowrl.batch import DEFAULT_POLICY_ID, MultiAgentBatch, SampleBatch
 from flowrl.errors import ConfigError
-from flowrl.offline import rllib_json
+from flowrl.offline import minari_data, rllib_json
 from flowrl.offline.parquet import from_table, import_pyarrow
 
-#: ``input_config["format"]`` choices (``"minari"``: a Minari dataset's directory).
-INPUT_FORMATS = ("parquet", "json")
+#: ``input_config["format"]`` choices (``"minari"``: a Minari dataset's directory,
+#: :mod:`flowrl.offline.minari_data`).
+INPUT_FORMATS = ("parquet", "json", "minari")
 #: ``input_config["on_error"]`` choices.
 ON_ERROR = ("skip", "raise")
 #: The file name ending each format's files have in a directory.
@@ -72,6 +75,13 @@ def list_files(paths: Sequence[str], format: str, where: str) -> list[str]:
     ...
     flowrl.errors.ConfigError: input=['/nonexistent/*.json']: no json files there; give a directory of .json or .jsonl files, a file or a glob that matches some
     """
+    if format == "minari":
+        files = minari_data.dataset_directories(paths)
+        if not files:
+            raise ConfigError(f"{where}={list(paths)!r}: no Minari dataset there; give a "
+                              "dataset's directory (the one holding data/metadata.json) or a "
+                              "glob of them")
+        return files
     files: list[str] = []
     for path in paths:
         path = os.path.expanduser(str(path))
@@ -104,7 +114,7 @@ def _json_offsets(path: str) -> list[int]:
 class DatasetReader:
     """Reads the files ``paths`` name as batches; see the module docstring.
 
-    ``format``: ``"parquet"`` or ``"json"``. ``shard_index``/``num_shards``: which
+    ``format``: ``"parquet"``, ``"json"`` or ``"minari"``. ``shard_index``/``num_shards``: which
     pieces this reader reads (``0``/``1``: all). ``where`` names the setting in
     messages (``"AlgorithmConfig.input"``).
     """
@@ -120,6 +130,8 @@ class DatasetReader:
             raise ConfigError(f"{where}: shard {shard_index} of {num_shards} does not exist")
         if format == "parquet":
             import_pyarrow(where)
+        elif format == "minari":
+            minari_data.import_minari(where)
         self.paths = [str(p) for p in paths]
         self.format, self.shuffle, self.seed, self.on_error = format, shuffle, seed, on_error
         self.shard_index, self.num_shards, self.where = shard_index, num_shards, where
@@ -136,13 +148,19 @@ class DatasetReader:
     def _keys(self, path: str) -> list[int]:
         if self.format == "json":
             return _json_offsets(path)
-        return list(range(self._parquet(path).num_row_groups))
+        if self.format == "minari":
+            return minari_data.episode_indices(self._open(path))
+        return list(range(self._open(path).num_row_groups))
 
-    def _parquet(self, path: str) -> Any:
+    def _open(self, path: str) -> Any:
+        """The open Parquet file or Minari dataset at ``path`` (opened once)."""
         handle = self._handles.get(path)
         if handle is None:
-            pq = import_pyarrow(self.where).parquet
-            handle = self._handles[path] = pq.ParquetFile(path)
+            if self.format == "minari":
+                handle = minari_data.open_dataset(path, self.where)
+            else:
+                handle = import_pyarrow(self.where).parquet.ParquetFile(path)
+            self._handles[path] = handle
         return handle
 
     def _guard(self, path: str, key: int | None, fn) -> Any:
@@ -166,7 +184,8 @@ class DatasetReader:
             return None
 
     def _piece_name(self, key: int) -> str:
-        return f"line at byte {key}" if self.format == "json" else f"row group {key}"
+        return {"json": f"line at byte {key}", "parquet": f"row group {key}",
+                "minari": f"episode {key}"}[self.format]
 
     def shard(self) -> list[tuple[str, int]]:
         """This reader's pieces, in file order."""
@@ -211,7 +230,9 @@ class DatasetReader:
                 f = self._handles[path] = open(path, "rb")
             f.seek(key)
             return rllib_json.decode(f.readline())
-        pid, rows = from_table(self._parquet(path).read_row_group(key))
+        if self.format == "minari":
+            return minari_data.episode_batch(self._open(path), key)
+        pid, rows = from_table(self._open(path).read_row_group(key))
         if pid == DEFAULT_POLICY_ID:
             return rows
         return MultiAgentBatch({pid: rows}, distinct_steps(rows))

@@ -77,11 +77,11 @@ def dataset_format(paths: tuple[str, ...], format: str | None, where: str) -> st
             files = list_files(paths, fmt, where)
         except ConfigError:
             continue
-        if any(f.endswith(EXTENSIONS[fmt]) for f in files):   # (a file is listed by name)
-            found.add(fmt)
+        if fmt not in EXTENSIONS or any(f.endswith(EXTENSIONS[fmt]) for f in files):
+            found.add(fmt)   # (a file named directly is listed whatever its name ends with)
     if len(found) == 1:
         return found.pop()
-    known = ", ".join(e for fmt in INPUT_FORMATS for e in EXTENSIONS[fmt])
+    known = ", ".join(e for fmt in EXTENSIONS for e in EXTENSIONS[fmt]) + " or Minari"
     if not found:
         raise ConfigError(f"{where}={list(paths)!r}: no dataset files there (no {known} "
                           "files, or the path does not exist); give a directory, file or "
