@@ -85,6 +85,20 @@ def _numpy_column(pa: Any, column: Any) -> np.ndarray:
     return array.to_numpy(zero_copy_only=False)
 
 
+def _policy_ids(pa: Any, column: Any) -> set:
+    """The policy ids in a ``policy_id`` column: a dictionary column whose chunks'
+    dictionaries hold one id each (what :func:`to_table` writes) is read from them,
+    any other by its values."""
+    chunks = column.chunks
+    if chunks and all(isinstance(c.type, pa.DictionaryType) and len(c.dictionary) == 1
+                      for c in chunks):
+        return {c.dictionary[0].as_py() for c in chunks if len(c)}
+    ids = column.combine_chunks()
+    if isinstance(ids.type, pa.DictionaryType):
+        ids = ids.dictionary_decode()
+    return set(ids.unique().to_pylist())
+
+
 def from_table(table: Any) -> tuple[str, SampleBatch]:
     """``(policy_id, batch)`` of a table :func:`to_table` wrote (a table without
     ``policy_id`` is the default policy's). A table holding several policies' rows is
@@ -94,10 +108,7 @@ def from_table(table: Any) -> tuple[str, SampleBatch]:
     columns = {}
     for name in table.column_names:
         if name == POLICY_ID:
-            ids = table.column(name).combine_chunks()
-            if isinstance(ids.type, pa.DictionaryType):
-                ids = ids.dictionary_decode()
-            found = set(ids.unique().to_pylist())
+            found = _policy_ids(pa, table.column(name))
             if len(found) > 1:
                 raise ValueError(f"the rows belong to several policies {sorted(found)}; "
                                  "a file holds one policy's rows")

@@ -126,7 +126,8 @@ def unpack(text: str | bytes) -> np.ndarray:
         value = np.asarray(value)
     if not isinstance(value, np.ndarray):
         raise ValueError(f"a packed column holds a {type(value).__name__}, not a numpy array")
-    return np.array(value)  # writable, owning its memory
+    # pack()'s arrays view the pickle's bytes (read-only): give them writable memory
+    return value if value.flags.writeable else value.copy()
 
 
 def _jsonable(name: str, column: np.ndarray, compress: Iterable[str]) -> Any:
