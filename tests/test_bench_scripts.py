@@ -30,6 +30,7 @@ import dqn_pong  # noqa: E402
 import gpu_learner  # noqa: E402
 import mujoco_offpolicy  # noqa: E402
 import mujoco_ppo  # noqa: E402
+import offline_reader  # noqa: E402
 import pong_curve  # noqa: E402
 import profile_impala_pong  # noqa: E402
 import ray_overhead  # noqa: E402
@@ -641,3 +642,22 @@ def test_loc_counts_every_flowrl_algorithm_with_the_helpers_of_its_module():
     # library code (operators, the base class) is not the algorithm's own
     assert not any(".ops." in n or ".base." in n for r in rows.values()
                    for n in (f["name"] for f in r["functions"]))
+
+
+def test_offline_reader_reports_flowrl_over_plain_per_format(capsys):
+    runs = [_run("flowrl-parquet", rows_per_s=900.0), _run("plain-parquet", rows_per_s=1000.0),
+            _run("flowrl-json", rows_per_s=300.0), _run("plain-json", rows_per_s=200.0)]
+    offline_reader.report(runs, argparse.Namespace(rows=1000, batch=100, obs_shape=[4]))
+    out = capsys.readouterr().out
+    assert "flowrl-parquet / plain-parquet: 0.90x" in out and "flowrl-json / plain-json: 1.50x" in out
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "json"])
+def test_offline_reader_plain_loops_read_every_row_flowrl_wrote(tmp_path, fmt):
+    offline_reader.write_dataset(str(tmp_path), fmt, 1000, 64, (2, 3), seed=0)
+    pieces = (offline_reader.plain_parquet_pieces if fmt == "parquet"
+              else offline_reader.plain_json_pieces)(str(tmp_path))
+    assert offline_reader.plain_pass(pieces, 300) == 1000
+    parts = list((offline_reader.plain_parquet_pieces if fmt == "parquet"
+                  else offline_reader.plain_json_pieces)(str(tmp_path)))
+    assert parts[0]["obs"].dtype.name == "uint8" and parts[0]["obs"].shape[1:] == (2, 3)
