@@ -308,20 +308,22 @@ def test_shuffled_reading_is_seeded_and_a_permutation(tmp_path):
     assert order(3) != list(range(12)) and order(3, 1) != order(3, 0)
 
 
+@pytest.mark.parametrize("backend", ["local", pytest.param("ray", marks=pytest.mark.ray)])
 @pytest.mark.parametrize("shuffle", [False, True])
-def test_remote_workers_read_disjoint_shards(tmp_path, shuffle):
-    out, batches = record(tmp_path, "json", samples=5)
+def test_remote_workers_read_disjoint_shards(request, tmp_path, backend, shuffle):
+    if backend == "ray":
+        request.getfixturevalue("ray_session")
+    out, batches = record(tmp_path, "parquet", samples=5, max_rows_per_file=60)
     config = WorkerConfig(rollout_fragment_length=40, seed=1, input=out,
                           input_config={"shuffle": shuffle})
-    ws = WorkerSet("CartPole-v1", PGPolicy, config, num_workers=3, backend="local")
+    ws = WorkerSet("CartPole-v1", PGPolicy, config, num_workers=2, backend=backend)  # 2 CPUs
     try:
         shards = ws.foreach_remote_worker(one_pass_rows)
     finally:
         ws.stop()
     rows = [r for shard in shards for r in shard]
     expected = [tuple(r) for b in batches for r in zip(b["eps_id"].tolist(), b["t"].tolist())]
-    assert sorted(rows) == sorted(expected) and len(set(rows)) == len(rows)
-    assert all(shards)
+    assert sorted(rows) == sorted(expected) and len(set(rows)) == len(rows) and all(shards)
 
 
 def one_pass_rows(worker) -> list[tuple[int, int]]:
@@ -404,3 +406,82 @@ def test_parquet_without_pyarrow_is_a_config_error_saying_what_to_install(tmp_pa
     with pytest.raises(ConfigError, match=r"needs pyarrow.*flowrl\[offline\].*format='json'"):
         PGConfig(env="CartPole-v1", output=str(tmp_path))
     PGConfig(env="CartPole-v1", output=str(tmp_path), output_config={"format": "json"})
+
+
+# -- mixed input, Minari, Ray ---------------------------------------------------------
+
+def test_mixed_input_draws_each_sample_from_a_source_by_probability(tmp_path):
+    w = DatasetWriter(str(tmp_path), format="json")
+    for i in range(4):   # recorded rows are told apart by t >= 10_000
+        w.write(SampleBatch(obs=np.zeros((20, 4), np.float32), actions=np.zeros(20, np.int64),
+                            rewards=np.ones(20, np.float32), terminateds=np.zeros(20, bool),
+                            t=np.arange(10_000 + 20 * i, 10_000 + 20 * (i + 1))))
+    w.close()
+
+    def recorded_share(p):
+        worker = RolloutWorker("CartPole-v1", policy=PGPolicy, rollout_fragment_length=20,
+                               seed=0, input={"sampler": 1 - p, str(tmp_path): p})
+        picks = [bool(worker.sample()["t"][0] >= 10_000) for _ in range(40)]
+        worker.stop()
+        return sum(picks)
+    assert recorded_share(0.0) == 0 and recorded_share(1.0) == 40
+    assert 8 <= recorded_share(0.5) <= 32
+
+
+def make_minari_dataset(path, monkeypatch) -> str:
+    minari = pytest.importorskip("minari")
+    from minari.data_collector import EpisodeBuffer
+    monkeypatch.setenv("MINARI_DATASETS_PATH", str(path))
+    env = gym.make("CartPole-v1")
+    rng = np.random.default_rng(0)
+    episodes = []
+    for ep in range(3):
+        obs, _ = env.reset(seed=ep)
+        steps = {"observations": [obs], "actions": [], "rewards": [], "terminations": [],
+                 "truncations": []}
+        done = False
+        while not done:
+            action = int(rng.integers(2))
+            obs, reward, term, trunc, _ = env.step(action)
+            for key, value in (("observations", obs), ("actions", action), ("rewards", reward),
+                               ("terminations", term), ("truncations", trunc)):
+                steps[key].append(value)
+            done = term or trunc
+        episodes.append(EpisodeBuffer(id=ep, **steps))
+    with pytest.warns(UserWarning):   # minari asks for an author, a description...
+        dataset = minari.create_dataset_from_buffers("cartpole/random-v0", episodes, env=env,
+                                                     data_format="arrow",
+                                                     algorithm_name="random")
+    return os.path.dirname(dataset.spec.data_path)   # the dataset's own directory
+
+
+def test_reads_a_minari_dataset_from_a_local_path(tmp_path, monkeypatch):
+    path = make_minari_dataset(tmp_path / "minari", monkeypatch)
+    reader = DatasetReader([path], format="minari")
+    episodes = list(reader.read_pass(0))
+    assert [int(b["eps_id"][0]) for b in episodes] == [0, 1, 2]
+    for b in episodes:
+        assert b["obs"].shape[1:] == (4,) and b["terminateds"][-1]
+        np.testing.assert_array_equal(b["obs"][1:], b["new_obs"][:-1])
+    algo = PG(PGConfig(env="CartPole-v1", input=path, rollout_fragment_length=20,
+                       train_batch_size=40, postprocess_inputs=True, seed=0))
+    try:
+        assert "(minari)" in algo.plan.to_dot() and algo.train()["timesteps_total"] >= 40
+    finally:
+        algo.stop()
+
+
+@pytest.mark.ray
+def test_ray_workers_record_and_train_from_data(ray_session, tmp_path):
+    out = str(tmp_path / "ray")
+    with PG(PGConfig(env="CartPole-v1", backend="ray", num_workers=2, seed=0,
+                     rollout_fragment_length=50, train_batch_size=100, output=out,
+                     output_config={"format": "json"})) as algo:
+        algo.train()
+    names = os.listdir(out)
+    assert {n.split("_worker-")[1][0] for n in names} == {"1", "2"}
+    assert not any(n.startswith(".") for n in names)   # stop() finished every file
+    with PG(PGConfig(env=NoSteps, backend="ray", num_workers=2, seed=0, input=out,
+                     rollout_fragment_length=50, train_batch_size=100)) as algo:
+        assert algo.train()["timesteps_total"] >= 100
+        assert f"reads dataset {out} (json)" in algo.plan.to_dot()
