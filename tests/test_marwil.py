@@ -255,3 +255,62 @@ def test_marwil_on_ray_workers(ray_session):
         r = algo.train()
     assert r["info"]["num_steps_trained"] >= 100
     assert r["off_policy_estimation"]["wis"]["num_episodes"] >= 1
+
+
+# -- from recorded datasets -----------------------------------------------------------
+
+def test_bc_and_marwil_train_from_a_recorded_dataset_without_stepping_the_env(tmp_path):
+    from test_offline_io import NoSteps, record
+    data, _ = record(tmp_path, "parquet", samples=6)   # PPO's rows: GAE advantages
+    for cls, config_cls, extra in ((BC, BCConfig, {}),
+                                   (MARWIL, MARWILConfig, dict(
+                                       off_policy_estimation_methods=["is", "wis", "fqe"]))):
+        algo = cls(config_cls(env=NoSteps, input=data, rollout_fragment_length=40,
+                              train_batch_size=80, seed=0, **extra))
+        try:
+            before = algo.get_policy().get_weights()
+            r = [algo.train() for _ in range(2)][-1]
+            after = algo.get_policy().get_weights()
+            assert any(not np.array_equal(before[k], after[k]) for k in before)
+            assert r["info"]["num_steps_trained"] >= 160
+            assert f"reads dataset {data}" in algo.plan.to_dot()
+        finally:
+            algo.stop()
+    assert set(r["off_policy_estimation"]) == {"is", "wis", "fqe"}
+    for est in r["off_policy_estimation"].values():
+        assert est["num_episodes"] >= 1 and math.isfinite(est["v_target"])
+
+
+def test_marwil_recomputes_returns_of_recorded_data(tmp_path):
+    """PPO recorded GAE advantages; MARWIL (postprocess_inputs=True by default) reads
+    discounted returns in their place."""
+    from flowrl.policies.maths import discounted_returns
+    from test_offline_io import record
+    data, _ = record(tmp_path, "parquet", samples=2)
+    algo = MARWIL(MARWILConfig(env="CartPole-v1", input=data, rollout_fragment_length=40,
+                               gamma=0.5, seed=0))
+    try:
+        checked = 0
+        for episode in algo.workers.local_worker().sample().split_by_episode():
+            if episode["t"][0] == 0 and episode["terminateds"][-1]:
+                expected = discounted_returns(episode["rewards"], episode["terminateds"],
+                                              0.0, gamma=0.5)
+                np.testing.assert_allclose(episode[SB.ADVANTAGES], expected, rtol=1e-6)
+                checked += 1
+        assert checked >= 1
+    finally:
+        algo.stop()
+
+
+def test_a_dataset_without_behaviour_logp_is_refused_when_is_is_asked(tmp_path):
+    from flowrl.offline.writer import DatasetWriter
+    from test_offline_io import record
+    _, batches = record(tmp_path, "parquet", samples=1)
+    data = str(tmp_path / "no_logp")
+    writer = DatasetWriter(data, format="parquet")
+    writer.write(SB({k: v for k, v in batches[0].items() if k != SB.ACTION_LOGP}))
+    writer.close()
+    MARWIL(MARWILConfig(env="CartPole-v1", input=data, off_policy_estimation_methods=[],
+                        seed=0)).stop()
+    with pytest.raises(ConfigError, match="action_logp.*MARWIL"):
+        MARWIL(MARWILConfig(env="CartPole-v1", input=data, seed=0))

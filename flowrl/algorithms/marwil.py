@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 from flowrl.algorithms.base import Algorithm, AlgorithmConfig, LazyClass
 from flowrl.algorithms.validators import number, or_none
+from flowrl.batch import SampleBatch as SB
 from flowrl.errors import ConfigError
 from flowrl.graph.stream import LocalStream
 from flowrl.offline.estimators import method_options
@@ -36,7 +37,10 @@ class MARWILConfig(AlgorithmConfig):
     """MARWIL hyperparameters (RLlib 1.x names and defaults): ``beta`` (0 is
     behaviour cloning), ``vf_coeff``, ``moving_average_sqd_adv_norm_start``,
     ``moving_average_sqd_adv_norm_update_rate``, ``lr`` 1e-4, 2000-step train
-    batches, one SGD step on each, no gradient clipping (``grad_clip`` None).
+    batches, one SGD step on each, no gradient clipping (``grad_clip`` None), and
+    ``postprocess_inputs=True``: batches read from a dataset get their discounted
+    returns computed again (a dataset recorded by another algorithm holds its own
+    advantages, PPO's GAE say, which MARWIL must not read as returns).
 
     ``off_policy_estimation_methods`` (RLlib 1.x's ``input_evaluation``; default
     ``["is", "wis"]``): estimates of the policy's value from each train batch,
@@ -57,6 +61,7 @@ class MARWILConfig(AlgorithmConfig):
     moving_average_sqd_adv_norm_start: float = 100.0
     moving_average_sqd_adv_norm_update_rate: float = 1e-8
     grad_clip: float | None = None
+    postprocess_inputs: bool = True
     off_policy_estimation_methods: Any = field(default_factory=lambda: ["is", "wis"])
 
     checks: ClassVar[dict[str, tuple]] = {
@@ -79,8 +84,9 @@ class MARWILConfig(AlgorithmConfig):
 
 @dataclass
 class BCConfig(MARWILConfig):
-    """Behaviour cloning: MARWIL's config with ``beta=0`` (required) and no
-    off-policy estimates by default, as RLlib 1.x's BC.
+    """Behaviour cloning: MARWIL's config with ``beta=0`` (required), no off-policy
+    estimates by default and ``postprocess_inputs=False`` (BC reads no returns), as
+    RLlib 1.x's BC.
 
     >>> BCConfig(env="CartPole-v1", beta=1.0)
     Traceback (most recent call last):
@@ -89,6 +95,7 @@ class BCConfig(MARWILConfig):
     """
 
     beta: float = 0.0
+    postprocess_inputs: bool = False
     off_policy_estimation_methods: Any = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -130,6 +137,14 @@ class MARWIL(Algorithm):
                 "moving_average_sqd_adv_norm_start": config.moving_average_sqd_adv_norm_start,
                 "moving_average_sqd_adv_norm_update_rate":
                     config.moving_average_sqd_adv_norm_update_rate}
+
+    @classmethod
+    def input_columns(cls, config: MARWILConfig) -> tuple[str, ...]:
+        """A dataset's columns: the default ones, plus the behaviour's ``action_logp``
+        when importance sampling estimates (``"is"``, ``"wis"``) are asked."""
+        weighted = {"is", "wis"} & set(method_options(
+            config.off_policy_estimation_methods, "off_policy_estimation_methods"))
+        return (*super().input_columns(config), *([SB.ACTION_LOGP] if weighted else []))
 
     @staticmethod
     def execution_plan(workers, config: MARWILConfig) -> LocalStream:
