@@ -149,3 +149,49 @@ def test_log_likelihoods_match_what_acting_recorded_feedforward_and_lstm():
         assert logp.shape == (batch.count,)
         np.testing.assert_allclose(logp, batch[SB.ACTION_LOGP], atol=1e-5)
         worker.stop()
+
+
+# -- evaluation on a held-out dataset -------------------------------------------------
+
+def test_evaluation_on_a_held_out_dataset_estimates_without_stepping_any_env(tmp_path):
+    from flowrl.algorithms import MARWIL, PG, MARWILConfig, PGConfig
+    from test_offline_io import NoSteps, record
+    train, _ = record(tmp_path / "train", "parquet", samples=3)
+    held_out, _ = record(tmp_path / "held_out", "json", samples=3)
+    common = dict(env=NoSteps, input=train, rollout_fragment_length=40, seed=0,
+                  evaluation_interval=1, evaluation_duration=3,
+                  evaluation_config={"input": held_out})
+    with MARWIL(MARWILConfig(train_batch_size=40, **common)) as algo:
+        r = algo.train()
+        again = algo.evaluate()["evaluation"]
+        assert algo.evaluation_workers is None   # nothing plays
+    ev = r["evaluation"]
+    assert ev["episodes_this_iter"] == 3
+    assert set(ev["off_policy_estimation"]) == {"is", "wis"}
+    for est in ev["off_policy_estimation"].values():
+        assert est["num_episodes"] == 3 and math.isfinite(est["v_target"])
+    # The same three episodes, valued by the same logged rewards, at every evaluation.
+    assert again["off_policy_estimation"]["is"]["v_behavior"] == pytest.approx(
+        ev["off_policy_estimation"]["is"]["v_behavior"])
+    # Any algorithm evaluates so; PG's plan itself estimates nothing.
+    with PG(PGConfig(train_batch_size=40, off_policy_estimation_methods=["wis", "fqe"],
+                     **common)) as algo:
+        r = algo.train()
+    assert "off_policy_estimation" not in r
+    assert set(r["evaluation"]["off_policy_estimation"]) == {"wis", "fqe"}
+
+
+def test_evaluation_on_a_dataset_is_checked_when_built(tmp_path):
+    from flowrl.algorithms import PGConfig
+    from test_offline_io import record
+    held_out, _ = record(tmp_path, "parquet", samples=1)
+    with pytest.raises(ConfigError, match="off_policy_estimation_methods is empty"):
+        PGConfig(env="CartPole-v1", evaluation_config={"input": held_out})
+    with pytest.raises(ConfigError, match="reads one dataset or plays the env"):
+        PGConfig(env="CartPole-v1", off_policy_estimation_methods=["is"],
+                 evaluation_config={"input": {"sampler": 0.5, held_out: 0.5}})
+    with pytest.raises(ConfigError, match="evaluation_config"):
+        PGConfig(env="CartPole-v1", off_policy_estimation_methods=["is"],
+                 evaluation_config={"input": str(tmp_path / "nothing-here")})
+    assert PGConfig.unknown_field_hint("input_evaluation") == (
+        "RLlib 1.x's 'input_evaluation' is 'off_policy_estimation_methods' here")

@@ -49,8 +49,9 @@ from flowrl.errors import ConfigError, DivergedError, EnvError, FlowError
 from flowrl.graph.plan import Plan
 from flowrl.graph.stream import LocalStream
 from flowrl.offline.settings import SAMPLER, check_input_config, input_sources
-from flowrl.ops.evaluation import Evaluation
 from flowrl.metrics import LEARNER_INFO
+from flowrl.offline.estimators import required_columns
+from flowrl.ops.evaluation import DatasetEvaluation, Evaluation
 from flowrl.ops.metric_ops import TRAINING_ITERATION
 from flowrl.runtime.calls import ensure_ray, resolve_backend
 from flowrl.user_code import module_roots
@@ -208,7 +209,7 @@ class Algorithm:
             if self.workers is not None:
                 self.workers.stop()
             if self._evaluation is not None:
-                self._evaluation.workers.stop()
+                self._evaluation.stop()
             raise
         self.last_result: dict | None = None
 
@@ -349,8 +350,27 @@ class Algorithm:
 
     def _make_evaluation(self) -> Evaluation:
         """The evaluation step and its own WorkerSet (``evaluation_config`` applied,
-        envs made for evaluation); see :class:`~flowrl.ops.evaluation.Evaluation`."""
+        envs made for evaluation); see :class:`~flowrl.ops.evaluation.Evaluation`. With
+        a held-out dataset as ``evaluation_config["input"]``, the step that scores the
+        policy on it instead (:class:`~flowrl.ops.evaluation.DatasetEvaluation`)."""
         config, explore = self.config.for_evaluation()
+        held_out = self.config.evaluation_dataset()
+        if held_out is not None:
+            reader = make_reader(held_out, check_input_config(config.input_config,
+                                                              "evaluation_config"),
+                                 where="evaluation_config['input']", seed=config.seed)
+            try:
+                check_dataset(reader, self.workers.local_worker().policy_spaces(),
+                              multi_agent=False, who=f"{self.name} evaluation",
+                              columns=(*DEFAULT_INPUT_COLUMNS, *required_columns(
+                                  config.off_policy_estimation_methods)))
+                return DatasetEvaluation(
+                    reader, self.workers, methods=config.off_policy_estimation_methods,
+                    gamma=config.gamma, interval=self.config.evaluation_interval,
+                    duration=self.config.evaluation_duration, seed=config.seed)
+            except BaseException:
+                reader.close()
+                raise
         # Evaluation plays its envs one by one; its driver worker plays the episodes of
         # a lost evaluation worker, so it has envs whatever create_env_on_driver says.
         # It plays the envs whatever the training input, and records nothing.
@@ -652,7 +672,7 @@ class Algorithm:
         evaluation = getattr(self, "_evaluation", None)
         if evaluation is not None:
             evaluation.cancel()
-            evaluation.workers.stop()
+            evaluation.stop()
 
     def __enter__(self) -> "Algorithm":
         return self

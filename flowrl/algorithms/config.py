@@ -22,6 +22,7 @@ from flowrl.config_text import read_numbers, suggest
 from flowrl.envs import PREPROCESSOR_PREFS
 from flowrl.errors import ConfigError
 from flowrl.models.config import ModelConfig
+from flowrl.offline.estimators import method_options
 from flowrl.offline.minari_data import import_minari
 from flowrl.offline.parquet import import_pyarrow
 from flowrl.offline.reader import list_files
@@ -39,13 +40,15 @@ COUNT_STEPS_BY = ("env_steps", "agent_steps")
 
 #: What ``AlgorithmConfig.evaluation_config`` may override for evaluation workers.
 EVALUATION_OVERRIDES = ("explore", "env", "env_config", "num_envs_per_worker",
-                        "preprocessor_pref", "num_cpus_per_worker", "seed")
+                        "preprocessor_pref", "num_cpus_per_worker", "seed", "input",
+                        "input_config")
 #: Bound on ``evaluation_duration`` (episodes per evaluation).
 MAX_EVALUATION_EPISODES = 100_000
 
 #: Settings of RLlib 1.x's configs (its COMMON_CONFIG and those of the algorithms
 #: flowrl has) that flowrl names differently.
 RLLIB_RENAMED = {"evaluation_num_episodes": "evaluation_duration",
+                 "input_evaluation": "off_policy_estimation_methods",
                  "min_iter_time_s": "min_time_s_per_reporting"}
 #: Other settings of RLlib 1.x's configs. One that is no field of a config is
 #: answered with how to add it (:meth:`AlgorithmConfig.unknown_field_hint`), not
@@ -56,7 +59,7 @@ RLLIB_KEYS = frozenset({
     "compress_observations", "custom_eval_function", "custom_resources_per_worker",
     "eager_tracing", "explore", "exploration_config", "extra_python_environs_for_driver",
     "extra_python_environs_for_worker", "fake_sampler", "framework", "horizon",
-    "in_evaluation", "input_evaluation", "local_tf_session_args", "log_level",
+    "in_evaluation", "local_tf_session_args", "log_level",
     "log_sys_usage", "logger_config", "metrics_smoothing_episodes", "monitor",
     "no_done_at_end", "normalize_actions", "num_cpus_for_driver", "num_gpus_per_worker",
     "observation_filter", "observation_space", "optimizer",
@@ -189,7 +192,17 @@ class AlgorithmConfig:
     ``evaluation_num_workers >= 1``) starts each evaluation before the training
     step of its iteration, with the weights that step starts from; on Ray it runs
     beside the step, on the local backend just before it. Evaluation steps are
-    not counted in ``timesteps_total``.
+    not counted in ``timesteps_total``. ``evaluation_config={"input": PATH}``
+    evaluates on a held-out dataset instead of the env: the policy is scored
+    off-policy on the dataset's first ``evaluation_duration`` episodes by the
+    ``off_policy_estimation_methods`` (:class:`~flowrl.ops.evaluation.DatasetEvaluation`).
+
+    ``off_policy_estimation_methods`` (RLlib 1.x's ``input_evaluation``; default
+    none): the off-policy estimates, ``"is"``, ``"wis"``, ``"fqe"`` (a list, or a
+    dict of name to options), reported under ``result["off_policy_estimation"]``
+    by plans that estimate their train batches (MARWIL, BC) and under
+    ``result["evaluation"]["off_policy_estimation"]`` by evaluation on a dataset.
+    Single-agent only.
 
     >>> AlgorithmConfig(env="CartPole-v1", num_workers=-1)
     Traceback (most recent call last):
@@ -236,6 +249,7 @@ class AlgorithmConfig:
     postprocess_inputs: bool = False
     output: str | None = None
     output_config: dict = field(default_factory=dict)
+    off_policy_estimation_methods: Any = field(default_factory=list)
     has_learner_queue: ClassVar[bool] = False
 
     checks: ClassVar[dict[str, tuple]] = {
@@ -330,8 +344,14 @@ class AlgorithmConfig:
             except ConfigError as e:
                 raise ConfigError(f"{name}.vector_env='envpool': {e}") from None
             import_envpool(f"{name}.vector_env='envpool'")
-        self._check_evaluation(name)
         self._check_offline(name)
+        methods = method_options(self.off_policy_estimation_methods,
+                                 f"{name}.off_policy_estimation_methods")
+        if methods and self.multiagent.get("policies"):
+            raise ConfigError(f"{name}.off_policy_estimation_methods={list(methods)}: "
+                              "off-policy estimates are single-agent; set it to [] for a "
+                              "multi-agent config")
+        self._check_evaluation(name)
 
     def _check_offline(self, name: str) -> None:
         """``input`` and ``output`` with their configs; a dataset that names no file
@@ -396,6 +416,28 @@ class AlgorithmConfig:
             except ConfigError as e:
                 raise ConfigError(f"{name}.evaluation_config={self.evaluation_config!r}: "
                                   f"{e}") from None
+        if self.evaluation_dataset() is not None and not self.off_policy_estimation_methods:
+            raise ConfigError(f"{name}.evaluation_config['input']: evaluation on a dataset "
+                              "scores the policy off-policy, and off_policy_estimation_methods "
+                              "is empty; set it, e.g. ['is', 'wis']")
+
+    def evaluation_dataset(self) -> tuple[str, ...] | None:
+        """The held-out dataset ``evaluation_config["input"]`` names (its paths), or
+        None when evaluation plays the env. A dataset mixed with ``"sampler"`` is a
+        ConfigError: an evaluation reads data or plays the env.
+
+        >>> AlgorithmConfig(env="CartPole-v1").evaluation_dataset() is None
+        True
+        """
+        name = type(self).__name__
+        value = self.evaluation_config.get("input", SAMPLER)
+        sources = input_sources(value, f"{name}.evaluation_config['input']")
+        datasets = [s for s, _ in sources if s != SAMPLER]
+        if datasets and len(sources) > 1:
+            raise ConfigError(f"{name}.evaluation_config['input']={value!r}: evaluation reads "
+                              "one dataset or plays the env; give a path (or a list of "
+                              "paths) or 'sampler'")
+        return datasets[0] if datasets else None
 
     def for_evaluation(self) -> tuple["AlgorithmConfig", bool]:
         """``(config, explore)`` for evaluation workers: this config with

@@ -24,10 +24,9 @@ from typing import Any, ClassVar
 
 from flowrl.algorithms.base import Algorithm, AlgorithmConfig, LazyClass
 from flowrl.algorithms.validators import number, or_none
-from flowrl.batch import SampleBatch as SB
 from flowrl.errors import ConfigError
 from flowrl.graph.stream import LocalStream
-from flowrl.offline.estimators import method_options
+from flowrl.offline.estimators import required_columns
 from flowrl.ops import (ConcatBatches, EstimateOffPolicy, ParallelRollouts,
                         StandardMetricsReporting, TrainOneStep)
 
@@ -43,10 +42,11 @@ class MARWILConfig(AlgorithmConfig):
     advantages, PPO's GAE say, which MARWIL must not read as returns).
 
     ``off_policy_estimation_methods`` (RLlib 1.x's ``input_evaluation``; default
-    ``["is", "wis"]``): estimates of the policy's value from each train batch,
-    reported under ``result["off_policy_estimation"][method]``; a list of names
-    among ``"is"``, ``"wis"``, ``"fqe"``, or a dict of name to options
-    (``{"fqe": {"n_iters": 20}}``, :mod:`flowrl.offline.fqe`). Single-agent only.
+    ``["is", "wis"]`` here): estimates of the policy's value from each train batch,
+    before it trains, reported under ``result["off_policy_estimation"][method]``; a
+    list of names among ``"is"``, ``"wis"``, ``"fqe"``, or a dict of name to
+    options (``{"fqe": {"n_iters": 20}}``, :mod:`flowrl.offline.fqe`).
+    Single-agent only.
 
     >>> MARWILConfig(env="CartPole-v1", off_policy_estimation_methods=["dr"])
     Traceback (most recent call last):
@@ -70,16 +70,6 @@ class MARWILConfig(AlgorithmConfig):
         "moving_average_sqd_adv_norm_update_rate": number(0, 1),
         "grad_clip": or_none(number(0, open_lo=True)),
     }
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        name = type(self).__name__
-        methods = method_options(self.off_policy_estimation_methods,
-                                 f"{name}.off_policy_estimation_methods")
-        if methods and self.multiagent.get("policies"):
-            raise ConfigError(f"{name}.off_policy_estimation_methods={list(methods)}: "
-                              "off-policy estimates are single-agent; set it to [] for a "
-                              "multi-agent config")
 
 
 @dataclass
@@ -142,9 +132,8 @@ class MARWIL(Algorithm):
     def input_columns(cls, config: MARWILConfig) -> tuple[str, ...]:
         """A dataset's columns: the default ones, plus the behaviour's ``action_logp``
         when importance sampling estimates (``"is"``, ``"wis"``) are asked."""
-        weighted = {"is", "wis"} & set(method_options(
-            config.off_policy_estimation_methods, "off_policy_estimation_methods"))
-        return (*super().input_columns(config), *([SB.ACTION_LOGP] if weighted else []))
+        return (*super().input_columns(config),
+                *required_columns(config.off_policy_estimation_methods))
 
     @staticmethod
     def execution_plan(workers, config: MARWILConfig) -> LocalStream:

@@ -247,6 +247,50 @@ def make_estimator(method: str, options: Mapping[str, Any], *, gamma: float, pol
         raise ConfigError(f"off_policy_estimation_methods[{method!r}]: {e}") from None
 
 
+def required_columns(methods: Any) -> tuple[str, ...]:
+    """The columns a dataset needs for ``methods`` beyond observations, actions,
+    rewards and ends: the behaviour's ``action_logp`` for ``"is"`` and ``"wis"``.
+
+    >>> required_columns(["wis"]), required_columns({"fqe": {}})
+    (('action_logp',), ())
+    """
+    return (SB.ACTION_LOGP,) if {"is", "wis"} & set(method_options(methods, "methods")) else ()
+
+
+def make_estimators(methods: Any, *, gamma: float, policy: Any, seed: int | None = None,
+                    where: str = "off_policy_estimation_methods") -> dict[str, Any]:
+    """``{method: estimator}`` for ``methods`` (a list of names or a dict of name to
+    options, :func:`method_options`), each built by :func:`make_estimator`."""
+    return {name: make_estimator(name, options, gamma=gamma, policy=policy, seed=seed)
+            for name, options in method_options(methods, where).items()}
+
+
+def whole_episodes(batch: SampleBatch, limit: int | None = None) -> SampleBatch:
+    """``batch``'s rows regrouped into whole episodes: each ``eps_id``'s rows
+    together, in ``t`` order, episodes in the order they first appear; only the
+    first ``limit`` episodes (all with None). A dataset recorded by several envs
+    interleaves their episodes' pieces; estimates want each episode in one piece.
+
+    >>> b = SampleBatch(eps_id=[4, 9, 4, 9, 7], t=[0, 0, 1, 1, 0], rewards=[1, 2, 3, 4, 5])
+    >>> whole_episodes(b)["rewards"].tolist(), whole_episodes(b, 1)["t"].tolist()
+    ([1, 3, 2, 4, 5], [0, 1])
+    """
+    if SB.EPS_ID not in batch:
+        return batch if limit is None else SampleBatch.concat_samples(
+            batch.split_by_episode()[:limit])
+    eps = np.asarray(batch[SB.EPS_ID])
+    ids, first, inverse = np.unique(eps, return_index=True, return_inverse=True)
+    rank_of = np.empty(len(ids), np.int64)   # an episode's place by first appearance
+    rank_of[np.argsort(first, kind="stable")] = np.arange(len(ids))
+    rank = rank_of[inverse.reshape(-1)]
+    t = np.asarray(batch[SB.T]) if SB.T in batch else np.arange(len(eps))
+    rows = np.lexsort((t, rank))
+    rows = rows[rank[rows] < (len(ids) if limit is None else limit)]
+    return SampleBatch({k: np.asarray(v)[rows] for k, v in batch.items()})
+
+
 __all__ = ["METHODS", "ImportanceSampling", "WeightedImportanceSampling", "importance_sampling",
            "weighted_importance_sampling", "cumulative_ratios", "summarize_estimates",
-           "method_options", "make_estimator", "behaviour_logp"]
+           "method_options", "make_estimator", "make_estimators", "behaviour_logp",
+           "required_columns",
+           "whole_episodes"]

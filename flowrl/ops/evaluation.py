@@ -1,5 +1,6 @@
 """Evaluation during training: whole episodes with the current weights, exactly
-as many as asked.
+as many as asked (:class:`Evaluation`), or off-policy estimates of the current
+policy on a held-out dataset (:class:`DatasetEvaluation`).
 
 Policy. An evaluation of ``n`` episodes hands them out before anything runs:
 episode ``e`` goes to env slot ``e % S`` of the ``S`` slots (every env of every
@@ -34,8 +35,11 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from flowrl.batch import MultiAgentBatch, SampleBatch
 from flowrl.errors import ConfigError
+from flowrl.offline.estimators import make_estimators, whole_episodes
 from flowrl.ops.metric_ops import summarize_episodes
+from flowrl.ops.off_policy_ops import OFF_POLICY_ESTIMATION
 from flowrl.workers.play import MAX_EPISODE_STEPS
 
 
@@ -149,27 +153,30 @@ class Evaluation:
             return result
         flight, self._in_flight = self._in_flight, None
         if flight is not None and flight.iteration != it:
-            self._finish(flight)  # started for an iteration that reported otherwise
+            self.finish(flight)  # started for an iteration that reported otherwise
             flight = None
-        return {**result, "evaluation": self._finish(flight or self._start(it))}
+        return {**result, "evaluation": self.finish(flight or self.start(it))}
 
     def before_iteration(self, iteration: int) -> None:
         """Start ``iteration``'s evaluation now when it is due and runs in parallel
         to training (no-op otherwise)."""
         if self.parallel and self.due(iteration) and self._in_flight is None:
-            self._in_flight = self._start(iteration)
+            self._in_flight = self.start(iteration)
 
     def evaluate(self, iteration: int) -> dict[str, Any]:
         """One evaluation now, with the learner's current weights (episodes seeded
         as for ``iteration``); returns what ``result["evaluation"]`` would hold."""
-        return self._finish(self._start(iteration))
+        return self.finish(self.start(iteration))
 
     def _round_seed(self, iteration: int) -> int | None:
         if self.seed is None:
             return None
         return int(np.random.SeedSequence([self.seed, iteration]).generate_state(1)[0])
 
-    def _start(self, iteration: int) -> _InFlight:
+    def start(self, iteration: int) -> Any:
+        """Begin iteration ``iteration``'s evaluation (the episodes handed out, the
+        remote workers asked); :meth:`finish` of what it returns completes it. A
+        subclass that evaluates otherwise replaces both."""
         local = self.workers.local_worker()
         local.set_weights(self.learner.local_worker().get_weights())
         self.workers.sync_weights()
@@ -182,7 +189,8 @@ class Evaluation:
         started = self.workers.foreach_remote_worker_start(play) if remotes else []
         return _InFlight(iteration, started, [] if remotes else play(local), seed, began)
 
-    def _finish(self, flight: _InFlight) -> dict[str, Any]:
+    def finish(self, flight: Any) -> dict[str, Any]:
+        """What ``result["evaluation"]`` holds for the evaluation :meth:`start` began."""
         episodes = list(flight.local)
         if flight.started:
             for part in self.workers.foreach_remote_worker_finish(flight.started):
@@ -203,5 +211,83 @@ class Evaluation:
         """Forget an evaluation in flight (the algorithm is stopping)."""
         self._in_flight = None
 
+    def stop(self) -> None:
+        """Stop what the evaluation runs on (its WorkerSet); idempotent."""
+        self.workers.stop()
 
-__all__ = ["Evaluation", "assign_episodes", "summarize_evaluation"]
+
+class DatasetEvaluation(Evaluation):
+    """Evaluation on a held-out dataset (``evaluation_config={"input": PATH}``): on
+    the same iterations as :class:`Evaluation`, the learner's current policy is
+    scored off-policy on the first ``duration`` whole episodes of ``reader``'s data
+    (:func:`~flowrl.offline.estimators.whole_episodes`, read once and kept), with
+    the estimators ``methods`` names; no env is stepped. ``result["evaluation"]``
+    holds ``off_policy_estimation`` (per method, as training reports it),
+    ``episodes_this_iter`` (the episodes estimated) and ``time_s``.
+
+    >>> import tempfile
+    >>> from flowrl.offline.writer import DatasetWriter
+    >>> from flowrl.offline.reader import DatasetReader
+    >>> from flowrl.policies import PGPolicy
+    >>> from flowrl.workers import WorkerConfig, WorkerSet
+    >>> ws = WorkerSet("CartPole-v1", PGPolicy, WorkerConfig(rollout_fragment_length=60,
+    ...                seed=0), num_workers=0, backend="local")
+    >>> path = tempfile.mkdtemp()
+    >>> writer = DatasetWriter(path, format="json"); writer.write(ws.local_worker().sample())
+    >>> writer.close()
+    >>> ev = DatasetEvaluation(DatasetReader([path], format="json"), ws, methods=["is"],
+    ...                        gamma=0.99, interval=1, duration=2)
+    >>> out = ev.evaluate(1)
+    >>> out["episodes_this_iter"], round(out["off_policy_estimation"]["is"]["v_gain"], 3)
+    (2, 1.0)
+    >>> ev.stop(); ws.stop()
+    """
+
+    def __init__(self, reader, learner, *, methods, gamma: float, interval: int | None,
+                 duration: int, seed: int | None = None, policy_id: str = "default_policy"):
+        super().__init__(None, learner, interval=interval, duration=duration, seed=seed)
+        self.reader, self.policy_id = reader, policy_id
+        self.estimators = make_estimators(
+            methods, gamma=gamma, seed=seed, policy=learner.local_worker().get_policy(policy_id),
+            where="off_policy_estimation_methods (evaluation on a dataset)")
+        if not self.estimators:
+            raise ConfigError("evaluation on a dataset scores the policy off-policy; set "
+                              "off_policy_estimation_methods (e.g. ['is', 'wis'])")
+        self._episodes: SampleBatch | None = None
+
+    def held_out(self) -> SampleBatch:
+        """The first ``duration`` whole episodes of the dataset (read on first use)."""
+        if self._episodes is None:
+            rows = []
+            for batch in self.reader.read_pass(0):
+                if isinstance(batch, MultiAgentBatch):
+                    if set(batch.policy_batches) != {self.policy_id}:
+                        raise ConfigError(
+                            f"evaluation_config['input']: {self.reader.paths} holds batches of "
+                            f"policies {sorted(batch.policy_batches)}; evaluation on a dataset "
+                            f"scores policy {self.policy_id!r} of single-agent data")
+                    batch = batch.policy_batches[self.policy_id]
+                rows.append(batch)
+            if not rows:
+                raise ConfigError(f"evaluation_config['input']: {self.reader.paths} gave no "
+                                  "batch to evaluate on")
+            self._episodes = whole_episodes(SampleBatch.concat_samples(rows), self.duration)
+        return self._episodes
+
+    def start(self, iteration: int) -> float:
+        return time.perf_counter()  # nothing runs ahead: estimating steps no env
+
+    def finish(self, flight: float) -> dict[str, Any]:
+        episodes = self.held_out()
+        policy = self.learner.local_worker().get_policy(self.policy_id)
+        estimates = {name: est.estimate(episodes, policy)
+                     for name, est in self.estimators.items()}
+        count = next(iter(estimates.values()))["num_episodes"]
+        return {OFF_POLICY_ESTIMATION: estimates, "episodes_this_iter": count,
+                "time_s": time.perf_counter() - flight}
+
+    def stop(self) -> None:
+        self.reader.close()
+
+
+__all__ = ["Evaluation", "DatasetEvaluation", "assign_episodes", "summarize_evaluation"]

@@ -17,7 +17,7 @@ from typing import Any
 from flowrl.batch import MultiAgentBatch, SampleBatch
 from flowrl.errors import ConfigError
 from flowrl.metrics import get_metrics
-from flowrl.offline.estimators import make_estimator, method_options
+from flowrl.offline.estimators import make_estimators, method_options
 
 #: ``MetricsContext.info`` key of the estimates made since the last report.
 OFF_POLICY_ESTIMATES = "off_policy_estimates"
@@ -64,10 +64,8 @@ class EstimateOffPolicy:
             raise ConfigError("EstimateOffPolicy(methods=[]): give at least one method, or "
                               "leave the operator out of the plan")
         self.workers, self.policy_id = workers, policy_id
-        policy = workers.local_worker().get_policy(policy_id)
-        self.estimators = {name: make_estimator(name, options, gamma=gamma, policy=policy,
-                                                seed=seed)
-                           for name, options in table.items()}
+        self.estimators = make_estimators(table, gamma=gamma, seed=seed,
+                                          policy=workers.local_worker().get_policy(policy_id))
 
     def __call__(self, batch: SampleBatch | MultiAgentBatch) -> Any:
         rows = batch
