@@ -11,7 +11,8 @@
 # models_throughput 20, vector_envs 10, local_overhead 5, ray_overhead 25 (3 seeds: 15) and --paired
 # 15, compiled_graph 7, profile_ppo 5, ppo_cartpole --matched 25 and --tuned 25,
 # impala_throughput 10, impala_fairness 8, async_cartpole 15, apex_throughput 10,
-# replay 2, offline_reader 3, dqn_cartpole 20, multi_agent_sampling 3, ddppo_cartpole 8, chaos 12,
+# replay 2, offline_reader 3, dqn_cartpole 20, multi_agent_sampling 3, ddppo_cartpole 8,
+# offline_cartpole 10 (2 seeds), chaos 12,
 # evaluation_overhead 5, tune_sweep 30 (3 seeds; an upper bound), memory_proofs --task stateless-cartpole 80 and --task cue-recall 10 minutes; the
 # targeted ones are upper bounds, reached when runs use their whole budget), and
 # about 5 h more for the two mujoco_ppo envs (3 seeds x 2 systems x 1M env steps;
@@ -67,6 +68,7 @@ BENCHMARKS=(
   "dqn_cartpole|dqn_cartpole"
   "multi_agent_sampling|multi_agent_sampling"
   "ddppo_cartpole|ddppo_cartpole"
+  "offline_cartpole|offline_cartpole"  # PPO expert, datasets, BC/MARWIL from them, IS/WIS
   "chaos|chaos"
   "evaluation_overhead|evaluation_overhead"
   "tune_sweep|tune_sweep"

@@ -661,3 +661,16 @@ def test_offline_reader_plain_loops_read_every_row_flowrl_wrote(tmp_path, fmt):
     parts = list((offline_reader.plain_parquet_pieces if fmt == "parquet"
                   else offline_reader.plain_json_pieces)(str(tmp_path)))
     assert parts[0]["obs"].dtype.name == "uint8" and parts[0]["obs"].shape[1:] == (2, 3)
+
+
+def test_offline_cartpole_reports_the_three_targets_and_marwil_over_bc(capsys):
+    import offline_cartpole as bench
+    runs = [{"system": "flowrl", "seed": s, "valid": True, "result": {
+        "reached": s == 0, "ppo_env_steps": 1e5, "expert_train_mean": 470.0,
+        "expert_rows": 1e5, "random_rows": 5e4, "bc_expert_eval": 480.0 - 100 * s,
+        "marwil_mixed_eval": 300.0, "bc_mixed_eval": 150.0, "marwil_over_bc": 2.0,
+        "is_rel_error": 0.02, "wis_rel_error": 0.01, "offline_env_steps": 0}}
+        for s in (0, 1)]
+    bench.report(runs)
+    out = capsys.readouterr().out
+    assert "reached 1/2" in out and "2.00x" in out and "480.0" in out
