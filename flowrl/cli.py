@@ -620,6 +620,7 @@ def _run_directory(args: argparse.Namespace, algo: Any,
 
 def _train_loop(args, algo, stop: dict[str, Any], logger_cls,
                 restored: dict[str, Any] | None = None) -> int:
+    from flowrl.experiment import reward_reached
     run_dir, resumed = _run_directory(args, algo, restored)
     title = f"flowrl {algo.name} {algo.config.env}"
     if resumed:
@@ -647,10 +648,7 @@ def _train_loop(args, algo, stop: dict[str, Any], logger_cls,
             rate = (r["timesteps_total"] - steps_at_start) / max(elapsed, 1e-9)
             results.log(r)
             progress.update(r, rate)
-            mean = r["episode_reward_mean"]
-            target = stop.get("episode_reward_mean")
-            if target is not None and not math.isnan(mean) and mean >= target:
-                reason = f"episode_reward_mean {mean:.5g} >= {target}"
+            reason = reward_reached(r, stop) or ""
             for key in ("timesteps_total", "training_iteration", "time_total_s"):
                 if not reason and key in stop and r[key] >= stop[key]:
                     value = f"{r[key]:.1f}" if isinstance(r[key], float) else r[key]

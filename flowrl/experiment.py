@@ -12,7 +12,8 @@ line may supply ``algo`` and ``env``), plus an optional fifth::
 ``tuned_examples/`` to skip a spec too long for it (Atari runs of hours); ``flowrl
 train`` ignores it. ``stop`` keys are result fields: ``episode_reward_mean``, ``timesteps_total``,
 ``training_iteration``, ``time_total_s`` (seconds of training; the first one reached
-stops). ``config`` keys are the algorithm config's dataclass fields. Numbers written
+stops), and ``evaluation/episode_reward_mean``, the evaluation's mean (for offline
+algorithms, whose training plays no episode). ``config`` keys are the algorithm config's dataclass fields. Numbers written
 without a dot, which YAML reads as strings (``lr: 1e-3``, ``timesteps_total: 1e6``),
 are read as numbers (:func:`~flowrl.config_text.read_numbers`). ``--set key=value`` overrides one config
 field (``value`` is parsed as YAML: ``0.01``, ``[32, 32]``, ``null``);
@@ -49,7 +50,10 @@ from flowrl.config_text import closest, read_numbers, suggest  # noqa: F401
 from flowrl.errors import ConfigError
 
 SPEC_KEYS = ("algo", "env", "stop", "config", "skip_slow_test")
-STOP_KEYS = ("episode_reward_mean", "timesteps_total", "training_iteration", "time_total_s")
+STOP_KEYS = ("episode_reward_mean", "timesteps_total", "training_iteration", "time_total_s",
+             "evaluation/episode_reward_mean")
+#: Stop keys whose bound is a mean return (any number).
+REWARD_STOP_KEYS = ("episode_reward_mean", "evaluation/episode_reward_mean")
 
 
 def config_fields(cls) -> list[str]:
@@ -197,8 +201,9 @@ def atari_defaults(algo: str) -> tuple[pathlib.Path, dict[str, Any]] | None:
 def check_stop(key: Any, value: Any, where: str) -> int | float:
     """The bound of stop criterion ``key``: ``value``, or the number a string such as
     ``"1e6"`` spells (:func:`read_numbers`). ConfigError unless ``key`` is a stop
-    criterion and the bound usable: a number for ``episode_reward_mean``, a number
-    > 0 (seconds) for ``time_total_s``, an int >= 1 for the others.
+    criterion and the bound usable: a number for ``episode_reward_mean`` and
+    ``evaluation/episode_reward_mean``, a number > 0 (seconds) for ``time_total_s``,
+    an int >= 1 for the others.
 
     >>> check_stop("timesteps_total", "1e6", "stop.timesteps_total")
     1000000
@@ -212,7 +217,7 @@ def check_stop(key: Any, value: Any, where: str) -> int | float:
                           f"{suggest(str(key), STOP_KEYS)}")
     bound = read_numbers(value) if isinstance(value, str) else value
     number = not isinstance(bound, bool) and isinstance(bound, (int, float))
-    if key == "episode_reward_mean":
+    if key in REWARD_STOP_KEYS:
         if not number or math.isnan(bound):
             raise ConfigError(f"{where}={value!r}: must be a number")
     elif key == "time_total_s":
@@ -221,6 +226,26 @@ def check_stop(key: Any, value: Any, where: str) -> int | float:
     elif not isinstance(bound, int) or isinstance(bound, bool) or bound < 1:
         raise ConfigError(f"{where}={value!r}: must be an int >= 1")
     return bound
+
+
+def reward_reached(result: dict, stop: dict) -> str | None:
+    """Why ``result`` meets a reward criterion of ``stop`` (None when none): the
+    train mean or the evaluation's mean (``evaluation/episode_reward_mean``, on
+    iterations that evaluated) at or above its bound.
+
+    >>> reward_reached({"episode_reward_mean": float("nan"),
+    ...                 "evaluation": {"episode_reward_mean": 480.0}},
+    ...                {"evaluation/episode_reward_mean": 450})
+    'evaluation/episode_reward_mean 480 >= 450'
+    """
+    means = {"episode_reward_mean": result.get("episode_reward_mean", math.nan),
+             "evaluation/episode_reward_mean":
+                 (result.get("evaluation") or {}).get("episode_reward_mean", math.nan)}
+    for key in REWARD_STOP_KEYS:
+        target, mean = stop.get(key), means[key]
+        if target is not None and not math.isnan(mean) and mean >= target:
+            return f"{key} {mean:.5g} >= {target}"
+    return None
 
 
 def run_name(algo: str, env: Any) -> str:
@@ -293,4 +318,5 @@ def apply_overrides(spec: dict[str, Any], overrides: Sequence[str]) -> dict[str,
 
 __all__ = ["suggest", "closest", "read_numbers", "yaml_problem", "read_yaml", "load_spec",
            "check_spec", "apply_overrides", "parse_override", "make_config", "algorithm_class",
-           "config_fields", "run_name", "tuned_examples_dir", "atari_defaults", "STOP_KEYS"]
+           "config_fields", "run_name", "tuned_examples_dir", "atari_defaults", "STOP_KEYS",
+           "REWARD_STOP_KEYS", "reward_reached"]

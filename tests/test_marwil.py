@@ -314,3 +314,20 @@ def test_a_dataset_without_behaviour_logp_is_refused_when_is_is_asked(tmp_path):
                         seed=0)).stop()
     with pytest.raises(ConfigError, match="action_logp.*MARWIL"):
         MARWIL(MARWILConfig(env="CartPole-v1", input=data, seed=0))
+
+
+def test_cli_stops_an_offline_run_on_its_evaluation_mean(tmp_path):
+    import os
+    from flowrl.cli import main
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    data = os.path.join(root, "tuned_examples", "data", "cartpole-ppo-expert")
+    assert main(["train", "--config", os.path.join(root, "tuned_examples", "bc-cartpole.yaml"),
+                 "--set", f"input={data}", "--set", "evaluation_interval=2",
+                 "--set", "evaluation_duration=1", "--set", "train_batch_size=500",
+                 "--set", "stop.evaluation/episode_reward_mean=1", "--run-dir", str(tmp_path),
+                 "--quiet", "--no-tensorboard"]) == 0
+    (run_dir,) = list(tmp_path.iterdir())
+    lines = [json.loads(x) for x in (run_dir / "result.jsonl").read_text().splitlines()]
+    assert [r["training_iteration"] for r in lines] == [1, 2]   # stopped at the first evaluation
+    assert lines[-1]["episode_reward_mean"] is None   # training played no episode (NaN in JSON)
+    assert lines[-1]["evaluation"]["episode_reward_mean"] >= 1
