@@ -20,6 +20,9 @@ field (``value`` is parsed as YAML: ``0.01``, ``[32, 32]``, ``null``);
 ``--set env_config.size=5`` sets one key of a dict field and ``--set
 stop.timesteps_total=1000`` one stop criterion. A file or value that is not YAML is
 a ConfigError naming the line and column of the problem (:func:`yaml_problem`).
+A relative dataset path (``input``) that is not found from the current directory
+is looked for beside the config file (:func:`datasets_beside`), so a config that
+ships with its data (``tuned_examples/bc-cartpole.yaml``) runs from anywhere.
 Unknown names are ConfigErrors that suggest the closest valid one (difflib):
 
 >>> make_config("ppo", {"env": "CartPole-v1", "lr_rate": 0.1})
@@ -38,7 +41,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import glob
 import math
+import os
 import pathlib
 import re
 from typing import Any, Sequence
@@ -129,14 +134,57 @@ def read_yaml(path: str) -> Any:
 
 
 def load_spec(path: str) -> dict[str, Any]:
-    """Read and check a YAML experiment spec (see the module docstring)."""
+    """Read and check a YAML experiment spec (see the module docstring); its dataset
+    paths are found as :func:`datasets_beside` says."""
     data = read_yaml(path)
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"--config {path!r}: expected a mapping with keys {list(SPEC_KEYS)}, "
                           f"got {type(data).__name__}")
-    return check_spec(data, f"--config {path!r}")
+    spec = check_spec(data, f"--config {path!r}")
+    spec["config"] = datasets_beside(spec["config"], os.path.dirname(os.path.abspath(path)))
+    return spec
+
+
+def _beside(path: Any, directory: str) -> Any:
+    if (not isinstance(path, str) or path == "sampler" or os.path.isabs(path)
+            or glob.glob(path)):
+        return path
+    candidate = os.path.join(directory, path)
+    return candidate if glob.glob(candidate) else path
+
+
+def datasets_beside(config: dict[str, Any], directory: str) -> dict[str, Any]:
+    """``config`` with each relative dataset path of ``input`` (a path or glob, a
+    list of them, or the keys of a mixed-input dict), also in ``evaluation_config``,
+    that matches nothing from the current directory but matches beside the config
+    file (in ``directory``) replaced by that path, so a config file that ships with
+    its data runs from any directory. Paths that match here, or nowhere, stay as
+    they are (a path that matches nowhere is the config's error to report).
+
+    >>> import tempfile
+    >>> d = tempfile.mkdtemp(); os.makedirs(os.path.join(d, "data"))
+    >>> datasets_beside({"input": "data", "lr": 0.1}, d) == {"input": os.path.join(d, "data"),
+    ...                                                       "lr": 0.1}
+    True
+    >>> datasets_beside({"input": {"sampler": 0.5, "no/such/dir": 0.5}}, d)
+    {'input': {'sampler': 0.5, 'no/such/dir': 0.5}}
+    """
+    def resolve(value: Any) -> Any:
+        if isinstance(value, list):
+            return [_beside(v, directory) for v in value]
+        if isinstance(value, dict):
+            return {_beside(k, directory): v for k, v in value.items()}
+        return _beside(value, directory)
+
+    config = dict(config)
+    if "input" in config:
+        config["input"] = resolve(config["input"])
+    evaluation = config.get("evaluation_config")
+    if isinstance(evaluation, dict) and "input" in evaluation:
+        config["evaluation_config"] = {**evaluation, "input": resolve(evaluation["input"])}
+    return config
 
 
 def check_spec(data: dict[str, Any], where: str = "spec") -> dict[str, Any]:
@@ -319,4 +367,4 @@ def apply_overrides(spec: dict[str, Any], overrides: Sequence[str]) -> dict[str,
 __all__ = ["suggest", "closest", "read_numbers", "yaml_problem", "read_yaml", "load_spec",
            "check_spec", "apply_overrides", "parse_override", "make_config", "algorithm_class",
            "config_fields", "run_name", "tuned_examples_dir", "atari_defaults", "STOP_KEYS",
-           "REWARD_STOP_KEYS", "reward_reached"]
+           "REWARD_STOP_KEYS", "reward_reached", "datasets_beside"]

@@ -70,7 +70,8 @@ from typing import Any, Sequence
 
 from flowrl.config_text import read_numbers
 from flowrl.errors import ConfigError, TrialError
-from flowrl.experiment import (algorithm_class, check_stop, config_fields, make_config, read_yaml,
+from flowrl.experiment import (algorithm_class, check_stop, config_fields, datasets_beside,
+                               make_config, read_yaml,
                                run_name, suggest)
 
 SWEEP_KEYS = ("algo", "env", "config", "stop", "num_samples", "scheduler", "metric", "mode",
@@ -315,7 +316,9 @@ def load_sweep(path: str, overrides: Sequence[str] = ()) -> dict[str, Any]:
         data = {}
     if overrides and isinstance(data, dict):
         data = apply_sweep_overrides(data, overrides)
-    return check_sweep(data, f"--config {path!r}")
+    spec = check_sweep(data, f"--config {path!r}")
+    spec["config"] = datasets_beside(spec["config"], os.path.dirname(os.path.abspath(path)))
+    return spec
 
 
 def apply_sweep_overrides(data: dict[str, Any], overrides: Sequence[str]) -> dict[str, Any]:

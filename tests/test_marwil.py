@@ -316,13 +316,14 @@ def test_a_dataset_without_behaviour_logp_is_refused_when_is_is_asked(tmp_path):
         MARWIL(MARWILConfig(env="CartPole-v1", input=data, seed=0))
 
 
-def test_cli_stops_an_offline_run_on_its_evaluation_mean(tmp_path):
+def test_cli_stops_an_offline_run_on_its_evaluation_mean(tmp_path, monkeypatch):
+    # run from elsewhere: the example's relative dataset path is found beside it
     import os
     from flowrl.cli import main
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    data = os.path.join(root, "tuned_examples", "data", "cartpole-ppo-expert")
+    monkeypatch.chdir(tmp_path)
     assert main(["train", "--config", os.path.join(root, "tuned_examples", "bc-cartpole.yaml"),
-                 "--set", f"input={data}", "--set", "evaluation_interval=2",
+                 "--set", "evaluation_interval=2",
                  "--set", "evaluation_duration=1", "--set", "train_batch_size=500",
                  "--set", "stop.evaluation/episode_reward_mean=1", "--run-dir", str(tmp_path),
                  "--quiet", "--no-tensorboard"]) == 0

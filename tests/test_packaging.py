@@ -42,6 +42,9 @@ def test_the_wheel_holds_every_module_and_the_tuned_examples(wheel):
     assert modules and not modules - names, sorted(modules - names)
     examples = {f"flowrl/tuned_examples/{p.name}" for p in (ROOT / "tuned_examples").glob("*.yaml")}
     assert "flowrl/tuned_examples/ppo-pong.yaml" in examples and not examples - names
+    data = {f"flowrl/tuned_examples/{p.relative_to(ROOT / 'tuned_examples')}"
+            for p in (ROOT / "tuned_examples" / "data").glob("*/*")}
+    assert data and not data - names   # the datasets the examples read ship with them
 
 
 def test_an_installed_wheel_finds_its_atari_defaults(wheel, tmp_path):
