@@ -7,7 +7,7 @@ built, overlapping ``ray.init`` on the Ray backend (see
 
 >>> import flowrl.algorithms as algorithms
 >>> sorted(algorithms.ALGORITHMS)
-['a2c', 'a3c', 'apex', 'appo', 'bc', 'ddppo', 'dqn', 'impala', 'marwil', 'pg', 'ppo', 'sac']
+['a2c', 'a3c', 'apex', 'appo', 'bc', 'cql', 'ddppo', 'dqn', 'impala', 'marwil', 'pg', 'ppo', 'sac']
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ _WHERE = {
     "A2C": "a2c", "A2CConfig": "a2c", "A3C": "a3c", "A3CConfig": "a3c",
     "ApeX": "apex", "ApeXConfig": "apex", "APPO": "appo", "APPOConfig": "appo",
     "Algorithm": "base", "AlgorithmConfig": "base", "build_algorithm": "base",
-    "BC": "marwil", "BCConfig": "marwil",
+    "BC": "marwil", "BCConfig": "marwil", "CQL": "cql", "CQLConfig": "cql",
     "DDPPO": "ddppo", "DDPPOConfig": "ddppo", "DQN": "dqn", "DQNConfig": "dqn",
     "IMPALA": "impala", "IMPALAConfig": "impala", "MARWIL": "marwil",
     "MARWILConfig": "marwil", "PG": "pg", "PGConfig": "pg",
@@ -30,13 +30,13 @@ _WHERE = {
 }
 _NAMES = {"pg": "PG", "a2c": "A2C", "ppo": "PPO", "a3c": "A3C", "impala": "IMPALA",
           "appo": "APPO", "dqn": "DQN", "apex": "ApeX", "ddppo": "DDPPO", "marwil": "MARWIL",
-          "bc": "BC", "sac": "SAC"}
+          "bc": "BC", "sac": "SAC", "cql": "CQL"}
 
 __all__ = ["Algorithm", "AlgorithmConfig", "build_algorithm", "PG", "PGConfig", "A2C",
            "A2CConfig", "PPO", "PPOConfig", "ALGORITHMS", "A3C", "A3CConfig", "IMPALA",
            "IMPALAConfig", "APPO", "APPOConfig", "DQN", "DQNConfig", "ApeX", "ApeXConfig",
            "DDPPO", "DDPPOConfig", "MARWIL", "MARWILConfig", "BC", "BCConfig",
-           "SAC", "SACConfig", "algorithm_class"]
+           "SAC", "SACConfig", "CQL", "CQLConfig", "algorithm_class"]
 
 
 def __getattr__(name: str) -> Any:
@@ -63,7 +63,7 @@ def algorithm_class(name: Any) -> type:
     >>> algorithm_class("ppp")
     Traceback (most recent call last):
     ...
-    flowrl.errors.ConfigError: unknown algorithm 'ppp'; did you mean 'ppo'? (choose one of ['a2c', 'a3c', 'apex', 'appo', 'bc', 'ddppo', 'dqn', 'impala', 'marwil', 'pg', 'ppo', 'sac'])
+    flowrl.errors.ConfigError: unknown algorithm 'ppp'; did you mean 'ppo'? (choose one of ['a2c', 'a3c', 'apex', 'appo', 'bc', 'cql', 'ddppo', 'dqn', 'impala', 'marwil', 'pg', 'ppo', 'sac'])
     """
     registry = globals()["ALGORITHMS"] if "ALGORITHMS" in globals() else __getattr__("ALGORITHMS")
     cls = registry.get(name.lower()) if isinstance(name, str) else None

@@ -209,6 +209,27 @@ def check_replay_fits(workers, config: ReplayConfig) -> int:
                                frame_stacks=stacks_frames(config.env, config.preprocessor_pref))
 
 
+def replay_train_op(workers, config: ReplayConfig, buffer, *, name: str,
+                    target_by_steps_trained: bool = False) -> LocalStream:
+    """The learning branch of a replay plan, its nodes named ``<name>/...``: replay a
+    ``train_batch_size`` batch from ``buffer`` -> train on it -> send its priorities
+    back (with ``prioritized_replay``) -> update the target networks
+    (``target_network_update_freq`` counted in steps sampled, or in steps trained
+    with ``target_by_steps_trained``)."""
+    replay_op = (Replay(local_buffer=buffer, batch_size=config.train_batch_size,
+                        name=f"{name}/replay")
+                 .for_each(TrainOneStep(workers), name=f"{name}/train"))
+    if config.prioritized_replay:
+        replay_op = replay_op.for_each(
+            UpdateReplayPriorities(workers, local_buffer=buffer,
+                                   eps=config.prioritized_replay_eps),
+            name=f"{name}/update_priorities")
+    return replay_op.for_each(
+        UpdateTargetNetwork(workers, config.target_network_update_freq,
+                            by_steps_trained=target_by_steps_trained),
+        name=f"{name}/update_target")
+
+
 def replay_plan(workers, config: ReplayConfig, local_buffer=None, *, name: str,
                 target_by_steps_trained: bool = False) -> LocalStream:
     """The plan of the module docstring, its nodes named ``<name>/...``: store
@@ -224,18 +245,8 @@ def replay_plan(workers, config: ReplayConfig, local_buffer=None, *, name: str,
                 .for_each(store, name=f"{name}/store")
                 .filter(LearningStarts(store, config.learning_starts),
                         name=f"{name}/learning_starts"))
-    replay_op = (Replay(local_buffer=buffer, batch_size=config.train_batch_size,
-                        name=f"{name}/replay")
-                 .for_each(TrainOneStep(workers), name=f"{name}/train"))
-    if config.prioritized_replay:
-        replay_op = replay_op.for_each(
-            UpdateReplayPriorities(workers, local_buffer=buffer,
-                                   eps=config.prioritized_replay_eps),
-            name=f"{name}/update_priorities")
-    replay_op = replay_op.for_each(
-        UpdateTargetNetwork(workers, config.target_network_update_freq,
-                            by_steps_trained=target_by_steps_trained),
-        name=f"{name}/update_target")
+    replay_op = replay_train_op(workers, config, buffer, name=name,
+                                target_by_steps_trained=target_by_steps_trained)
     train_op = Concurrently([store_op, replay_op], mode="round_robin", output_indexes=[1],
                             round_robin_weights=round_robin_weights(config),
                             name=f"{name}/concurrently")
@@ -338,7 +349,7 @@ def _set_own_exploration(by_index: dict, worker) -> None:
         _set_exploration(worker, states)
 
 
-__all__ = ["DQN", "DQNConfig", "ReplayConfig", "replay_plan", "round_robin_weights",
+__all__ = ["DQN", "DQNConfig", "ReplayConfig", "replay_plan", "replay_train_op", "round_robin_weights",
            "make_buffer", "exploration_states",
            "indexed_exploration_states", "restore_exploration", "replay_run_length",
            "check_replay_fits"]

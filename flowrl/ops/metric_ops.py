@@ -323,7 +323,8 @@ def StandardMetricsReporting(train_op: LocalStream, workers, config: Any = None,
                              min_time_s_per_reporting: float | None = None,
                              timesteps_per_iteration: int | None = None,
                              smoothing_window: int | None = None,
-                             metrics_wait_s: float | None = None) -> LocalStream:
+                             metrics_wait_s: float | None = None,
+                             by_steps_trained: bool = False) -> LocalStream:
     """The stream of result dicts for ``train_op``: one per reporting step.
 
     ``config`` (optional, third positional as in RLlib 1.x) is the algorithm's
@@ -335,7 +336,8 @@ def StandardMetricsReporting(train_op: LocalStream, workers, config: Any = None,
     floor on the reporting interval.
 
     An item of ``train_op`` ends a reporting step once at least
-    ``timesteps_per_iteration`` env steps were sampled since the last report
+    ``timesteps_per_iteration`` env steps were sampled (rows trained, with
+    ``by_steps_trained``: a plan that samples nothing) since the last report
     (:class:`OncePerTimestepsElapsed`) and at least ``min_time_s_per_reporting``
     seconds passed (:class:`OncePerTimeInterval`); :class:`CollectMetrics` then
     builds the result. Items in between are consumed (their training happened)
@@ -367,7 +369,7 @@ def StandardMetricsReporting(train_op: LocalStream, workers, config: Any = None,
     min_time_s_per_reporting = settings["min_time_s_per_reporting"]
     smoothing_window = settings["smoothing_window"]
     return (train_op
-            .filter(OncePerTimestepsElapsed(timesteps_per_iteration),
+            .filter(OncePerTimestepsElapsed(timesteps_per_iteration, by_steps_trained),
                     name="report.once_per_timesteps")
             .filter(OncePerTimeInterval(min_time_s_per_reporting), name="report.once_per_interval")
             .for_each(CollectMetrics(workers, smoothing_window=smoothing_window,

@@ -171,6 +171,9 @@ class SACPolicy:
     ((4, 1), True, ['action_dist_inputs', 'action_logp'])
     """
 
+    #: The algorithm messages name (a subclass for another algorithm sets its own).
+    algorithm = "SAC"
+
     def __init__(self, observation_space: gym.Space, action_space: gym.Space, *,
                  Q_model: Any = None, policy_model: Any = None, twin_q: bool = True,
                  tau: float = 5e-3, initial_alpha: float = 1.0,
@@ -178,20 +181,20 @@ class SACPolicy:
                  actor_learning_rate: float = 3e-4, critic_learning_rate: float = 3e-4,
                  entropy_learning_rate: float = 3e-4, grad_clip: float | None = None,
                  seed: int | None = None, numpy_inference: bool = True, **unused: Any):
-        name = type(self).__name__
+        name, algo = type(self).__name__, self.algorithm
         if not isinstance(action_space, (gym.spaces.Box, gym.spaces.Discrete)):
-            raise ConfigError(f"SAC: the env's action space {action_space} is not supported; "
-                              "SAC takes Box (continuous) or Discrete actions: choose an env "
-                              "with one of those")
+            raise ConfigError(f"{algo}: the env's action space {action_space} is not supported; "
+                              f"{algo} takes Box (continuous) or Discrete actions: choose an "
+                              "env with one of those")
         self.discrete = isinstance(action_space, gym.spaces.Discrete)
         if not self.discrete:
-            self.low, self.high = box_bounds(action_space, "SAC")
-        self._obs_dim = flat_obs_dim(observation_space, f"SAC ({name})")
+            self.low, self.high = box_bounds(action_space, algo)
+        self._obs_dim = flat_obs_dim(observation_space, f"{algo} ({name})")
         q_config = ModelConfig.coerce(SAC_MODEL if Q_model is None else Q_model, "Q_model")
         pi_config = ModelConfig.coerce(SAC_MODEL if policy_model is None else policy_model,
                                        "policy_model")
-        check_mlp_config(q_config, f"{name}(Q_model=...)", "SAC")
-        check_mlp_config(pi_config, f"{name}(policy_model=...)", "SAC")
+        check_mlp_config(q_config, f"{name}(Q_model=...)", algo)
+        check_mlp_config(pi_config, f"{name}(policy_model=...)", algo)
         if target_entropy == "auto" or target_entropy is None:
             target_entropy = auto_target_entropy(action_space)
         for field, ok in (("tau", 0 < tau <= 1), ("initial_alpha", initial_alpha > 0),
@@ -237,11 +240,12 @@ class SACPolicy:
     @property
     def optimizers(self) -> dict[str, torch.optim.Adam]:
         """``{"actor", "critic", "entropy"}`` Adam optimizers over the policy, the
-        critics and ``log_alpha``, created on first use (a worker that only acts
-        builds none)."""
+        critics and ``log_alpha`` (one per entry of ``_params``, at its entry of
+        ``learning_rates``), created on first use (a worker that only acts builds
+        none)."""
         if self._optimizers is None:
-            self._optimizers = {name: make_adam(self._params[name], self.learning_rates[name])
-                                for name in ("actor", "critic", "entropy")}
+            self._optimizers = {name: make_adam(params, self.learning_rates[name])
+                                for name, params in self._params.items()}
         return self._optimizers
 
     @property
@@ -359,7 +363,7 @@ class SACPolicy:
         """One SAC update on ``batch`` (see :meth:`sgd_step`), ``custom_metrics`` added
         when callbacks run ``on_learn_on_batch`` first."""
         if batch.count == 0:
-            raise ConfigError("SACPolicy.learn_on_batch got an empty batch")
+            raise ConfigError(f"{type(self).__name__}.learn_on_batch got an empty batch")
         custom = learn_callbacks(self, batch)
         stats = self.sgd_step(batch)
         if custom is not None:
@@ -377,41 +381,62 @@ class SACPolicy:
         self.optimizers[name].step()
         return norm
 
+    def critic_losses(self, t: dict[str, torch.Tensor], q_data: list[torch.Tensor],
+                      td_loss: torch.Tensor) -> tuple[dict[str, torch.Tensor],
+                                                      dict[str, torch.Tensor]]:
+        """The losses stepped after the targets are known, ``{optimizer name: loss}``,
+        and the figures they report: SAC's is ``L_Q`` (``td_loss``) alone; a
+        subclass adds terms (``q_data``: ``Q_i(s, a)`` of the batch's actions)."""
+        return {"critic": td_loss}, {"critic_loss": td_loss}
+
+    def actor_objective(self, t: dict[str, torch.Tensor], inputs: torch.Tensor,
+                        actions: torch.Tensor | None) -> torch.Tensor:
+        """What the actor maximises beside its entropy, per row ``(B,)``: for ``Box``
+        actions ``min_i Q_i(s, ã)`` of the reparameterised ``actions`` (gradients
+        reach the policy only, see :meth:`_step`), for ``Discrete`` ones
+        ``Σ_a π(a|s) min_i Q_i(s, a)`` (``inputs``: the policy's logits; Q without
+        gradients)."""
+        if self.discrete:
+            with torch.no_grad():
+                q = self.model.critics(t["obs"])
+                q = torch.min(*q) if self.twin_q else q[0]
+            return (torch.softmax(inputs, dim=-1) * q).sum(-1)
+        q = self.model.critics(t["obs"], actions)
+        return torch.min(*q) if self.twin_q else q[0]
+
     def sgd_step(self, batch: SampleBatch) -> dict[str, float]:
         """The critic, actor and entropy steps of the module docstring on ``batch``.
         Stats: ``critic_loss``, ``actor_loss``, ``alpha_loss``, ``alpha_value``,
         ``entropy`` (``-mean log π``), ``mean_q``/``max_q``/``min_q`` (of
         ``Q_1(s, a)``), ``mean_td_error``, ``target_entropy`` and, with
         ``grad_clip``, each optimizer's gradient norm before clipping
-        (``critic_grad_gnorm``, ``actor_grad_gnorm``, ``alpha_grad_gnorm``)."""
+        (``critic_grad_gnorm``, ``actor_grad_gnorm``, ``alpha_grad_gnorm``), plus
+        the figures of :meth:`critic_losses`."""
         m, t = self.model, self._tensors(batch)
         alpha = m.log_alpha.detach().exp()
         y = self._targets(t, alpha)
         qs = self._critic_values(t)
         w = t["weights"]
-        critic_loss = sum(((q - y).pow(2) if w is None else w * (q - y).pow(2)).mean()
-                          for q in qs)
-        norms = {"critic": self._step("critic", critic_loss)}
+        td_loss = sum(((q - y).pow(2) if w is None else w * (q - y).pow(2)).mean() for q in qs)
+        losses, figures = self.critic_losses(t, qs, td_loss)
+        norms = {name: self._step(name, loss) for name, loss in losses.items()}
         out = m.policy(t["obs"])
         if self.discrete:
             logp_all = torch.log_softmax(out, dim=-1)
             probs = logp_all.exp()
-            with torch.no_grad():
-                q_pi = torch.min(*m.critics(t["obs"])) if self.twin_q else m.critics(t["obs"])[0]
-            actor_loss = (probs * (alpha * logp_all - q_pi)).sum(-1).mean()
+            actor_loss = ((probs * alpha * logp_all).sum(-1)
+                          - self.actor_objective(t, out, None)).mean()
             logp = (probs * logp_all).sum(-1)  # -entropy per row
             alpha_loss = -(m.log_alpha * (probs.detach() * (
                 logp_all.detach() + self.target_entropy)).sum(-1)).mean()
         else:
             a_pi, logp = SquashedGaussian(out).rsample_logp(self.generator)
-            q_pi = m.critics(t["obs"], a_pi)  # grads reach the policy only (see _step)
-            q_pi = torch.min(*q_pi) if self.twin_q else q_pi[0]
-            actor_loss = (alpha * logp - q_pi).mean()
+            actor_loss = (alpha * logp - self.actor_objective(t, out, a_pi)).mean()
             alpha_loss = -(m.log_alpha * (logp.detach() + self.target_entropy)).mean()
         norms["actor"] = self._step("actor", actor_loss)
         norms["alpha"] = self._step("entropy", alpha_loss)
         q1 = qs[0].detach()
-        figures = {"critic_loss": critic_loss, "actor_loss": actor_loss,
+        figures = {**figures, "actor_loss": actor_loss,
                    "alpha_loss": alpha_loss, "alpha_value": m.log_alpha.exp(),
                    "entropy": -logp.mean(), "mean_q": q1.mean(), "max_q": q1.max(),
                    "min_q": q1.min(), "mean_td_error": (q1 - y).abs().mean(),

@@ -242,6 +242,16 @@ class DatasetInput:
         self.rows_read += out.agent_steps()
         return out
 
+    def read_all(self) -> Iterator[Batch]:
+        """Every recorded batch of the worker's share of each dataset source, once
+        (one pass, in the reader's order), cast and postprocessed as :meth:`sample`
+        does: what an algorithm that loads its whole dataset at once reads (RLlib
+        1.x's ``read_all_files``). The ``"sampler"`` source has none."""
+        for reader in self.readers:
+            if reader is not None:
+                for batch in reader.read_pass(0):
+                    yield self._adapt(batch, reader)
+
     def _adapt(self, batch: Batch, reader: DatasetReader) -> Batch:
         batch = as_policy_batches(batch, list(self.policies), self.multi_agent,
                                   f"dataset {reader.paths}")
