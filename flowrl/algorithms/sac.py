@@ -16,7 +16,7 @@ the same with its defaults of one sampled step per train step).
 >>> r["timesteps_total"] >= 128, r["info"]["num_steps_trained"] > 0
 (True, True)
 >>> sorted(r["info"]["learner"]["default_policy"])[:3]
-['actor_grad_gnorm', 'actor_loss', 'alpha_grad_gnorm']
+['actor_loss', 'alpha_loss', 'alpha_value']
 >>> algo.stop()
 """
 
