@@ -36,6 +36,7 @@ Per-worker cost is kept low for many workers on few cores: workers reserve
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -68,34 +69,25 @@ def apex_epsilon(i: int, n: int) -> float:
 
 
 @dataclass
-class ApeXConfig(DQNConfig):
-    """Ape-X hyperparameters (RLlib 1.x names), on top of :class:`DQNConfig`.
+class ApexSettings:
+    """Ape-X's settings (RLlib 1.x names), added to an off-policy config by
+    inheriting from this class first (``class ApeXConfig(ApexSettings, DQNConfig)``).
 
     ``num_replay_buffer_shards`` replay actors share ``buffer_size`` rows;
     ``learning_starts`` rows per actor before replay; ``max_weight_sync_delay``
     env steps a worker samples between weight updates;
     ``learner_queue_size`` / ``learner_queue_timeout`` bound the learner thread's
-    input queue and how long it may starve; ``replay_batches_per_rollout`` is how
-    many replayed batches go to the learner per stored rollout fragment (see
-    :func:`apex_weights`).
-
-    >>> ApeXConfig(env="CartPole-v1", num_replay_buffer_shards=0)
-    Traceback (most recent call last):
-    ...
-    flowrl.errors.ConfigError: ApeXConfig.num_replay_buffer_shards=0: must be an int >= 1
+    input queue and how long it may starve; ``max_sample_requests_in_flight_per_worker``
+    the rollouts asked of each worker at once. Sampling is on remote workers only
+    (``num_workers >= 1``); ``single_process`` names the algorithm to use without them.
     """
+
+    single_process: ClassVar[str] = "DQN"
 
     num_workers: int = 4
     num_envs_per_worker: int = 1
     num_cpus_per_worker: float = 0.25
     rollout_fragment_length: int = 50
-    train_batch_size: int = 256
-    buffer_size: int = 100000
-    learning_starts: int = 1000
-    n_step: int = 3
-    lr: float = 1e-3
-    target_network_update_freq: int = 10000
-    timesteps_per_iteration: int = 5000
     num_replay_buffer_shards: int = 2
     worker_side_prioritization: bool = True
     max_weight_sync_delay: int = 400
@@ -110,18 +102,40 @@ class ApeXConfig(DQNConfig):
     }
 
     def __post_init__(self) -> None:
-        super().__post_init__()
+        super().__post_init__()  # type: ignore[misc]  # the config class after this one
+        name = type(self).__name__
         if self.num_workers < 1:
-            raise ConfigError("ApeXConfig.num_workers=0: Ape-X samples on remote workers; "
-                              "set num_workers >= 1 (or use DQN)")
-        per_shard = self.buffer_size // self.num_replay_buffer_shards
-        if self.learning_starts > per_shard:
-            raise ConfigError(f"ApeXConfig.learning_starts={self.learning_starts}: must be <= "
+            raise ConfigError(f"{name}.num_workers=0: Ape-X samples on remote workers; "
+                              f"set num_workers >= 1 (or use {self.single_process})")
+        per_shard = self.buffer_size // self.num_replay_buffer_shards  # type: ignore[attr-defined]
+        if self.learning_starts > per_shard:  # type: ignore[attr-defined]
+            raise ConfigError(f"{name}.learning_starts={self.learning_starts}: must be <= "  # type: ignore[attr-defined]
                               f"buffer_size / num_replay_buffer_shards ({per_shard}), the "
                               "rows each replay actor holds; replay could never start")
 
 
-def apex_weights(config: ApeXConfig) -> list[int]:
+@dataclass
+class ApeXConfig(ApexSettings, DQNConfig):
+    """Ape-X DQN hyperparameters (RLlib 1.x names): :class:`ApexSettings` on top of
+    :class:`DQNConfig`. ``training_intensity`` sets how many replayed batches go to
+    the learner per stored rollout fragment (see :func:`apex_weights`).
+
+    >>> ApeXConfig(env="CartPole-v1", num_replay_buffer_shards=0)
+    Traceback (most recent call last):
+    ...
+    flowrl.errors.ConfigError: ApeXConfig.num_replay_buffer_shards=0: must be an int >= 1
+    """
+
+    train_batch_size: int = 256
+    buffer_size: int = 100000
+    learning_starts: int = 1000
+    n_step: int = 3
+    lr: float = 1e-3
+    target_network_update_freq: int = 10000
+    timesteps_per_iteration: int = 5000
+
+
+def apex_weights(config: ApexSettings) -> list[int]:
     """Integer round-robin weights ``[store, replay, learner results]`` for
     ``training_intensity`` (rows trained per row sampled; None: one train batch per
     rollout fragment). Rounded to integers so that every replayed batch sent in
@@ -224,16 +238,14 @@ class _RecordLearnerOutput:
         return actor, batch, td, info
 
 
-def _set_apex_epsilon(worker, n: int) -> None:
-    if worker.worker_index > 0:
-        eps = apex_epsilon(worker.worker_index - 1, n)
-        for p in worker.policy_map.values():
-            p.set_epsilon(eps)
-
-
 class ApeX(DQN):
     """Distributed prioritized replay; see the module docstring. ``algo.replay_actors``
-    are the replay actors, ``algo.learner`` the learner thread."""
+    are the replay actors, ``algo.learner`` the learner thread.
+
+    Subclasses run another off-policy algorithm on the same plan (see
+    :class:`~flowrl.algorithms.apex_ddpg.ApexDDPG`): they set the config and policy
+    classes, ``policy_config`` and :meth:`set_worker_exploration`; node ids start
+    with their ``name``."""
 
     config_class = ApeXConfig
     name = "apex"
@@ -244,8 +256,7 @@ class ApeX(DQN):
         self.learner: ApeXLearnerThread | None = None
 
         def plan(workers, config):
-            out = ApeX.execution_plan(workers, config, algo=self)
-            return out
+            return type(self).execution_plan(workers, config, algo=self)
 
         self.execution_plan = plan
         self.local_replay_buffer = None
@@ -255,14 +266,25 @@ class ApeX(DQN):
             self._stop_replay()
             raise
 
-    @classmethod
-    def policy_config(cls, config: ApeXConfig) -> dict[str, Any]:
-        return super().policy_config(config)
-
     @staticmethod
-    def execution_plan(workers, config: ApeXConfig, *, algo: "ApeX | None" = None) -> LocalStream:
-        n = config.num_workers
-        workers.foreach_worker(lambda w: _set_apex_epsilon(w, n))
+    def set_worker_exploration(policy, amount: float) -> None:
+        """Give a remote worker's ``policy`` its exploration ``amount``
+        (:func:`apex_epsilon` of its index): DQN's epsilon."""
+        policy.set_epsilon(amount)
+
+    @classmethod
+    def _explore_per_worker(cls, worker, n: int) -> None:
+        if worker.worker_index > 0:
+            amount = apex_epsilon(worker.worker_index - 1, n)
+            for p in worker.policy_map.values():
+                cls.set_worker_exploration(p, amount)
+
+    @classmethod
+    def execution_plan(cls, workers, config: ApexSettings, *,
+                       algo: "ApeX | None" = None) -> LocalStream:
+        """Store, replay and learn as three branches (see the module docstring)."""
+        name, n = cls.name, config.num_workers
+        workers.foreach_worker(functools.partial(cls._explore_per_worker, n=n))
         shards = config.num_replay_buffer_shards
         check_replay_fits(workers, config)
         actors = create_replay_actors(
@@ -270,7 +292,7 @@ class ApeX(DQN):
             prioritized=config.prioritized_replay, alpha=config.prioritized_replay_alpha,
             beta=config.prioritized_replay_beta, eps=config.prioritized_replay_eps,
             learning_starts=config.learning_starts, train_batch_size=config.train_batch_size,
-            seed=config.seed, name="apex/replay")
+            seed=config.seed, name=f"{name}/replay")
         learner = ApeXLearnerThread(workers.local_worker(),
                                     learner_queue_size=config.learner_queue_size,
                                     learner_queue_timeout=config.learner_queue_timeout)
@@ -280,29 +302,29 @@ class ApeX(DQN):
         store = StoreToReplayBuffer(actors=actors)
         store_op = (ParallelRollouts(workers, mode="async",
                                      num_async=config.max_sample_requests_in_flight_per_worker,
-                                     name="apex/rollouts")
-                    .zip_with_source_actor(name="apex/zip_worker")
+                                     name=f"{name}/rollouts")
+                    .zip_with_source_actor(name=f"{name}/zip_worker")
                     .for_each(UpdateWorkerWeights(learner, workers, config.max_weight_sync_delay),
-                              name="apex/update_worker_weights")
-                    .for_each(store, name="apex/store")
+                              name=f"{name}/update_worker_weights")
+                    .for_each(store, name=f"{name}/store")
                     .filter(LearningStarts(store, config.learning_starts),
-                            name="apex/learning_starts"))
-        replay_op = (Replay(actors=actors, num_async=4, name="apex/replay")
-                     .zip_with_source_actor(name="apex/zip_replay_actor")
-                     .for_each(learner, name="apex/start_learner")
-                     .for_each(Enqueue(learner.inqueue), name="apex/enqueue"))
-        update_op = (Dequeue(learner.outqueue, check=learner.check, name="apex/dequeue")
-                     .for_each(_RecordLearnerOutput(), name="apex/record_learner")
+                            name=f"{name}/learning_starts"))
+        replay_op = (Replay(actors=actors, num_async=4, name=f"{name}/replay")
+                     .zip_with_source_actor(name=f"{name}/zip_replay_actor")
+                     .for_each(learner, name=f"{name}/start_learner")
+                     .for_each(Enqueue(learner.inqueue), name=f"{name}/enqueue"))
+        update_op = (Dequeue(learner.outqueue, check=learner.check, name=f"{name}/dequeue")
+                     .for_each(_RecordLearnerOutput(), name=f"{name}/record_learner")
                      .for_each(UpdateReplayPriorities(actors=actors,
                                                       eps=config.prioritized_replay_eps),
-                               name="apex/update_priorities")
+                               name=f"{name}/update_priorities")
                      .for_each(UpdateTargetNetwork(workers, config.target_network_update_freq,
                                                    by_steps_trained=True, lock=learner.lock),
-                               name="apex/update_target"))
+                               name=f"{name}/update_target"))
         merged = Concurrently([store_op, replay_op, update_op], mode="round_robin",
                               output_indexes=[2],
                               round_robin_weights=apex_weights(config),
-                              name="apex/concurrently")
+                              name=f"{name}/concurrently")
         return StandardMetricsReporting(
             merged, workers, min_time_s_per_reporting=config.min_time_s_per_reporting,
             timesteps_per_iteration=config.timesteps_per_iteration,
@@ -325,7 +347,7 @@ class ApeX(DQN):
         saved = state.get("replay_actors")
         if saved:
             if len(saved) != len(self.replay_actors):
-                raise ConfigError(f"apex.restore: the checkpoint holds {len(saved)} replay "
+                raise ConfigError(f"{self.name}.restore: the checkpoint holds {len(saved)} replay "
                                   f"actors, this run has {len(self.replay_actors)}; use the "
                                   "same num_replay_buffer_shards")
             calls = ReplayCalls(self.replay_actors)
@@ -349,5 +371,5 @@ class ApeX(DQN):
         self._stop_evaluation()
 
 
-__all__ = ["ApeX", "ApeXConfig", "ApeXLearnerThread", "UpdateWorkerWeights", "apex_epsilon",
+__all__ = ["ApeX", "ApeXConfig", "ApexSettings", "ApeXLearnerThread", "UpdateWorkerWeights", "apex_epsilon",
            "apex_weights"]
