@@ -57,7 +57,8 @@ from flowrl.runtime.calls import ensure_ray, resolve_backend
 from flowrl.user_code import module_roots
 from flowrl.workers import WorkerConfig, WorkerSet
 from flowrl.workers.dataset_input import DEFAULT_INPUT_COLUMNS, check_dataset, make_reader
-from flowrl.workers.rollout_worker import as_policy_spec, check_policy_config
+from flowrl.workers.rollout_worker import (as_policy_spec, check_policy_config,
+                                           policy_parameters)
 
 
 def _has_multi_agent_env(worker) -> bool:
@@ -305,7 +306,10 @@ class Algorithm:
     @classmethod
     def worker_config(cls, config: AlgorithmConfig, policy_class: Any = None) -> WorkerConfig:
         """The :class:`WorkerConfig` for ``config``; multi-agent policies with no class
-        get ``policy_class`` (default: the algorithm's ``policy_class``)."""
+        get ``policy_class`` (default: the algorithm's ``policy_class``). Each
+        multi-agent policy gets the algorithm's policy settings that its class takes
+        (a SAC policy in a TD3 config gets ``gamma`` and ``tau``, not ``policy_delay``),
+        then its own ``config``, every key of which its class must take."""
         policy_class = policy_class if policy_class is not None else cls.policy_class
         policy_config = cls.policy_config(config)
         ma = config.multiagent
@@ -317,7 +321,11 @@ class Algorithm:
                 if spec.policy_class is not None:
                     check_policy_config(spec.policy_class, spec.config,
                                         f"{type(config).__name__}.multiagent.policies[{pid!r}]")
-                policies[pid] = dataclasses.replace(spec, config={**policy_config, **spec.config})
+                accepted = (None if spec.policy_class is None
+                            else policy_parameters(spec.policy_class))
+                shared = {k: v for k, v in policy_config.items()
+                          if accepted is None or k in accepted}
+                policies[pid] = dataclasses.replace(spec, config={**shared, **spec.config})
         return WorkerConfig(
             env_config=config.env_config, num_envs_per_worker=config.num_envs_per_worker,
             rollout_fragment_length=config.rollout_fragment_length, seed=config.seed,
