@@ -23,6 +23,7 @@ from torch import nn
 
 from flowrl.errors import ConfigError
 from flowrl.models.base import dense_stack
+from flowrl.policies.torch_policy import model_obs
 
 
 def box_bounds(space: gym.Space, algorithm: str) -> tuple[np.ndarray, np.ndarray]:
@@ -128,5 +129,22 @@ def flat_obs_dim(space: gym.Space, where: str) -> int:
                       "are MLPs over flat observations (a Box of rank 1 or 2, or Discrete)")
 
 
+def flat_obs_tensor(obs, obs_dim: int, space: gym.Space) -> torch.Tensor:
+    """A batch of observations of ``space`` as these networks take them: float32 rows
+    ``(B, obs_dim)``, ``Discrete`` ones one-hot
+    (:func:`~flowrl.policies.torch_policy.model_obs`). A read-only array (one from
+    Ray's object store) is copied first.
+
+    >>> flat_obs_tensor(np.array([1, 0]), 2, gym.spaces.Discrete(2))
+    tensor([[0., 1.],
+            [1., 0.]])
+    """
+    obs = np.asarray(obs)
+    if not obs.flags.writeable:
+        obs = obs.copy()
+    return model_obs(torch.as_tensor(obs), obs_dim,
+                     discrete=isinstance(space, gym.spaces.Discrete), image=False)
+
+
 __all__ = ["box_bounds", "to_env_actions", "to_unit_actions", "mlp", "StateActionQ",
-           "soft_update", "flat_obs_dim"]
+           "soft_update", "flat_obs_dim", "flat_obs_tensor"]
