@@ -62,7 +62,7 @@ def _acting_module(policy: Any, where: str):
     if make is None:
         raise ConfigError(f"{where}: {type(policy).__name__} has no acting_module(); export "
                           "takes flowrl's torch policies (TorchPolicy and its subclasses, "
-                          "DQNPolicy, SACPolicy)")
+                          "DQNPolicy, SACPolicy, DDPGPolicy)")
     try:
         module = make()
     except ConfigError as e:

@@ -46,8 +46,8 @@ from flowrl.policies.action_noise import ORNSTEIN_UHLENBECK, ActionNoise, noise_
 from flowrl.policies.continuous import (StateActionQ, box_bounds, flat_obs_dim, flat_obs_tensor,
                                         mlp, soft_update, to_env_actions, to_unit_actions)
 from flowrl.policies.dqn import N_STEP_DISCOUNT, PRIORITIES, huber, n_step_batch
-from flowrl.policies.torch_policy import (load_weights, make_adam, module_weights, to_numpy_tree,
-                                          to_torch_tree)
+from flowrl.policies.torch_policy import (load_weights, make_adam, model_obs, module_weights,
+                                          to_numpy_tree, to_torch_tree)
 
 SB = SampleBatch
 
@@ -69,6 +69,26 @@ class Actor(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.net(obs))
+
+
+class ActorActingModule(nn.Module):
+    """The actor as one module for export (:mod:`flowrl.export`): ``forward(obs) ->
+    actions``, the greedy actions ``μ(s)`` mapped onto the bounds ``(B, act_dim)``.
+    It holds its own copy of the actor."""
+
+    #: The outputs' names, in order (ONNX names them so).
+    output_names = ("actions",)
+
+    def __init__(self, actor: Actor, obs_dim: int, low: torch.Tensor, high: torch.Tensor, *,
+                 discrete_obs: bool):
+        super().__init__()
+        self.actor, self.obs_dim, self.discrete_obs = actor, obs_dim, discrete_obs
+        self.register_buffer("low", low.clone())
+        self.register_buffer("high", high.clone())
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        unit = self.actor(model_obs(obs, self.obs_dim, discrete=self.discrete_obs, image=False))
+        return self.low + (unit + 1.0) * (0.5 * (self.high - self.low))
 
 
 def l2_penalty(module: nn.Module) -> torch.Tensor:
@@ -190,6 +210,21 @@ class DDPGPolicy:
         with torch.inference_mode():
             unit = self.actor(self._obs_tensor(obs_batch)).numpy()
         return to_env_actions(unit, self.low.numpy(), self.high.numpy())
+
+    def acting_module(self) -> ActorActingModule:
+        """A copy of the actor as an :class:`ActorActingModule` (observations in,
+        greedy env actions out).
+
+        >>> p = DDPGPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-2.0, 2.0, (1,)),
+        ...                actor_hiddens=[8], critic_hiddens=[8], seed=0)
+        >>> obs = np.zeros((4, 3), np.float32)
+        >>> a = p.acting_module()(torch.as_tensor(obs)).detach().numpy()
+        >>> bool(np.allclose(a, p.compute_actions(obs, explore=False)[0], atol=1e-6))
+        True
+        """
+        return ActorActingModule(copy.deepcopy(self.actor), self._obs_dim, self.low, self.high,
+                                 discrete_obs=isinstance(self.observation_space,
+                                                         gym.spaces.Discrete))
 
     def compute_actions(self, obs_batch, explore: bool = True, **unused: Any
                         ) -> tuple[np.ndarray, dict]:
@@ -348,4 +383,4 @@ class DDPGPolicy:
         self.set_exploration_state(state["exploration"])
 
 
-__all__ = ["DDPGPolicy", "Actor", "smoothed_target_actions", "l2_penalty"]
+__all__ = ["DDPGPolicy", "Actor", "ActorActingModule", "smoothed_target_actions", "l2_penalty"]
