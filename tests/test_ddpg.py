@@ -32,13 +32,7 @@ TINY = dict(env="Pendulum-v1", actor_hiddens=(16,), critic_hiddens=(16,), learni
             train_batch_size=32, buffer_size=2000, timesteps_per_iteration=100, seed=0)
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread():
-    """Small MLPs on a shared 2-core machine: one torch thread (as algorithms use)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _rows(n: int, seed: int = 0) -> SampleBatch:
