@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from flowrl.errors import ConfigError
+from flowrl.policies.maths import linear_schedule
 
 GAUSSIAN = "GaussianNoise"
 ORNSTEIN_UHLENBECK = "OrnsteinUhlenbeckNoise"
@@ -67,20 +68,6 @@ def noise_settings(config: dict | None, where: str, default_type: str) -> dict[s
     return {"type": kind, **settings}
 
 
-def annealed_scale(t: int, *, initial_scale: float, final_scale: float,
-                   scale_timesteps: float) -> float:
-    """The noise scale after ``t`` steps: linear from ``initial_scale`` to
-    ``final_scale`` over ``scale_timesteps``, then flat.
-
-    >>> annealed_scale(5, initial_scale=1.0, final_scale=0.0, scale_timesteps=10)
-    0.5
-    """
-    if scale_timesteps <= 0:
-        return final_scale
-    frac = min(1.0, t / scale_timesteps)
-    return initial_scale + frac * (final_scale - initial_scale)
-
-
 def ou_step(x: np.ndarray, rng: np.random.Generator, *, theta: float,
             sigma: float) -> np.ndarray:
     """One Ornstein-Uhlenbeck step towards 0: ``x - θ x + σ ε``, ``ε ~ N(0, 1)``
@@ -117,8 +104,8 @@ class ActionNoise:
         if self.fixed_scale is not None:
             return self.fixed_scale
         s = self.settings
-        return annealed_scale(self.timesteps, initial_scale=s["initial_scale"],
-                              final_scale=s["final_scale"], scale_timesteps=s["scale_timesteps"])
+        return linear_schedule(self.timesteps, start=s["initial_scale"], end=s["final_scale"],
+                               duration=s["scale_timesteps"])
 
     def set_scale(self, scale: float | None) -> None:
         """Fix the scale (None returns to the annealed one)."""
@@ -161,5 +148,5 @@ class ActionNoise:
         self.rng.bit_generator.state = state["rng"]
 
 
-__all__ = ["ActionNoise", "noise_settings", "annealed_scale", "ou_step", "GAUSSIAN",
+__all__ = ["ActionNoise", "noise_settings", "ou_step", "GAUSSIAN",
            "ORNSTEIN_UHLENBECK", "DEFAULTS"]

@@ -36,6 +36,7 @@ from flowrl.models.catalog import is_image
 from flowrl.policies.numpy_acting import (NumpyMLP, ParameterGuard, SnapshotCache,
                                            in_chunks, max_rows, obs_rows)
 from flowrl.models.config import model_config
+from flowrl.policies.maths import linear_schedule
 from flowrl.policies.torch_policy import (load_weights, make_adam, model_obs, module_weights,
                                           to_numpy_tree, to_torch_tree)
 
@@ -110,10 +111,8 @@ def linear_epsilon(timesteps: int, *, initial_epsilon: float, final_epsilon: flo
     >>> linear_epsilon(50, initial_epsilon=1.0, final_epsilon=0.0, epsilon_timesteps=100)
     0.5
     """
-    if epsilon_timesteps <= 0:
-        return final_epsilon
-    frac = min(1.0, timesteps / epsilon_timesteps)
-    return initial_epsilon + frac * (final_epsilon - initial_epsilon)
+    return linear_schedule(timesteps, start=initial_epsilon, end=final_epsilon,
+                           duration=epsilon_timesteps)
 
 
 def huber(x: torch.Tensor, delta: float = 1.0) -> torch.Tensor:

@@ -148,4 +148,17 @@ def explained_variance(y_pred, y_true) -> float:
     return max(-1.0, 1.0 - var_diff / var_y)
 
 
-__all__ = ["discounted_returns", "gae", "explained_variance"]
+def linear_schedule(t: float, *, start: float, end: float, duration: float) -> float:
+    """A value going linearly from ``start`` (at ``t = 0``) to ``end`` (at ``t =
+    duration``), then staying at ``end`` (``end`` throughout when ``duration <= 0``):
+    DQN's epsilon, DDPG's noise scale.
+
+    >>> [linear_schedule(t, start=1.0, end=0.0, duration=100) for t in (0, 50, 500)]
+    [1.0, 0.5, 0.0]
+    """
+    if duration <= 0:
+        return end
+    return start + min(1.0, t / duration) * (end - start)
+
+
+__all__ = ["discounted_returns", "gae", "explained_variance", "linear_schedule"]
