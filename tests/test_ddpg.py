@@ -385,3 +385,20 @@ def test_ray_worker_reports_a_discrete_space_by_name(ray_session):
     with pytest.raises(WorkerError, match=r"TD3 needs a Box action space; the env's action "
                                           r"space is Discrete\(2\)"):
         TD3(TD3Config(env="CartPole-v1", backend="ray", num_workers=1))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("backend", ["local", pytest.param("ray", marks=pytest.mark.ray)])
+def test_apex_td3_learns_pendulum(backend, request):
+    # about 5,000 env steps from two workers, a train step per env step
+    if backend == "ray":
+        request.getfixturevalue("ray_session")
+    config = ApexDDPGConfig(**{**PENDULUM, "learning_starts": 500, "buffer_size": 40000,
+                               "exploration_config": {"type": GAUSSIAN, "stddev": 0.25,
+                                                      "random_timesteps": 500}},
+                            backend=backend, num_workers=2, rollout_fragment_length=10,
+                            n_step=1, tau=0.005, max_weight_sync_delay=50, twin_q=True,
+                            policy_delay=2, smooth_target_policy=True, training_intensity=128)
+    with ApexDDPG(config) as algo:
+        _learns_pendulum(algo)
