@@ -17,8 +17,9 @@ learning. TD3: rates 3e-4, policy delay 2, target noise 0.2 clipped at 0.5,
 Gaussian exploration noise 0.1, 25k steps before learning. Where the systems
 differ from CleanRL:
 
-- CleanRL and SB3 act uniformly at random before learning starts; flowrl acts with
-  the untrained policy (as RLlib 1.x did).
+- CleanRL and SB3 act uniformly at random before learning starts; so does flowrl's
+  TD3 (``random_timesteps``), while flowrl's SAC acts with the untrained policy (as
+  RLlib 1.x did).
 - SAC: CleanRL updates the actor and alpha twice every second step
   (``policy_frequency=2``); flowrl and SB3 once every step (the same count). SB3
   has one learning rate for all its optimizers: here a subclass sets CleanRL's
@@ -176,17 +177,16 @@ def flowrl_algorithm(args, seed: int):
                              optimization={"actor_learning_rate": m["policy_lr"],
                                            "critic_learning_rate": m["q_lr"],
                                            "entropy_learning_rate": m["alpha_lr"]}))
-    try:
-        from flowrl.algorithms import TD3, TD3Config
-    except ImportError:
-        raise SystemExit("--algo td3: this flowrl has no TD3 yet") from None
+    from flowrl.algorithms import TD3, TD3Config
+    # CleanRL acts uniformly at random until learning starts
     return TD3(TD3Config(**common, actor_hiddens=list(m["hidden"]),
                          critic_hiddens=list(m["hidden"]), actor_lr=m["policy_lr"],
                          critic_lr=m["q_lr"], policy_delay=m["policy_delay"],
                          smooth_target_policy=True, target_noise=m["target_noise"],
                          target_noise_clip=m["target_noise_clip"],
                          exploration_config={"type": "GaussianNoise",
-                                             "stddev": m["exploration_noise"]}))
+                                             "stddev": m["exploration_noise"],
+                                             "random_timesteps": m["learning_starts"]}))
 
 
 def child_flowrl(args, seed: int) -> dict:
