@@ -102,14 +102,14 @@ class ApexSettings:
     }
 
     def __post_init__(self) -> None:
-        super().__post_init__()  # type: ignore[misc]  # the config class after this one
+        super().__post_init__()  # the config class after this one in the MRO
         name = type(self).__name__
         if self.num_workers < 1:
             raise ConfigError(f"{name}.num_workers=0: Ape-X samples on remote workers; "
                               f"set num_workers >= 1 (or use {self.single_process})")
-        per_shard = self.buffer_size // self.num_replay_buffer_shards  # type: ignore[attr-defined]
-        if self.learning_starts > per_shard:  # type: ignore[attr-defined]
-            raise ConfigError(f"{name}.learning_starts={self.learning_starts}: must be <= "  # type: ignore[attr-defined]
+        per_shard = self.buffer_size // self.num_replay_buffer_shards
+        if self.learning_starts > per_shard:
+            raise ConfigError(f"{name}.learning_starts={self.learning_starts}: must be <= "
                               f"buffer_size / num_replay_buffer_shards ({per_shard}), the "
                               "rows each replay actor holds; replay could never start")
 
@@ -371,5 +371,5 @@ class ApeX(DQN):
         self._stop_evaluation()
 
 
-__all__ = ["ApeX", "ApeXConfig", "ApexSettings", "ApeXLearnerThread", "UpdateWorkerWeights", "apex_epsilon",
-           "apex_weights"]
+__all__ = ["ApeX", "ApeXConfig", "ApexSettings", "ApeXLearnerThread", "UpdateWorkerWeights",
+           "apex_epsilon", "apex_weights"]

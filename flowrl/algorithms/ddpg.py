@@ -104,7 +104,8 @@ class DDPGConfig(ReplayConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         name = type(self).__name__
-        self.actor_hiddens, self.critic_hiddens = tuple(self.actor_hiddens), tuple(self.critic_hiddens)
+        self.actor_hiddens = tuple(self.actor_hiddens)
+        self.critic_hiddens = tuple(self.critic_hiddens)
         if self.model.use_lstm or self.model.custom_model is not None:
             field_ = "use_lstm=True" if self.model.use_lstm else "custom_model"
             raise ConfigError(f"{name}.model.{field_}: not supported; {name[:-6]} learns from "
