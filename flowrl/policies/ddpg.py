@@ -125,7 +125,9 @@ class DDPGPolicy:
     None), ``exploration_config`` (see :mod:`flowrl.policies.action_noise`;
     ``default_exploration`` is the type used when it names none),
     ``worker_side_prioritization`` (rows get a ``priorities`` column
-    ``|δ| + prioritized_replay_eps``), ``seed``.
+    ``|δ| + prioritized_replay_eps``), ``seed``, ``algorithm`` (the name its errors
+    give). ``policy.model`` holds the online actor and critics, ``target_model``
+    their targets.
 
     >>> p = DDPGPolicy(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-2.0, 2.0, (1,)), seed=0)
     >>> actions, extra = p.compute_actions(np.zeros((5, 3), np.float32))
