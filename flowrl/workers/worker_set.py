@@ -655,25 +655,35 @@ class WorkerSet(Replaceable):
                         f"WorkerSet: remote worker {idx} did not start within {bound:g} s "
                         "(the larger of START_WAIT_S and sample_timeout_s); its env or policy "
                         "hangs while building, or the cluster has no CPU free for it") from e
-                env_error = _env_error_in(cause)
-                if env_error is not None:  # the env is the culprit: name it, not the actor
-                    raise env_error from e
+                build_error = _build_error_in(cause)
+                if build_error is not None:  # the env or config is the culprit, not the actor
+                    raise build_error from e
                 last = str(cause).strip().splitlines()[-1] if str(cause).strip() else ""
                 raise WorkerError(f"WorkerSet: remote worker {idx} (a Ray actor) failed to "
                                   f"start: {type(cause).__name__}: {last}; the env and policy "
                                   "must build in a Ray worker process") from e
 
 
-def _env_error_in(cause: BaseException) -> EnvError | None:
-    """The :class:`EnvError` a remote worker's constructor raised, behind ``cause``:
-    the error itself (in-process), or rebuilt from its line in the text Ray gives
-    for an actor whose creation task failed (the exception object does not travel)."""
-    if isinstance(cause, EnvError):
-        return EnvError(str(cause))
-    marker = f"{EnvError.__name__}: "
+def _build_error_in(cause: BaseException) -> EnvError | ConfigError | None:
+    """The :class:`EnvError` or :class:`ConfigError` a remote worker's constructor
+    raised, behind ``cause``: the error itself (in-process), or rebuilt from its line
+    in the text Ray gives for an actor whose creation task failed (the exception
+    object does not travel). A policy that refuses the env's spaces is a ConfigError
+    on every backend, not a lost worker.
+
+    >>> _build_error_in(RuntimeError("ActorDiedError: flowrl.errors.ConfigError: TD3 "
+    ...                              "needs a Box action space"))
+    ConfigError('TD3 needs a Box action space')
+    """
+    kinds = (EnvError, ConfigError)
+    for kind in kinds:
+        if isinstance(cause, kind):
+            return kind(str(cause))
     for line in reversed(str(cause).splitlines()):
-        if marker in line:
-            return EnvError(line.split(marker, 1)[1].strip())
+        for kind in kinds:
+            marker = f"{kind.__name__}: "
+            if marker in line:
+                return kind(line.split(marker, 1)[1].strip())
     return None
 
 
