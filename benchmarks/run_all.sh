@@ -19,7 +19,9 @@
 # estimated from one run's own CPU seconds per system, about 18 min flowrl and 30 min
 # SB3, not yet timed idle), many hours for the two mujoco_offpolicy envs (3 seeds x 2
 # systems x 1M env steps, one 256x256 SAC update per step; not yet timed idle: give
-# --sitting-steps to split them over sittings), about 2 min for sac_update_rate,
+# --sitting-steps to split them over sittings), about 2 min for sac_update_rate, many
+# hours for offline_cql (SAC to a medium Hopper policy, 1M recorded steps, 200k CQL
+# updates; not yet timed idle: give --sitting-minutes to split it over sittings),
 # about 45 min for atari_throughput (9 systems x 3 seeds;
 # not yet timed idle), about 5 min for profile_impala_pong, about 40 min for policy_lag
 # (4 systems x 3 seeds x about 3 min), about 25 min for torch_threads (6 systems x 3 seeds), dqn_pong (2 systems x 3
@@ -82,6 +84,9 @@ BENCHMARKS=(
   "mujoco_offpolicy-sac-Hopper-v5|mujoco_offpolicy --algo sac --env Hopper-v5"
   "mujoco_offpolicy-sac-HalfCheetah-v5|mujoco_offpolicy --algo sac --env HalfCheetah-v5"
   "sac_update_rate|sac_update_rate"
+  # Needs mujoco; SAC to a medium Hopper policy, its 1M-row dataset, CQL and BC from it:
+  # many hours, resumable over sittings (runs/offline_cql/): run again to continue.
+  "offline_cql-Hopper-v5|offline_cql --env Hopper-v5"
   # Needs ale-py; Sample Factory from its own venv (bash benchmarks/setup_sample_factory.sh,
   # else it is reported as skipped). atari_learning is 3 runs of up to 90 min each.
   "atari_throughput|atari_throughput"

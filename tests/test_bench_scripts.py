@@ -674,3 +674,26 @@ def test_offline_cartpole_reports_the_three_targets_and_marwil_over_bc(capsys):
     bench.report(runs)
     out = capsys.readouterr().out
     assert "reached 1/2" in out and "2.00x" in out and "480.0" in out
+
+
+def test_offline_cql_reports_cql_next_to_bc_and_the_behaviour_return(capsys):
+    import offline_cql as bench
+    runs = [{"system": "flowrl", "seed": s, "valid": True, "result": {
+        "complete": s == 0, "stage": "done" if s == 0 else "cql", "reached": s == 0,
+        "sac_env_steps": 2e5, "behaviour_train_score": 1150.0, "dataset_rows": 1e6,
+        "behaviour_return": 1100.0, "cql_eval": 1650.0 if s == 0 else None,
+        "bc_eval": 1050.0 if s == 0 else None, "cql_over_behaviour": 1.5,
+        "cql_over_bc": 1650.0 / 1050.0, "offline_env_steps": 0}} for s in (0, 1)]
+    bench.report(runs, "Hopper-v5")
+    out = capsys.readouterr().out
+    assert "seed 1: stopped at stage 'cql', resumable" in out
+    assert "reached 1/2" in out and "1,650.0" in out and "1.50x" in out and "1.57x" in out
+
+
+def test_offline_cql_progress_survives_a_new_sitting(tmp_path):
+    import offline_cql as bench
+    p = bench.Progress(tmp_path / "seed0")
+    assert p["stage"] == "behaviour" and p["dataset_rows"] is None
+    p.save(stage="dataset", dataset_rows=5000)
+    again = bench.Progress(tmp_path / "seed0")
+    assert again["stage"] == "dataset" and again["dataset_rows"] == 5000

@@ -1,0 +1,310 @@
+"""CQL and BC on a medium SAC policy's Hopper-v5 dataset, against the data's own return; resumable.
+
+One system, ``flowrl``, each seed a fresh process (see ``benchmarks/harness.py``)
+running the pipeline, stage by stage:
+
+1. **Behaviour policy.** SAC at CleanRL's Hopper settings trains until the mean
+   return of its last 10 training episodes reaches ``--behaviour-target`` (1100,
+   about a third of an expert's 3300: D4RL's "medium") or ``--sac-max-steps`` run
+   out.
+2. **Dataset.** ``--dataset-steps`` env steps (1M) of that policy acting
+   stochastically, as it trained, written by ``output`` (Parquet). The behaviour
+   return is the mean return of the episodes recorded.
+3. **CQL** (``input`` the dataset; RLlib 1.x's CQL settings for MuJoCo: 256x256
+   networks, actor rate 3e-5, critic 3e-4, entropy 1e-4, ``bc_iters`` 20000,
+   ``min_q_weight`` 5, 10 sampled actions) for ``--cql-updates`` updates of 256
+   rows, then ``--eval-episodes`` greedy episodes on the env. The env is never
+   stepped for training (an env wrapper counts: ``offline_env_steps`` stays 0).
+4. **BC** on the same data, 256x256, ``--bc-updates`` batches of 256 rows, rate
+   1e-3, evaluated the same way.
+
+Reported: the behaviour return, CQL's and BC's evaluated returns, CQL / behaviour
+and CQL / BC. **Target:** CQL above the behaviour return.
+
+Sittings. The pipeline takes many hours on 2 CPUs, so each invocation works at most
+``--sitting-minutes`` (default: no limit), then saves where it is under
+``--state-dir`` (default ``runs/offline_cql/``: SAC's checkpoint with its replay
+buffer, the dataset's finished files, CQL's and BC's checkpoints, and
+``progress.json``) and exits; the next invocation with the same options goes on
+from there. A child that stops before the end reports ``complete: false`` and the
+stage it reached. Delete a seed's state directory (or pass ``--restart``) to start
+over.
+
+    python benchmarks/offline_cql.py --sitting-minutes 240     # one seed, in sittings
+    python benchmarks/offline_cql.py --quick --no-idle-wait    # smoke run (Pendulum-v1)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import harness  # noqa: E402  (stdlib only)
+from training import EpisodeWindow, spy_episodes  # noqa: E402  (stdlib only at import)
+
+SYSTEMS = ["flowrl"]
+KEYS = ["sac_env_steps", "behaviour_train_score", "dataset_rows", "behaviour_return",
+        "cql_eval", "bc_eval", "cql_over_behaviour", "cql_over_bc", "offline_env_steps"]
+STAGES = ("behaviour", "dataset", "cql", "bc", "done")
+NET = {"fcnet_hiddens": [256, 256], "fcnet_activation": "relu"}
+#: CleanRL's sac_continuous_action.py settings (as benchmarks/mujoco_offpolicy.py).
+SAC_SETTINGS = dict(num_workers=0, rollout_fragment_length=1, train_batch_size=256,
+                    gamma=0.99, tau=0.005, buffer_size=1_000_000, learning_starts=5000,
+                    target_network_update_freq=0, Q_model=NET, policy_model=NET,
+                    optimization={"actor_learning_rate": 3e-4, "critic_learning_rate": 1e-3,
+                                  "entropy_learning_rate": 1e-3},
+                    checkpoint_replay_buffer=True, timesteps_per_iteration=1000)
+#: RLlib 1.x's CQL settings for MuJoCo.
+CQL_SETTINGS = dict(train_batch_size=256, buffer_size=1_000_000, Q_model=NET,
+                    policy_model=NET, bc_iters=20000, min_q_weight=5.0, num_actions=10,
+                    temperature=1.0, tau=0.005, target_network_update_freq=0,
+                    optimization={"actor_learning_rate": 3e-5, "critic_learning_rate": 3e-4,
+                                  "entropy_learning_rate": 1e-4})
+BC_SETTINGS = dict(lr=1e-3, train_batch_size=256, rollout_fragment_length=256,
+                   model=NET, postprocess_inputs=True, input_config={"shuffle": True})
+WINDOW = 10
+DEFAULT_STATE_DIR = Path(__file__).resolve().parents[1] / "runs" / "offline_cql"
+
+
+class CountingEnv:
+    """An env creator whose envs count every step into ``CountingEnv.steps``."""
+
+    steps = 0
+
+    def __init__(self, env_id: str):
+        self.env_id = env_id
+
+    def __call__(self, env_config):
+        import gymnasium as gym
+
+        class Counted(gym.Wrapper):
+            def step(self, action):
+                CountingEnv.steps += 1
+                return self.env.step(action)
+
+        return Counted(gym.make(self.env_id))
+
+
+class Progress:
+    """The seed's state between sittings (``progress.json``): the stage reached and
+    each stage's figures."""
+
+    def __init__(self, directory: Path):
+        self.dir, self.path = directory, directory / "progress.json"
+        self.data = json.loads(self.path.read_text()) if self.path.exists() else {
+            "stage": "behaviour"}
+
+    def __getitem__(self, key):
+        return self.data.get(key)
+
+    def save(self, **figures) -> None:
+        self.data.update(figures)
+        self.dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.data))
+        tmp.replace(self.path)
+
+
+class Sitting:
+    """The wall-clock budget of this invocation (``--sitting-minutes``)."""
+
+    def __init__(self, minutes: float | None):
+        self.deadline = None if not minutes else time.time() + 60 * minutes
+
+    def over(self) -> bool:
+        return self.deadline is not None and time.time() > self.deadline
+
+
+def behaviour(args, p: Progress, sitting: Sitting) -> bool:
+    """Stage 1: SAC trained to the behaviour target; True when done."""
+    import numpy as np
+
+    from flowrl.algorithms import SAC, SACConfig
+    algo = SAC(SACConfig(env=args.env, seed=args.seed, **SAC_SETTINGS))
+    ckpt = p.dir / "sac"
+    window = EpisodeWindow(WINDOW, p["sac_window"] or [], 0)
+    try:
+        if p["sac_env_steps"]:
+            algo.restore(str(ckpt))
+        spy_episodes(algo, window.add_returns)
+        steps = p["sac_env_steps"] or 0
+        while not (window.score() >= args.behaviour_target or steps >= args.sac_max_steps
+                   or sitting.over()):
+            steps = algo.train()["timesteps_total"]
+        harness.progress(f"SAC {steps:,} steps, score {window.score():,.0f}")
+        algo.save(str(ckpt))
+        np.savez(p.dir / "behaviour_weights.npz", **algo.get_policy().get_weights())
+    finally:
+        algo.stop()
+    done = window.score() >= args.behaviour_target or steps >= args.sac_max_steps
+    p.save(sac_env_steps=steps, sac_window=list(window.returns),
+           behaviour_train_score=window.score(), stage="dataset" if done else "behaviour")
+    return done
+
+
+def record(args, p: Progress, sitting: Sitting) -> bool:
+    """Stage 2: the behaviour policy's dataset, in whole files per sitting."""
+    import numpy as np
+
+    from flowrl.algorithms import SAC, SACConfig
+    rows, returns = p["dataset_rows"] or 0, p["behaviour_returns"] or []
+    algo = SAC(SACConfig(env=args.env, **{**SAC_SETTINGS, "checkpoint_replay_buffer": False,
+                                          "rollout_fragment_length": 1000},
+                         output=str(p.dir / "data"), seed=args.seed + len(returns)))
+    with np.load(p.dir / "behaviour_weights.npz") as saved:
+        algo.get_policy().set_weights(dict(saved))
+    worker = algo.workers.local_worker()
+    try:
+        while rows < args.dataset_steps and not sitting.over():
+            rows += worker.sample().count   # acting only: the policy is not trained
+            returns += [e["episode_reward"] for e in worker.episode_stats()]
+    finally:
+        algo.stop()   # closes the dataset's files
+    done = rows >= args.dataset_steps
+    p.save(dataset_rows=rows, behaviour_returns=returns,
+           behaviour_return=sum(returns) / len(returns) if returns else math.nan,
+           stage="cql" if done else "dataset")
+    harness.progress(f"dataset {rows:,} rows, behaviour return {p['behaviour_return']:,.1f}")
+    return done
+
+
+def train_offline(name: str, cls, config, updates: int, args, p: Progress,
+                  sitting: Sitting) -> bool:
+    """Stages 3 and 4: ``updates`` updates of ``cls`` from the dataset, then its
+    evaluated return; True when done."""
+    ckpt = p.dir / name
+    algo = cls(config)
+    before = CountingEnv.steps
+    try:
+        if p[f"{name}_updates"]:
+            algo.restore(str(ckpt))
+        done_updates = p[f"{name}_updates"] or 0
+        while done_updates < updates and not sitting.over():
+            r = algo.train()
+            done_updates = r["info"]["num_steps_trained"] // 256
+        stepped = CountingEnv.steps - before + (p["offline_env_steps"] or 0)
+        figures = {f"{name}_updates": done_updates, "offline_env_steps": stepped}
+        if done_updates >= updates:
+            figures[f"{name}_eval"] = algo.evaluate()["evaluation"]["episode_reward_mean"]
+            harness.progress(f"{name}: {figures[f'{name}_eval']:,.1f}")
+        else:
+            algo.save(str(ckpt))
+    finally:
+        algo.stop()
+    done = done_updates >= updates
+    p.save(**figures, stage=STAGES[STAGES.index(name) + 1] if done else name)
+    return done
+
+
+def child(args) -> dict:
+    from flowrl.algorithms import BC, CQL, BCConfig, CQLConfig
+    p = Progress(Path(args.state_dir) / f"{args.env}{'-quick' if args.quick else ''}"
+                                        f"-seed{args.seed}")
+    sitting = Sitting(args.sitting_minutes)
+    data = str(p.dir / "data")
+    common = dict(env=CountingEnv(args.env), input=data, seed=args.seed,
+                  evaluation_duration=args.eval_episodes)
+    steps = {
+        "behaviour": lambda: behaviour(args, p, sitting),
+        "dataset": lambda: record(args, p, sitting),
+        "cql": lambda: train_offline("cql", CQL, CQLConfig(
+            **common, **CQL_SETTINGS, timesteps_per_iteration=256 * 100),
+            args.cql_updates, args, p, sitting),
+        "bc": lambda: train_offline("bc", BC, BCConfig(**common, **BC_SETTINGS),
+                                    args.bc_updates, args, p, sitting),
+    }
+    while p["stage"] != "done" and steps[p["stage"]]():
+        pass
+    cql, bc, behaviour_return = (p["cql_eval"], p["bc_eval"], p["behaviour_return"])
+
+    def over(a, b):
+        return a / abs(b) if a is not None and b else math.nan
+
+    return {"complete": p["stage"] == "done", "stage": p["stage"],
+            "sac_env_steps": p["sac_env_steps"],
+            "behaviour_train_score": p["behaviour_train_score"],
+            "dataset_rows": p["dataset_rows"], "behaviour_return": behaviour_return,
+            "cql_eval": cql, "bc_eval": bc,
+            "cql_over_behaviour": over(cql, behaviour_return), "cql_over_bc": over(cql, bc),
+            "offline_env_steps": p["offline_env_steps"],
+            "reached": bool(cql is not None and behaviour_return is not None
+                            and cql > behaviour_return)}
+
+
+def report(runs: list[dict], env: str) -> None:
+    for r in runs:
+        res = r.get("result") or {}
+        if r.get("valid") and not res.get("complete"):
+            print(f"seed {r['seed']}: stopped at stage {res.get('stage')!r}, resumable")
+    groups = harness.summarize(runs, KEYS, [])
+    harness.print_groups(groups, [
+        ("SAC steps to behaviour", "sac_env_steps", "{:,.0f}"),
+        ("dataset rows", "dataset_rows", "{:,.0f}"),
+        ("behaviour return", "behaviour_return", "{:,.1f}"),
+        ("CQL (eval)", "cql_eval", "{:,.1f}"), ("BC (eval)", "bc_eval", "{:,.1f}"),
+        ("CQL / behaviour", "cql_over_behaviour", "{:.2f}x"),
+        ("CQL / BC", "cql_over_bc", "{:.2f}x"),
+        ("env steps while training offline", "offline_env_steps", "{:,.0f}")],
+        title=f"Offline {env} from a medium SAC policy's data: CQL's evaluated return above "
+              "the data's behaviour return, next to BC (median [min-max] over seeds)")
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--systems", nargs="*", default=SYSTEMS, choices=SYSTEMS)
+    p.add_argument("--env", default="Hopper-v5")
+    p.add_argument("--behaviour-target", type=float, default=1100.0)
+    p.add_argument("--sac-max-steps", type=int, default=1_000_000)
+    p.add_argument("--dataset-steps", type=int, default=1_000_000)
+    p.add_argument("--cql-updates", type=int, default=200_000)
+    p.add_argument("--bc-updates", type=int, default=50_000)
+    p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--sitting-minutes", type=float, default=None,
+                   help="work at most this long, then save and stop (default: no limit)")
+    p.add_argument("--state-dir", default=str(DEFAULT_STATE_DIR))
+    p.add_argument("--restart", action="store_true",
+                   help="delete the state of this invocation's seeds first")
+    harness.add_arguments(p, default_seeds=1)
+    args = p.parse_args(argv)
+    if args.quick:   # Pendulum, tiny sizes: a smoke run of every stage
+        SAC_SETTINGS.update(learning_starts=200, buffer_size=5000,
+                            timesteps_per_iteration=200)
+        CQL_SETTINGS.update(bc_iters=5, num_actions=2)
+    if args.quick:
+        args.env = "Pendulum-v1"
+    harness.shorten_for_quick(args, seeds=1, behaviour_target=-2000.0,
+                              sac_max_steps=400, dataset_steps=2000, cql_updates=10,
+                              bc_updates=4, eval_episodes=1)
+    if args.child:
+        import torch
+        torch.set_num_threads(1)
+        harness.write_result(child(args))
+        return
+    if args.restart:
+        for seed in harness.settings_from(args).seeds:
+            shutil.rmtree(Path(args.state_dir) / f"{args.env}{'-quick' if args.quick else ''}"
+                                                 f"-seed{seed}", ignore_errors=True)
+    s = harness.settings_from(args)
+    s.run_timeout = max(s.run_timeout, 24 * 3600.0)
+    runs, _ = harness.run(args, f"offline_cql-{args.env}", __file__, args.systems,
+                          harness.forward(args, "env", "behaviour_target", "sac_max_steps",
+                                          "dataset_steps", "cql_updates", "bc_updates",
+                                          "eval_episodes", "sitting_minutes", "state_dir", "quick"),
+                          meta={"sac": SAC_SETTINGS, "cql": CQL_SETTINGS, "bc": BC_SETTINGS,
+                                "env": args.env, "behaviour_target": args.behaviour_target,
+                                "dataset_steps": args.dataset_steps,
+                                "cql_updates": args.cql_updates, "bc_updates": args.bc_updates,
+                                "eval_episodes": args.eval_episodes},
+                          settings=s)
+    report(runs, args.env)
+
+
+if __name__ == "__main__":
+    main()
