@@ -141,7 +141,7 @@ def cql_plan(workers, config: CQLConfig, local_buffer=None) -> LocalStream:
     where = f"{type(config).__name__}.buffer_size"
     shown = describe_input(config.input, check_input_config(config.input_config, "input_config"))
     load_op = (from_iterable(lambda: read_dataset(workers.local_worker(), buffer, where),
-                             name="cql/read_dataset", label=f"cql/read_dataset: {shown}, once")
+                             name="cql/read_dataset", label=f"{shown}, once")
                .for_each(StoreToReplayBuffer(local_buffer=buffer), name="cql/load"))
     train_op = replay_train_op(workers, config, buffer, name="cql", target_by_steps_trained=True)
     # The loader yields once, so its one turn comes before the first replay.
