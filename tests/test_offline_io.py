@@ -294,6 +294,22 @@ def test_postprocess_inputs_recomputes_returns(tmp_path):
     assert checked >= 2
 
 
+def test_parquet_gathers_small_batches_into_row_groups(tmp_path):
+    # one-row batches (SAC's one-step fragments) do not become one row group each
+    import pyarrow.parquet as pq
+    from flowrl.offline.writer import ROWS_PER_GROUP
+    w = DatasetWriter(str(tmp_path), format="parquet", max_rows_per_file=10 * ROWS_PER_GROUP)
+    n = 2 * ROWS_PER_GROUP + ROWS_PER_GROUP // 2
+    for i in range(n):
+        w.write(SampleBatch(t=[i], obs=np.full((1, 3), i, np.float32)))
+    w.close()
+    (path,) = [str(p) for p in tmp_path.iterdir()]
+    sizes = [pq.ParquetFile(path).metadata.row_group(k).num_rows for k in range(3)]
+    assert sizes == [ROWS_PER_GROUP, ROWS_PER_GROUP, ROWS_PER_GROUP // 2]
+    reader = DatasetReader([str(tmp_path)], format="parquet")
+    assert np.concatenate([b["t"] for b in reader.read_pass(0)]).tolist() == list(range(n))
+
+
 def test_shuffled_reading_is_seeded_and_a_permutation(tmp_path):
     w = DatasetWriter(str(tmp_path), format="json")
     for i in range(12):

@@ -4,7 +4,8 @@ A dataset is the files that ``paths`` name (each a file, a directory, whose file
 of the format are taken, or a glob); hidden files (a writer's unfinished
 ``.*.tmp``) are never read. Each file is cut into *pieces*, the units read and
 shuffled: a line of a JSON file (one recorded batch), a row group of a Parquet
-file (one written batch, or a part of one). A Minari dataset
+file (written batches gathered to at least
+:data:`~flowrl.offline.writer.ROWS_PER_GROUP` rows, or a file's last rows). A Minari dataset
 (:mod:`flowrl.offline.minari_data`) counts as one file whose pieces are its
 episodes. A piece keeps its rows in the order
 they were recorded, so trajectories stay in time order for postprocessing.

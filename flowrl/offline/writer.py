@@ -9,6 +9,12 @@ its real name only once it is complete, flushed and synced, so readers, which
 skip hidden files, never see a half-written file, even when the process is
 killed mid-write (what is lost then is the open file's rows).
 
+Parquet row groups: consecutive batches of a stream are gathered into one row
+group of at least :data:`ROWS_PER_GROUP` rows (a file's last group may hold fewer),
+so an algorithm that samples a row at a time (SAC's one-step fragments) does not
+write a row group, with its per-group metadata, per row. A row group is the piece a
+reader shards and shuffles.
+
 File names: ``output-<time>_worker-<index>_<token>_<n>.json`` (RLlib 1.x's
 pattern plus a token unique to the writer, so restarted workers never collide)
 and, for Parquet, one series of files per policy,
@@ -45,6 +51,8 @@ from flowrl.offline.parquet import import_pyarrow, to_table
 OUTPUT_FORMATS = ("parquet", "json")
 #: Default bound on a file's rows (``output_config["max_rows_per_file"]``).
 DEFAULT_MAX_ROWS_PER_FILE = 100_000
+#: The fewest rows a Parquet row group gathers before it is written (see above).
+ROWS_PER_GROUP = 64
 
 
 def _safe(name: str) -> str:
@@ -60,10 +68,20 @@ class _OpenFile:
         self.rows = 0
         self.handle: Any = None   # a text file (JSON) or a pyarrow ParquetWriter
         self.schema: Any = None
+        self.gathered: list = []  # Parquet tables not yet written as a row group
+        self.gathered_rows = 0
+
+    def write_gathered(self) -> None:
+        """Write the gathered Parquet tables as one row group."""
+        if self.gathered:
+            pa = import_pyarrow("DatasetWriter")
+            self.handle.write_table(pa.concat_tables(self.gathered))
+            self.gathered, self.gathered_rows = [], 0
 
     def finish(self) -> None:
         """Close the file, sync it and give it its real name."""
         if self.schema is not None:
+            self.write_gathered()
             self.handle.close()
             fd = os.open(self.temp, os.O_RDONLY)
             try:
@@ -165,8 +183,11 @@ class DatasetWriter:
             pq = import_pyarrow("DatasetWriter").parquet
             f.schema = table.schema
             f.handle = pq.ParquetWriter(f.temp, table.schema, compression=self.compression)
-        f.handle.write_table(table)
+        f.gathered.append(table)
+        f.gathered_rows += table.num_rows
         f.rows += table.num_rows
+        if f.gathered_rows >= ROWS_PER_GROUP:
+            f.write_gathered()
         if f.rows >= self.max_rows_per_file:
             self._finish(pid)
 
@@ -176,4 +197,4 @@ class DatasetWriter:
             self._finish(stream)
 
 
-__all__ = ["DatasetWriter", "OUTPUT_FORMATS", "DEFAULT_MAX_ROWS_PER_FILE"]
+__all__ = ["DatasetWriter", "OUTPUT_FORMATS", "DEFAULT_MAX_ROWS_PER_FILE", "ROWS_PER_GROUP"]
