@@ -41,6 +41,11 @@ SMALL_BY_ALGO: dict[str, dict] = {
     "apex": {"num_workers": 1, "learning_starts": 64, "timesteps_per_iteration": 64},
     "dqn": {"learning_starts": 64, "timesteps_per_iteration": 64},
     "ddppo": {"num_workers": 1},
+    "apex_ddpg": {"env": "Pendulum-v1", "num_workers": 1, "learning_starts": 64,
+                  "timesteps_per_iteration": 64},
+    "cql": {"env": "Pendulum-v1", "input": os.path.join(
+        os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        "tuned_examples", "data", "pendulum-sac-replay")},
 }
 
 ENV_IDS = ["CartPole-v1", "Pendulum-v1", "MountainCarContinuous-v0", "Acrobot-v1",
