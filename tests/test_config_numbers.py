@@ -6,6 +6,8 @@ naming the field."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import yaml
 
@@ -19,10 +21,16 @@ def test_pyyaml_reads_these_numbers_as_strings():
     assert yaml.safe_load("[1e-3, 1e6, 1.5e1, 2.5e-4]") == ["1e-3", "1e6", "1.5e1", 0.00025]
 
 
+# what an algorithm's config needs beyond an env: CQL trains from a dataset only
+NEEDS = {"cql": {"input": os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))), "tuned_examples", "data", "pendulum-sac-replay")}}
+
+
 @pytest.mark.parametrize("algo", sorted(ALGORITHMS))
 def test_every_algorithm_config_reads_numeric_strings(algo):
     config = ALGORITHMS[algo].config_class(env="CartPole-v1", lr="1e-3", gamma="9.9e-1",
-                                            train_batch_size="1e3", rollout_fragment_length="5e1")
+                                            train_batch_size="1e3", rollout_fragment_length="5e1",
+                                            **NEEDS.get(algo, {}))
     assert (config.lr, config.gamma) == (0.001, 0.99)
     assert (config.train_batch_size, config.rollout_fragment_length) == (1000, 50)
     assert type(config.train_batch_size) is int and type(config.rollout_fragment_length) is int

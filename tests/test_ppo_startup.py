@@ -28,9 +28,9 @@ def test_importing_ppo_does_not_import_torch_until_it_is_built():
 
 def test_algorithms_package_resolves_every_name_lazily():
     import flowrl.algorithms as algorithms
-    assert sorted(algorithms.ALGORITHMS) == ["a2c", "a3c", "apex", "appo", "bc", "cql",
-                                             "ddppo", "dqn", "impala", "marwil", "pg", "ppo",
-                                             "sac"]
+    assert sorted(algorithms.ALGORITHMS) == ["a2c", "a3c", "apex", "apex_ddpg", "appo", "bc",
+                                             "cql", "ddpg", "ddppo", "dqn", "impala",
+                                             "marwil", "pg", "ppo", "sac", "td3"]
     assert all(hasattr(algorithms, name) for name in algorithms.__all__)
     with pytest.raises(AttributeError, match="has no attribute 'NoSuchAlgo'"):
         algorithms.NoSuchAlgo  # noqa: B018
