@@ -106,7 +106,9 @@ BENCHMARKS=(
 )
 
 names() { for b in "${BENCHMARKS[@]}"; do echo "${b%%|*}"; done; }
-known() { names | grep -qx -- "$1" || names | grep -q -- "^$1-"; }
+# grep -q reads from a here-string, not a pipe: it may exit at the first match, and a
+# pipe's writer would then die of SIGPIPE, which pipefail turns into "unknown"
+known() { local all; all=$(names); grep -qx -- "$1" <<<"$all" || grep -q -- "^$1-" <<<"$all"; }
 
 selected=()
 pass=()
