@@ -49,3 +49,29 @@ def _tests_on_worker_path() -> None:
 
 
 _tests_on_worker_path()
+
+
+def _uses_ray(item) -> bool:
+    """Whether a collected test needs the shared Ray session: it takes ``ray_session``,
+    carries the ``ray`` marker, or is the Ray case of a ``backend`` parameter."""
+    if "ray_session" in getattr(item, "fixturenames", ()) or item.get_closest_marker("ray"):
+        return True
+    callspec = getattr(item, "callspec", None)
+    return callspec is not None and any(isinstance(v, str) and v == "ray"
+                                        for v in callspec.params.values())
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (``-n N --dist loadgroup``, the default run's options), every
+    test module that uses Ray runs on one xdist worker, so the suite still starts one
+    Ray session; each other module runs whole on whichever worker is free, so its
+    module fixtures are built once."""
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    ray_modules = {item.module.__name__ for item in items
+                   if getattr(item, "module", None) is not None and _uses_ray(item)}
+    for item in items:
+        module = getattr(item, "module", None)
+        name = module.__name__ if module is not None else item.nodeid.split("::")[0]
+        group = "ray" if name in ray_modules else name
+        item.add_marker(pytest.mark.xdist_group(group))
