@@ -238,9 +238,9 @@ class Jittery(flowrl.ShardHost):
 
 def test_an_async_gather_blocks_at_most_once_per_item(ray_session, monkeypatch):
     """Replies sometimes ready and sometimes not: each wait is a non-blocking sweep, or
-    one bounded blocking wait for one shard that is followed by a sweep, and a
-    blocking wait happens only when nothing was ready (never one-at-a-time polling).
-    Items stay in shard order."""
+    one bounded blocking wait for one shard, and a blocking wait happens only when
+    a sweep just found nothing ready (never one-at-a-time polling). Items stay in
+    shard order."""
     from flowrl.runtime import ray_backend
 
     remote = ray_session.remote(num_cpus=0)(Jittery)
@@ -272,10 +272,11 @@ def test_an_async_gather_blocks_at_most_once_per_item(ray_session, monkeypatch):
     assert all(n == 1 and 0 < timeout <= 60 for _, n, timeout in blocking)
     assert 0 < len(blocking) <= 200
     # a sweep comes before every blocking wait (which happens only when it found no
-    # shard ready) and after it (collecting every shard ready by then)
+    # shard ready), and the next wait is a sweep again (the next pass's)
     for i, w in enumerate(waits):
         if w[2] != 0:
-            assert 0 < i < len(waits) - 1 and waits[i - 1][2] == waits[i + 1][2] == 0, i
+            assert i > 0 and waits[i - 1][2] == 0, i
+            assert i == len(waits) - 1 or waits[i + 1][2] == 0, i
 
 
 def test_an_async_gather_serves_every_shard_under_a_slow_consumer(ray_session):

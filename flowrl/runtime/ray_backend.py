@@ -21,16 +21,20 @@ Policy:
   become the actors' options, and placement keeps to the nodes that have them. Actors the user passed in
   (``from_actors``) are adopted: never killed, only this run's stage is
   uninstalled from them.
-- Requests. ``submit`` is one plain ``host.flowrl_pull.remote(key, n)`` call
-  (what an item costs the driver is measured by ``benchmarks/ray_overhead.py``).
+- Requests. ``submit`` is one plain ``host.flowrl_pull.remote(key, n)`` call,
+  ``host.flowrl_pull.remote(key)`` for one item: every argument of an actor call
+  costs the driver tens of microseconds of CPU, about half of what an argument-free
+  call costs (what an item costs the driver is measured by
+  ``benchmarks/ray_overhead.py``).
   Nothing sleeps or polls: whatever blocks goes through
   :func:`~flowrl.runtime.context.call_blocking`.
   ``wait_any`` (async gathers) first sweeps every pending ref without blocking
   (``ray.wait(timeout=0)``); only if no shard's oldest request is ready does it
-  block, in one ``ray.wait`` for one of those oldest requests, and then sweeps
-  again. Every ready result the sweep finds is fetched with one ``ray.get`` and
+  block, in one ``ray.wait`` for one of those oldest requests, and collect what it
+  returned. Every ready result a sweep finds is fetched with one ``ray.get`` and
   marked done, so the driver sees every shard that has answered and can serve
-  them fairly (least recently served first, see ``driver.py``). Replies may be
+  them fairly (least recently served first, see ``driver.py``); shards that
+  answer during a blocking wait are seen by the next pass's sweep. Replies may be
   processed out of order, so a request is marked done only once the earlier
   requests to its shard are (the driver relies on per-shard completion order).
   ``wait_all`` (a sync round, submitted just before) is one blocking
@@ -287,7 +291,9 @@ class RayBackend(Backend):
         method = self._methods.get(shard)
         if method is None:
             method = self._methods[shard] = shard.host.flowrl_pull
-        return RayRequest(shard, n, method.remote(shard.key, n))
+        # one item, the gathers' usual request, takes flowrl_pull's default count
+        return RayRequest(shard, n, method.remote(shard.key) if n == 1
+                          else method.remote(shard.key, n))
 
     async def wait_all(self, requests: list[Request]) -> None:
         pending = [r for r in requests if not r.done]
@@ -321,8 +327,8 @@ class RayBackend(Backend):
         one marked done.
 
         A non-blocking sweep first; only if it leaves no shard's oldest request
-        done, one bounded blocking wait for one of them, then another sweep (so
-        every shard that has answered is seen, not just the one the wait returned).
+        done, one bounded blocking wait for one of them, which is collected (the
+        shards that answered meanwhile are seen by the next call's sweep).
         Replies can be processed out of order, so a request is only marked done
         once every earlier request to its shard is (requests to a shard complete
         in submission order). A shard whose oldest request has waited
@@ -338,7 +344,10 @@ class RayBackend(Backend):
                     break
                 first, _ = await call_blocking(_wait_one, [r.ref for r in heads], left)
                 if first:
-                    self._sweep([r for r in pending if not r.done])
+                    # A head has no pending request before it: collect it as it is (a
+                    # second sweep here cost one more ray.wait per blocking pass; what
+                    # else became ready meanwhile is swept on the next pass)
+                    self._collect([r for r in heads if r.ref in first])
                     break
         if self.remote_timeout_s is not None:
             stuck = self._stuck([r for r in heads if not r.done])

@@ -100,8 +100,11 @@ class ShardHost:
         counts = getattr(stage, "item_counts", None)
         return counts() if counts is not None else {}
 
-    def flowrl_pull(self, key: str, max_items: int) -> tuple[list[Any], bool]:
-        """Up to ``max_items`` next items of run ``key`` and whether the stream ended."""
+    def flowrl_pull(self, key: str, max_items: int = 1) -> tuple[list[Any], bool]:
+        """Up to ``max_items`` next items of run ``key`` and whether the stream ended.
+
+        (``max_items`` has a default so that a Ray call for one item carries one
+        argument: see "Requests" in ``runtime/ray_backend.py``.)"""
         stream = self._flowrl_streams()[key]
         items: list[Any] = []
         append = items.append
