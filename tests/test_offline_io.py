@@ -83,6 +83,18 @@ def test_images_stay_uint8(tmp_path, fmt):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
+def test_read_columns_are_writable(tmp_path, fmt):
+    """A learner may write into its batch (and torch warns on read-only arrays): no
+    column may view the file's immutable buffers (Arrow's, or a pickle's bytes)."""
+    images = np.zeros((4, 8, 8, 3), np.uint8)
+    w = DatasetWriter(str(tmp_path), format=fmt)
+    w.write(SampleBatch(obs=images, actions=np.arange(4), rewards=np.ones(4, np.float32)))
+    w.close()
+    (back,) = read_all(str(tmp_path), fmt)
+    assert {k: back[k].flags.writeable for k in back.keys()} == dict.fromkeys(back.keys(), True)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_multi_agent_batches_recorded_per_policy(tmp_path, fmt):
     out = str(tmp_path / fmt)
     w = RolloutWorker(make_multi_agent("CartPole-v1", 2), policies={"p0": PGPolicy,

@@ -81,8 +81,13 @@ def _numpy_column(pa: Any, column: Any) -> np.ndarray:
     if isinstance(array.type, pa.FixedShapeTensorType):
         if len(array) == 0:
             return np.zeros((0, *array.type.shape), array.type.value_type.to_pandas_dtype())
-        return array.to_numpy_ndarray()
-    return array.to_numpy(zero_copy_only=False)
+        out = array.to_numpy_ndarray()
+    else:
+        out = array.to_numpy(zero_copy_only=False)
+    # numpy views of Arrow's immutable buffers are read-only: torch warns on them and
+    # an in-place write would corrupt the table, so a batch gets writable memory (as
+    # the JSON reader's do)
+    return out if out.flags.writeable else out.copy()
 
 
 def _policy_ids(pa: Any, column: Any) -> set:
