@@ -74,7 +74,8 @@ algorithm's plan as DOT text or, through Graphviz, SVG/PNG, to FILE or (without
 Exit codes: 0 done (stop criterion reached), 1 a run-time failure (its message
 is printed), 2 bad input (unknown algorithm or env, bad option, unusable
 checkpoint), 130 interrupted (Ctrl-C: a final checkpoint is written first; a
-second Ctrl-C stops at once).
+second Ctrl-C stops at once), 143 terminated (SIGTERM, as schedulers and ``kill``
+send it: handled as Ctrl-C is).
 
 >>> main(["train", "nope", "--env", "CartPole-v1"])
 2
@@ -94,7 +95,7 @@ from typing import Any, Sequence
 
 from flowrl.errors import ConfigError, FlowError
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 0, 1, 2, 130
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED, EXIT_TERMINATED = 0, 1, 2, 130, 143
 #: Where ``flowrl train`` puts new run directories unless ``--run-dir`` says otherwise.
 DEFAULT_RUN_DIR = "runs"
 log = logging.getLogger("flowrl.cli")
@@ -383,28 +384,40 @@ class _Progress:
 
 
 class _Interrupts:
-    """SIGINT while training: the first sets ``requested`` (the loop checkpoints and
-    exits 130 after the current iteration), a second raises KeyboardInterrupt."""
+    """SIGINT (Ctrl-C) or SIGTERM (what schedulers, ``kill`` and ``timeout`` send) while
+    training: the first sets ``requested`` to the signal's name, and the loop writes
+    its final checkpoint after the current iteration and exits 130 (SIGINT) or 143
+    (SIGTERM); a second signal raises KeyboardInterrupt (a stop at once)."""
+
+    SIGNALS = {signal.SIGINT: ("interrupted", EXIT_INTERRUPTED),
+               signal.SIGTERM: ("terminated (SIGTERM)", EXIT_TERMINATED)}
 
     def __init__(self):
-        self.requested = False
-        self._previous = None
+        self.requested: int | None = None
+        self._previous: dict[int, object] = {}
 
     def _handle(self, signum, frame):
-        if self.requested:
+        if self.requested is not None:
             raise KeyboardInterrupt
-        self.requested = True
+        self.requested = signum
+
+    @property
+    def outcome(self) -> tuple[int, str]:
+        """``(exit code, stop reason)`` for the signal that was received."""
+        reason, code = self.SIGNALS[self.requested]
+        return code, reason
 
     def __enter__(self):
-        try:
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-        except ValueError:  # not the main thread: Ctrl-C stays a KeyboardInterrupt
-            self._previous = None
+        for signum in self.SIGNALS:
+            try:
+                self._previous[signum] = signal.signal(signum, self._handle)
+            except ValueError:  # not the main thread: the signals keep their handlers
+                break
         return self
 
     def __exit__(self, *exc):
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
 
 
 class _Checkpointer:
@@ -637,8 +650,8 @@ def _train_loop(args, algo, stop: dict[str, Any], logger_cls,
             _Progress(title, args.quiet,
                       evaluation=algo.config.evaluation_interval is not None) as progress:
         while True:
-            if interrupts.requested:
-                code, reason = EXIT_INTERRUPTED, "interrupted"
+            if interrupts.requested is not None:
+                code, reason = interrupts.outcome
                 break
             r = algo.train()
             iteration = r["training_iteration"]

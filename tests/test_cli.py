@@ -315,6 +315,29 @@ def test_progress_lines_reach_a_pipe_while_training_runs(tmp_path):
     assert out.splitlines()[-1].startswith("stopped: interrupted; mean return ")
 
 
+def test_sigterm_writes_the_final_checkpoint_and_exits_143(tmp_path):
+    """What a scheduler sends before it kills a job: handled as Ctrl-C is, so the run
+    stops after its iteration with a final checkpoint that can be restored."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "flowrl.cli", "train", "pg", "--env", "CartPole-v1", *FAST_PG,
+         "--stop-iters", "1000000", "--run-dir", str(tmp_path), "--no-tensorboard"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    try:
+        assert proc.stdout.readline() == "flowrl pg CartPole-v1\n"
+        assert PROGRESS_LINE.match(proc.stdout.readline().rstrip("\n"))
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err
+    last = out.splitlines()[-1]
+    assert last.startswith("stopped: terminated (SIGTERM); mean return "), last
+    saved = last.rsplit("checkpoint ", 1)[1]
+    assert os.path.isdir(saved) and checkpoint.read_checkpoint(saved)["metrics"]["counters"][
+        "training_iteration"] >= 1
+
+
 def test_stop_time_stops_at_the_first_result_with_time_total_s_past_it(tmp_path, capsys):
     assert main(["train", "pg", "--env", "CartPole-v1", *FAST_PG, "--stop-time", "0.3",
                  "--run-dir", str(tmp_path / "flag"), "--no-tensorboard", "--quiet"]) == 0
