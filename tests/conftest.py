@@ -63,15 +63,33 @@ def _uses_ray(item) -> bool:
 
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist (``-n N --dist loadgroup``, the default run's options), every
-    test module that uses Ray runs on one xdist worker, so the suite still starts one
-    Ray session; each other module runs whole on whichever worker is free, so its
-    module fixtures are built once."""
+    test that uses Ray runs on one xdist worker, so the suite still starts one Ray
+    session; the other tests of each module run together on whichever worker is
+    free, so their module fixtures are built once (twice at most, for a fixture both
+    kinds of test share)."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
-    ray_modules = {item.module.__name__ for item in items
-                   if getattr(item, "module", None) is not None and _uses_ray(item)}
     for item in items:
         module = getattr(item, "module", None)
         name = module.__name__ if module is not None else item.nodeid.split("::")[0]
-        group = "ray" if name in ray_modules else name
+        group = "ray" if _uses_ray(item) else name
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+def _ray_running() -> bool:
+    import sys
+    ray = sys.modules.get("ray")
+    return ray is not None and ray.is_initialized()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_call(item):
+    """A test that starts Ray without being found to use it (``_uses_ray``) would run
+    on the other xdist worker and start a second Ray session there: fail it, naming
+    the fix."""
+    before = _ray_running()
+    yield
+    if not before and _ray_running() and not _uses_ray(item):
+        pytest.fail(f"{item.nodeid} started Ray but does not take the ray_session fixture "
+                    "or carry @pytest.mark.ray, so the suite could run it beside another "
+                    "Ray session; add one of them", pytrace=False)
