@@ -294,9 +294,10 @@ def test_quiet_prints_only_the_last_line_with_the_mean_return(tmp_path, capsys):
                            "at iteration 2; results ")
 
 
-def test_progress_lines_reach_a_pipe_while_training_runs(tmp_path):
-    """Under nohup or Slurm stdout is a file or a pipe: each line is flushed as it is
-    printed, so it can be read while the run goes on (here: before Ctrl-C ends it)."""
+def _signalled_pg_train(tmp_path, lines: int, signum: int) -> tuple[subprocess.Popen, str,
+                                                                       str, list[str]]:
+    """A ``flowrl train pg`` subprocess sent ``signum`` once it has printed its title
+    and ``lines`` progress lines: ``(process, stdout, stderr, those lines)``."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "flowrl.cli", "train", "pg", "--env", "CartPole-v1", *FAST_PG,
          "--stop-iters", "1000000", "--run-dir", str(tmp_path), "--no-tensorboard"],
@@ -304,13 +305,20 @@ def test_progress_lines_reach_a_pipe_while_training_runs(tmp_path):
         env={**os.environ, "PYTHONWARNINGS": "ignore"})
     try:
         assert proc.stdout.readline() == "flowrl pg CartPole-v1\n"
-        first, second = proc.stdout.readline(), proc.stdout.readline()
-        assert PROGRESS_LINE.match(first.rstrip("\n"))[1] == "1"
-        assert PROGRESS_LINE.match(second.rstrip("\n"))[1] == "2"
-        proc.send_signal(signal.SIGINT)
+        progress = [proc.stdout.readline().rstrip("\n") for _ in range(lines)]
+        proc.send_signal(signum)
         out, err = proc.communicate(timeout=120)
     finally:
         proc.kill()
+    return proc, out, err, progress
+
+
+def test_progress_lines_reach_a_pipe_while_training_runs(tmp_path):
+    """Under nohup or Slurm stdout is a file or a pipe: each line is flushed as it is
+    printed, so it can be read while the run goes on (here: before Ctrl-C ends it)."""
+    proc, out, err, (first, second) = _signalled_pg_train(tmp_path, 2, signal.SIGINT)
+    assert PROGRESS_LINE.match(first)[1] == "1"
+    assert PROGRESS_LINE.match(second)[1] == "2"
     assert proc.returncode == 130, err
     assert out.splitlines()[-1].startswith("stopped: interrupted; mean return ")
 
@@ -318,18 +326,8 @@ def test_progress_lines_reach_a_pipe_while_training_runs(tmp_path):
 def test_sigterm_writes_the_final_checkpoint_and_exits_143(tmp_path):
     """What a scheduler sends before it kills a job: handled as Ctrl-C is, so the run
     stops after its iteration with a final checkpoint that can be restored."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "flowrl.cli", "train", "pg", "--env", "CartPole-v1", *FAST_PG,
-         "--stop-iters", "1000000", "--run-dir", str(tmp_path), "--no-tensorboard"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        env={**os.environ, "PYTHONWARNINGS": "ignore"})
-    try:
-        assert proc.stdout.readline() == "flowrl pg CartPole-v1\n"
-        assert PROGRESS_LINE.match(proc.stdout.readline().rstrip("\n"))
-        proc.send_signal(signal.SIGTERM)
-        out, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
+    proc, out, err, (first,) = _signalled_pg_train(tmp_path, 1, signal.SIGTERM)
+    assert PROGRESS_LINE.match(first)
     assert proc.returncode == 143, err
     last = out.splitlines()[-1]
     assert last.startswith("stopped: terminated (SIGTERM); mean return "), last
