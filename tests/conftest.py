@@ -82,14 +82,15 @@ def _ray_running() -> bool:
     return ray is not None and ray.is_initialized()
 
 
-@pytest.hookimpl(hookwrapper=True)
+@pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
     """A test that starts Ray without being found to use it (``_uses_ray``) would run
     on the other xdist worker and start a second Ray session there: fail it, naming
     the fix."""
     before = _ray_running()
-    yield
+    result = yield
     if not before and _ray_running() and not _uses_ray(item):
         pytest.fail(f"{item.nodeid} started Ray but does not take the ray_session fixture "
                     "or carry @pytest.mark.ray, so the suite could run it beside another "
                     "Ray session; add one of them", pytrace=False)
+    return result

@@ -48,11 +48,23 @@ def test_every_page_is_in_the_nav_or_left_out_on_purpose():
     assert pages and all(page in nav for page in pages), sorted(p for p in pages if p not in nav)
 
 
+def _code_blocks(page: str) -> list[str]:
+    return re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), flags=re.S)
+
+
+def _page_param(page: str):
+    """A page whose examples import Ray (Ray Tune's) runs them in the suite's Ray session."""
+    uses_ray = any(re.search(r"^\s*(from|import) ray\b", block, flags=re.M)
+                   for block in _code_blocks(page))
+    return pytest.param(page, marks=pytest.mark.ray) if uses_ray else page
+
+
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("page", PAGES_WITH_CODE)
-def test_python_examples_of_a_page_run(page, capsys):
-    blocks = re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), flags=re.S)
-    for block in blocks:
+@pytest.mark.parametrize("page", [_page_param(p) for p in PAGES_WITH_CODE])
+def test_python_examples_of_a_page_run(page, capsys, request):
+    if request.node.get_closest_marker("ray"):
+        request.getfixturevalue("ray_session")
+    for block in _code_blocks(page):
         exec(compile(block, f"docs/{page}", "exec"), {})  # noqa: S102
     assert capsys.readouterr().out.strip(), f"docs/{page}'s examples printed nothing"
 
