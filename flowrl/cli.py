@@ -385,7 +385,7 @@ class _Progress:
 
 class _Interrupts:
     """SIGINT (Ctrl-C) or SIGTERM (what schedulers, ``kill`` and ``timeout`` send) while
-    training: the first sets ``requested`` to the signal's name, and the loop writes
+    training: the first sets ``requested`` to the signal's number, and the loop writes
     its final checkpoint after the current iteration and exits 130 (SIGINT) or 143
     (SIGTERM); a second signal raises KeyboardInterrupt (a stop at once)."""
 
