@@ -16,7 +16,9 @@ the process start:
 - ``first_step_s``: one ``sample()`` on the local worker (the first env steps and
   policy forward);
 - ``first_result_s``: the first ``train()`` result (sampling + SGD of one train
-  batch), counted from process start: the headline figure.
+  batch), counted from process start: the headline figure;
+- ``first_checkpoint_s``: then the first ``save()`` (every worker's state, the
+  optimizer's among it), as a run's first checkpoint pays it.
 
 Profiles (single process, not through the harness):
 
@@ -33,6 +35,7 @@ import argparse
 import os
 import subprocess
 import sys
+import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -40,7 +43,7 @@ import harness  # noqa: E402
 
 SYSTEMS = ["flowrl-local", "flowrl-ray"]
 PHASES = ["interpreter_s", "imports_s", "ray_init_s", "build_s", "first_step_s",
-          "first_result_s"]
+          "first_result_s", "first_checkpoint_s"]
 
 
 def child(args) -> None:
@@ -61,6 +64,9 @@ def child(args) -> None:
     out["first_step_s"] = harness.since_start()
     algo.train()
     out["first_result_s"] = harness.since_start()
+    with tempfile.TemporaryDirectory() as checkpoint:
+        algo.save(checkpoint)
+        out["first_checkpoint_s"] = harness.since_start()
     algo.stop()
     harness.write_result(out)
 

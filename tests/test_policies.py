@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -238,12 +240,20 @@ def test_the_policies_adam_updates_exactly_as_torch_adam():
         assert torch.equal(a, b)
     for sa, sb in zip(ours.state_dict()["state"].values(), ref.state_dict()["state"].values()):
         assert all(torch.equal(sa[k], sb[k]) for k in ("step", "exp_avg", "exp_avg_sq"))
+    assert ours.state_dict()["param_groups"] == ref.state_dict()["param_groups"]
+    # a state loaded into ours continues exactly as torch's own optimizer does
+    ours.load_state_dict(copy.deepcopy(ref.state_dict()))  # not sharing its tensors
+    for model, opt in ((ours_model, ours), (ref_model, ref)):
+        opt.zero_grad()
+        model(x).pow(2).mean().backward()
+        opt.step()
+    assert all(torch.equal(a, b) for a, b in zip(ours_model.parameters(), ref_model.parameters()))
 
 
 def test_learning_imports_no_torch_dynamo():
-    # The reason the policies' Adam calls torch's wrapped methods (start-up): if a torch
-    # release moves the wrappers, or anything on the learning path imports
-    # torch._dynamo again, this fails and the start-up cost is back.
+    # The reason the policies' Adam calls torch's wrapped methods (start-up, the first
+    # checkpoint): if a torch release moves the wrappers, or anything on the learning
+    # or checkpoint path imports torch._dynamo again, this fails and the cost is back.
     import subprocess
     import sys
     import textwrap
@@ -263,12 +273,14 @@ def test_learning_imports_no_torch_dynamo():
                              "action_dist_inputs": np.zeros((n, 2), np.float32)})
         p.learn_on_batch(batch)
         p.optimizer.zero_grad()
+        state = p.get_state()          # a checkpoint's save and restore
+        PPOPolicy(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2)).set_state(state)
         print("torch._dynamo" in sys.modules)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=300)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "False", "learning imported torch._dynamo"
+    assert out.stdout.strip() == "False", "learning or checkpointing imported torch._dynamo"
 
 
 class _MatrixActions(gym.Env):

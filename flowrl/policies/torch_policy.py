@@ -61,8 +61,9 @@ def _undecorated(fn: Callable) -> Callable:
 
 
 class Adam(torch.optim.Adam):
-    """``torch.optim.Adam`` whose parameter groups, ``step`` and ``zero_grad`` skip
-    the wrappers that keep TorchDynamo out of them.
+    """``torch.optim.Adam`` whose parameter groups, ``step``, ``zero_grad``,
+    ``state_dict`` and ``load_state_dict`` skip the wrappers that keep TorchDynamo
+    out of them.
 
     Why: those wrappers import ``torch._dynamo`` on their first call, a large share
     of a fresh process's start-up on the embedded backend (``benchmarks/startup.py``
@@ -70,9 +71,12 @@ class Adam(torch.optim.Adam):
     never compiles an optimizer, so it calls the wrapped methods
     themselves: the same code, updates and state as ``torch.optim.Adam``
     (the test suite checks both bit for bit and that no ``torch._dynamo`` is
-    imported; it fails loudly if a torch release moves the wrappers). ``step``
-    keeps the no-grad mode its wrapper set. Everything else (``state_dict``, LR
-    schedulers, ``param_groups``, ``defaults``) is ``torch.optim.Adam``'s own.
+    imported; it fails loudly if a torch release moves the wrappers). The state
+    methods matter for checkpoints: without them a process's first save or restore
+    imported ``torch._dynamo``, on the driver and on every Ray worker
+    (``benchmarks/startup.py`` times the first checkpoint). ``step`` keeps the
+    no-grad mode its wrapper set. Everything else (LR schedulers, ``param_groups``,
+    ``defaults``) is ``torch.optim.Adam``'s own.
     """
 
     def add_param_group(self, param_group: dict[str, Any]) -> None:
@@ -84,6 +88,12 @@ class Adam(torch.optim.Adam):
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         with torch.no_grad():
             return _undecorated(torch.optim.Adam.step)(self, closure)
+
+    def state_dict(self) -> dict[str, Any]:
+        return _undecorated(torch.optim.Optimizer.state_dict)(self)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        _undecorated(torch.optim.Optimizer.load_state_dict)(self, state_dict)
 
 
 def make_adam(params, lr: float, eps: float = 1e-8) -> torch.optim.Adam:
