@@ -10,6 +10,7 @@ import pytest
 
 import flowrl
 from flowrl import ConfigError, OperatorError, PlanError, Plan, WorkerError
+from flowrl.runtime.ray_backend import STOP_WAIT_S
 
 pytestmark = pytest.mark.ray
 
@@ -208,7 +209,13 @@ def test_a_stuck_remote_is_a_named_worker_error(ray_session):
             with Plan(stream).compile(backend="ray", remote_timeout_s=1.5) as run, \
                     pytest.raises(WorkerError, match=r"shard host envs\[0\] has not answered a "
                                                      r"request for 1\.5 s \(remote_timeout_s=1\.5\)"):
-                run.take(10 ** 9)
+                started = time.monotonic()
+                try:
+                    run.take(10 ** 9)
+                finally:
+                    # the failed run stops at once: it neither waits for the stuck
+                    # host's uninstall nor asks it for counts (each a STOP_WAIT_S wait)
+                    assert time.monotonic() - started < 1.5 + STOP_WAIT_S
     finally:
         for a in (stuck_sync, stuck_async, healthy):
             ray.kill(a)

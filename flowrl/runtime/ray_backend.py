@@ -54,12 +54,15 @@ Policy:
   the shard's source node. A dead or unreachable actor becomes a
   :class:`~flowrl.errors.WorkerError` naming the shard (``"from_range[1]"``).
 - Stop. Stages on adopted hosts are uninstalled (waited for at most
-  :data:`STOP_WAIT_S`); aggregators are asked to stop their sub-runs (so the
+  :data:`STOP_WAIT_S`; a shard found stuck is sent the call but neither waited
+  for nor asked for its item counts, as its actor is busy in the call that hangs,
+  so a run that fails on a stuck shard stops at once); aggregators are asked to stop their sub-runs (so the
   stages *they* installed on adopted hosts go too), then every actor this run
   created is killed and its death awaited, all bounded by :data:`STOP_WAIT_S`.
 
 State: ``_methods`` (per shard, its host's ``flowrl_pull`` method), ``_replied``
-(per shard, when its last reply was collected) and ``_aggregators`` (ids of the
+(per shard, when its last reply was collected), ``_unanswered`` (the shards whose
+request went unanswered for ``remote_timeout_s``, until replaced) and ``_aggregators`` (ids of the
 aggregator handles this backend made, which need a ``flowrl_close`` before they
 are killed).
 """
@@ -211,6 +214,7 @@ class RayBackend(Backend):
         self.remote_timeout_s = remote_timeout_s
         self._replied: dict[Shard, float] = {}
         self._methods: dict[Shard, Any] = {}
+        self._unanswered: set[Shard] = set()
         self._nodes: list[str] | None = None  # alive node ids, read at the first item host
         self._item_hosts = 0
         self._aggregators: set[int] = set()
@@ -396,6 +400,7 @@ class RayBackend(Backend):
     def _fail_stuck(self, requests: Iterable[RayRequest], stuck: list[RayRequest]) -> None:
         """Fail every pending request of the shards of ``stuck`` with a lost-host error."""
         shards = {r.shard for r in stuck}
+        self._unanswered |= shards
         for r in requests:
             if r.shard in shards and not r.done:
                 r.set_error(stuck_error([r.shard.label], self.remote_timeout_s))
@@ -455,6 +460,7 @@ class RayBackend(Backend):
     def forget(self, shard: Shard) -> None:
         self._methods.pop(shard, None)
         self._replied.pop(shard, None)
+        self._unanswered.discard(shard)
 
     def end_host(self, host: Any) -> None:
         _kill(host)
@@ -466,17 +472,20 @@ class RayBackend(Backend):
         for s in shards:
             self._methods.pop(s, None)
             try:
-                refs.append(s.host.flowrl_uninstall.remote(s.key))
+                ref = s.host.flowrl_uninstall.remote(s.key)
             except Exception:  # noqa: BLE001 - not a ShardHost / gone: nothing installed
-                pass
+                continue
+            if s not in self._unanswered:  # a stuck host runs it only if it ever returns
+                refs.append(ref)
         _settle(refs)
 
     def item_counts(self, shards: list[Shard]) -> list[dict[str, int]]:
-        """Per shard, its nodes' item counts; ``{}`` for a host that is gone or slow."""
+        """Per shard, its nodes' item counts; ``{}`` for a host that is gone, stuck or slow."""
         calls = []
         for s in shards:
             try:
-                calls.append(s.host.flowrl_item_counts.remote(s.key))
+                calls.append(None if s in self._unanswered
+                             else s.host.flowrl_item_counts.remote(s.key))
             except Exception:  # noqa: BLE001 - not a ShardHost: no counts
                 calls.append(None)
         refs = [r for r in calls if r is not None]
