@@ -61,19 +61,25 @@ def _uses_ray(item) -> bool:
                                         for v in callspec.params.values())
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (``-n N --dist loadgroup``, the default run's options), every
-    test that uses Ray runs on one xdist worker, so the suite still starts one Ray
-    session; the other tests of each module run together on whichever worker is
-    free, so their module fixtures are built once (twice at most, for a fixture both
-    kinds of test share)."""
+    """Under pytest-xdist (``-n N --dist loadgroup``, the default run's options), each
+    module's tests run together on one xdist worker, so its module fixtures are built
+    once. Each xdist worker starts one Ray session, at its first test that uses Ray,
+    and shares it with all its others. The Ray tests are half the suite's time, so
+    they are spread over both workers: put on one, they made it the long pole
+    (537 s against 246 s for the other worker, where two sessions ran the suite in
+    about 450 s).
+
+    It runs first: xdist's own hook turns the ``xdist_group`` markers into the
+    ``@group`` suffix of each test's id, by which it schedules, so markers added
+    after it would be ignored (``test_suite_grouping.py`` checks the ids)."""
     if not config.pluginmanager.hasplugin("xdist"):
         return
     for item in items:
         module = getattr(item, "module", None)
         name = module.__name__ if module is not None else item.nodeid.split("::")[0]
-        group = "ray" if _uses_ray(item) else name
-        item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(pytest.mark.xdist_group(name))
 
 
 def _ray_running() -> bool:
@@ -84,13 +90,13 @@ def _ray_running() -> bool:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item):
-    """A test that starts Ray without being found to use it (``_uses_ray``) would run
-    on the other xdist worker and start a second Ray session there: fail it, naming
-    the fix."""
+    """A test that starts Ray without being found to use it (``_uses_ray``) starts a
+    session of its own beside its xdist worker's shared one, or leaves one behind for
+    whichever test comes next: fail it, naming the fix."""
     before = _ray_running()
     result = yield
     if not before and _ray_running() and not _uses_ray(item):
         pytest.fail(f"{item.nodeid} started Ray but does not take the ray_session fixture "
-                    "or carry @pytest.mark.ray, so the suite could run it beside another "
-                    "Ray session; add one of them", pytrace=False)
+                    "or carry @pytest.mark.ray, so it does not share its xdist worker's Ray "
+                    "session; add one of them", pytrace=False)
     return result
