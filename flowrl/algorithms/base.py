@@ -529,6 +529,7 @@ class Algorithm:
         A checkpoint holds the local worker's state (weights, optimizer state, the
         policies' RNGs), every remote worker's policy state (their sampling RNGs)
         keyed by its ``worker_index``, the run's metrics (counters, info), the
+        estimators of an evaluation on a held-out dataset (FQE's fit), the
         driver's python/numpy/torch global RNG states, the worker seeds, the config's
         fields (when they can be stored, for ``flowrl evaluate``), the spaces each
         policy was built for (as text: a restore with an env of other spaces names
@@ -551,6 +552,8 @@ class Algorithm:
                  "config": checkpoint.config_fields(self.config),
                  "spaces": checkpoint.policy_spaces_text(self.workers.local_worker()),
                  "extra": self.extra_state()}
+        if isinstance(self._evaluation, DatasetEvaluation):  # FQE's fit on held-out data
+            state["evaluation"] = self._evaluation.get_state()
         return checkpoint.write_checkpoint(path, state)
 
     def restore(self, path: str, *, allow_pickle: bool = False) -> None:
@@ -591,6 +594,8 @@ class Algorithm:
         self.workers.sync_weights()
         self._run.metrics.restore(state["metrics"])
         checkpoint.set_global_rng_state(state.get("rng"))
+        if isinstance(self._evaluation, DatasetEvaluation):
+            self._evaluation.set_state(state.get("evaluation") or {})
         self.restore_extra_state(state.get("extra") or {})
 
     @classmethod

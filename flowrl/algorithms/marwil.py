@@ -95,30 +95,63 @@ class BCConfig(MARWILConfig):
                               "use MARWILConfig for beta > 0")
 
 
-def offline_learning_plan(workers, config: MARWILConfig, name: str) -> LocalStream:
+def offline_learning_plan(workers, config: MARWILConfig, name: str, *,
+                          estimate: EstimateOffPolicy | None = None) -> LocalStream:
     """MARWIL's and BC's plan: rollouts (or recorded batches) -> train batches ->
-    off-policy estimates (when asked) -> one training step; node ids start with
-    ``name``."""
+    off-policy estimates (when asked; ``estimate`` is the operator to use, else one
+    is built from the config) -> one training step; node ids start with ``name``."""
     train_op = ParallelRollouts(workers, mode="bulk_sync").combine(
         ConcatBatches(min_batch_size=config.train_batch_size,
                       count_steps_by=config.count_steps_by), name=f"{name}/concat_batches")
     if config.off_policy_estimation_methods:
-        train_op = train_op.for_each(
-            EstimateOffPolicy(workers, methods=config.off_policy_estimation_methods,
-                              gamma=config.gamma, seed=config.seed),
-            name=f"{name}/estimate_off_policy")
+        if estimate is None:
+            estimate = off_policy_estimator(workers, config)
+        train_op = train_op.for_each(estimate, name=f"{name}/estimate_off_policy")
     train_op = train_op.for_each(TrainOneStep(workers), name=f"{name}/train")
     return StandardMetricsReporting(
         train_op, workers, min_time_s_per_reporting=config.min_time_s_per_reporting,
         timesteps_per_iteration=config.timesteps_per_iteration)
 
 
+def off_policy_estimator(workers, config: MARWILConfig) -> EstimateOffPolicy:
+    """The plan's :class:`~flowrl.ops.off_policy_ops.EstimateOffPolicy` for
+    ``config.off_policy_estimation_methods``."""
+    return EstimateOffPolicy(workers, methods=config.off_policy_estimation_methods,
+                             gamma=config.gamma, seed=config.seed)
+
+
 class MARWIL(Algorithm):
-    """Monotonic advantage re-weighted imitation learning; see the module docstring."""
+    """Monotonic advantage re-weighted imitation learning; see the module docstring.
+    ``algo.off_policy_estimator`` is the plan's off-policy estimation operator (None
+    without ``off_policy_estimation_methods``); its state (FQE's fit) goes into
+    checkpoints."""
 
     config_class = MARWILConfig
     policy_class = LazyClass("flowrl.policies.marwil:MARWILPolicy")
     name = "marwil"
+
+    def __init__(self, config: MARWILConfig | None = None, **fields: Any):
+        self.off_policy_estimator = None
+
+        def plan(workers, config):
+            if config.off_policy_estimation_methods:
+                self.off_policy_estimator = off_policy_estimator(workers, config)
+            return type(self).execution_plan(workers, config,
+                                             estimate=self.off_policy_estimator)
+
+        self.execution_plan = plan  # the built plan's estimator stays reachable for checkpoints
+        super().__init__(config, **fields)
+
+    # -- checkpoints ---------------------------------------------------------------
+    def extra_state(self) -> dict[str, Any]:
+        """The off-policy estimators' state (FQE's fit), when the plan estimates."""
+        if self.off_policy_estimator is None:
+            return {}
+        return {"off_policy_estimation": self.off_policy_estimator.get_state()}
+
+    def restore_extra_state(self, state: dict[str, Any]) -> None:
+        if self.off_policy_estimator is not None:
+            self.off_policy_estimator.set_state(state.get("off_policy_estimation") or {})
 
     @classmethod
     def policy_config(cls, config: MARWILConfig) -> dict[str, Any]:
@@ -136,8 +169,9 @@ class MARWIL(Algorithm):
                 *required_columns(config.off_policy_estimation_methods))
 
     @staticmethod
-    def execution_plan(workers, config: MARWILConfig) -> LocalStream:
-        return offline_learning_plan(workers, config, "marwil")
+    def execution_plan(workers, config: MARWILConfig, *,
+                       estimate: EstimateOffPolicy | None = None) -> LocalStream:
+        return offline_learning_plan(workers, config, "marwil", estimate=estimate)
 
 
 class BC(MARWIL):
@@ -155,8 +189,10 @@ class BC(MARWIL):
     name = "bc"
 
     @staticmethod
-    def execution_plan(workers, config: BCConfig) -> LocalStream:
-        return offline_learning_plan(workers, config, "bc")
+    def execution_plan(workers, config: BCConfig, *,
+                       estimate: EstimateOffPolicy | None = None) -> LocalStream:
+        return offline_learning_plan(workers, config, "bc", estimate=estimate)
 
 
-__all__ = ["MARWIL", "MARWILConfig", "BC", "BCConfig", "offline_learning_plan"]
+__all__ = ["MARWIL", "MARWILConfig", "BC", "BCConfig", "offline_learning_plan",
+           "off_policy_estimator"]

@@ -265,6 +265,22 @@ def make_estimators(methods: Any, *, gamma: float, policy: Any, seed: int | None
             for name, options in method_options(methods, where).items()}
 
 
+def estimators_state(estimators: dict[str, Any]) -> dict[str, Any]:
+    """``{method: state}`` of those of ``estimators`` that learn as they estimate
+    (FQE's fit, :meth:`~flowrl.offline.fqe.FittedQEvaluation.get_state`), for
+    checkpoints; the others keep no state."""
+    return {name: est.get_state() for name, est in estimators.items()
+            if hasattr(est, "get_state")}
+
+
+def restore_estimators(estimators: dict[str, Any], state: dict[str, Any]) -> None:
+    """Restore what :func:`estimators_state` returned; a method without saved state
+    (added since the checkpoint) starts afresh."""
+    for name, est in estimators.items():
+        if name in state and hasattr(est, "set_state"):
+            est.set_state(state[name])
+
+
 def whole_episodes(batch: SampleBatch, limit: int | None = None) -> SampleBatch:
     """``batch``'s rows regrouped into whole episodes: each ``eps_id``'s rows
     together, in ``t`` order, episodes in the order they first appear; only the
@@ -292,5 +308,5 @@ def whole_episodes(batch: SampleBatch, limit: int | None = None) -> SampleBatch:
 __all__ = ["METHODS", "ImportanceSampling", "WeightedImportanceSampling", "importance_sampling",
            "weighted_importance_sampling", "cumulative_ratios", "summarize_estimates",
            "method_options", "make_estimator", "make_estimators", "behaviour_logp",
-           "required_columns",
+           "required_columns", "estimators_state", "restore_estimators",
            "whole_episodes"]

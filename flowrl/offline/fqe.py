@@ -33,7 +33,8 @@ from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError
 from flowrl.models.sequences import continues
 from flowrl.offline.estimators import discounts, summarize_estimates
-from flowrl.policies.torch_policy import make_adam
+from flowrl.policies.torch_policy import (load_weights, make_adam, module_weights, to_numpy_tree,
+                                          to_torch_tree)
 
 SB = SampleBatch
 
@@ -183,6 +184,24 @@ class FittedQEvaluation:
     def values(self, obs: np.ndarray, policy: Any) -> np.ndarray:
         """``V^π(s) = Σ_a π(a|s) Q(s, a)`` for a batch of observations, ``(B,)``."""
         return (target_probabilities(policy, obs) * self.q_values(obs)).sum(axis=1)
+
+    def get_state(self) -> dict[str, Any]:
+        """What the fit has learnt so far, for checkpoints: the Q-network, its target
+        copy, the optimizer's state and the minibatch generator's state (the fit
+        carries on from batch to batch, so a restored run estimates as the saved
+        one would have)."""
+        return {"q": module_weights(self.q), "target": module_weights(self.target),
+                "optimizer": to_numpy_tree(self.optimizer.state_dict()),
+                "rng": self._rng.bit_generator.state}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`get_state` returned (of an estimator of the same
+        spaces and ``hiddens``)."""
+        where = "off_policy_estimation_methods['fqe'] (restoring a checkpoint)"
+        load_weights(self.q, state["q"], where)
+        load_weights(self.target, state["target"], where)
+        self.optimizer.load_state_dict(to_torch_tree(state["optimizer"]))
+        self._rng.bit_generator.state = state["rng"]
 
     def estimate(self, batch: SampleBatch, policy: Any) -> dict[str, float]:
         loss = self.train(batch, policy)

@@ -37,7 +37,8 @@ import numpy as np
 
 from flowrl.batch import MultiAgentBatch, SampleBatch
 from flowrl.errors import ConfigError
-from flowrl.offline.estimators import make_estimators, whole_episodes
+from flowrl.offline.estimators import (estimators_state, make_estimators, restore_estimators,
+                                       whole_episodes)
 from flowrl.ops.metric_ops import summarize_episodes
 from flowrl.ops.off_policy_ops import OFF_POLICY_ESTIMATION
 from flowrl.workers.play import MAX_EPISODE_STEPS
@@ -223,7 +224,8 @@ class DatasetEvaluation(Evaluation):
     (:func:`~flowrl.offline.estimators.whole_episodes`, read once and kept), with
     the estimators ``methods`` names; no env is stepped. ``result["evaluation"]``
     holds ``off_policy_estimation`` (per method, as training reports it),
-    ``episodes_this_iter`` (the episodes estimated) and ``time_s``.
+    ``episodes_this_iter`` (the episodes estimated) and ``time_s``. Its state for
+    checkpoints (:meth:`get_state`) is the estimators' (FQE's fit).
 
     >>> import tempfile
     >>> from flowrl.offline.writer import DatasetWriter
@@ -254,6 +256,14 @@ class DatasetEvaluation(Evaluation):
             raise ConfigError("evaluation on a dataset scores the policy off-policy; set "
                               "off_policy_estimation_methods (e.g. ['is', 'wis'])")
         self._episodes: SampleBatch | None = None
+
+    def get_state(self) -> dict[str, Any]:
+        """The estimators' state (:func:`~flowrl.offline.estimators.estimators_state`)."""
+        return estimators_state(self.estimators)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`get_state` returned."""
+        restore_estimators(self.estimators, state)
 
     def held_out(self) -> SampleBatch:
         """The first ``duration`` whole episodes of the dataset (read on first use)."""

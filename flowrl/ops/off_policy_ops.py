@@ -17,7 +17,8 @@ from typing import Any
 from flowrl.batch import MultiAgentBatch, SampleBatch
 from flowrl.errors import ConfigError
 from flowrl.metrics import get_metrics
-from flowrl.offline.estimators import make_estimators, method_options
+from flowrl.offline.estimators import (estimators_state, make_estimators, method_options,
+                                       restore_estimators)
 
 #: ``MetricsContext.info`` key of the estimates made since the last report.
 OFF_POLICY_ESTIMATES = "off_policy_estimates"
@@ -41,6 +42,9 @@ class EstimateOffPolicy:
 
     Metrics: appends to ``info["off_policy_estimates"]`` (per method, one dict per
     batch); timer ``off_policy_estimation`` (units: rows estimated).
+
+    State: the estimators that learn as they go (FQE's fit) give theirs through
+    :meth:`get_state`, which an algorithm puts into its checkpoints.
 
     >>> import flowrl
     >>> from flowrl.ops import ParallelRollouts
@@ -66,6 +70,14 @@ class EstimateOffPolicy:
         self.workers, self.policy_id = workers, policy_id
         self.estimators = make_estimators(table, gamma=gamma, seed=seed,
                                           policy=workers.local_worker().get_policy(policy_id))
+
+    def get_state(self) -> dict[str, Any]:
+        """The estimators' state (:func:`~flowrl.offline.estimators.estimators_state`)."""
+        return estimators_state(self.estimators)
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`get_state` returned."""
+        restore_estimators(self.estimators, state)
 
     def __call__(self, batch: SampleBatch | MultiAgentBatch) -> Any:
         rows = batch
