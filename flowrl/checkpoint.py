@@ -586,7 +586,8 @@ __all__ = ["CHECKPOINT_FILE", "ARRAYS_FILE", "USER_STATE_FILE", "FORMAT_VERSION"
 # ``Algorithm.save`` writes ``{"algorithm": name, "worker": the driver worker's state,
 # "remote_workers": {worker_index: state}, "metrics", "rng": global_rng_state(),
 # "seeds", "config": config_fields(config), "spaces": policy_spaces_text(local),
-# "extra": extra_state()}``; the functions below build and check those entries.
+# "extra": extra_state()}``, and ``"evaluation"`` (a held-out-dataset evaluation's
+# estimators) where there is one; the functions below build and check those entries.
 
 def global_rng_state() -> dict[str, Any]:
     """The process's python, numpy and torch global RNG states (the ``rng`` entry)."""
@@ -677,7 +678,7 @@ def check_algorithm_state(state: dict[str, Any], name: str, where: str) -> dict[
     if not isinstance(remotes, dict):
         raise ConfigError(f"{where}: the checkpoint's remote_workers is not a mapping of "
                           "worker_index to state; it was not written by Algorithm.save()")
-    for part in ("worker", "remote_workers", "metrics", "rng", "extra"):
+    for part in ("worker", "remote_workers", "metrics", "rng", "extra", "evaluation"):
         found = find_pickled(state.get(part))
         if found is not None:
             raise ConfigError(

@@ -68,8 +68,8 @@ def pytest_collection_modifyitems(config, items):
     once. Each xdist worker starts one Ray session, at its first test that uses Ray,
     and shares it with all its others. The Ray tests are half the suite's time, so
     they are spread over both workers: put on one, they made it the long pole
-    (537 s against 246 s for the other worker, where two sessions ran the suite in
-    about 450 s).
+    (537 s against 246 s for the other worker; spread, the suite took 441 s on an
+    idle 2-core machine).
 
     It runs first: xdist's own hook turns the ``xdist_group`` markers into the
     ``@group`` suffix of each test's id, by which it schedules, so markers added

@@ -89,7 +89,7 @@ def test_starved_learner_fails_naming_thread_and_setting(worker):
 def test_driver_pausing_between_train_calls_does_not_starve_the_learner():
     # The driver stops calling train() for several learner_queue_timeouts (an
     # evaluation, a debugger pause): nothing is being waited for, so no error.
-    timeout = 2.0
+    timeout = 1.0
     algo = IMPALA(IMPALAConfig(env="CartPole-v1", num_workers=1, backend="local", seed=0,
                                rollout_fragment_length=20, train_batch_size=40,
                                learner_queue_timeout=timeout))
