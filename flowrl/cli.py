@@ -70,6 +70,9 @@ it exits 1 when a trial failed.
 ``flowrl plan ALGO [--env ENV] [--format dot|svg|png] [-o FILE]`` writes the
 algorithm's plan as DOT text or, through Graphviz, SVG/PNG, to FILE or (without
 ``-o``) to stdout, byte for byte (``flowrl plan ppo --format svg > ppo.svg``).
+Without ``--env`` it builds the algorithm on its ``example_env`` (CartPole-v1;
+Pendulum-v1 for DDPG, TD3 and Ape-X DDPG), on the local backend unless ``--set
+backend=ray`` (DD-PPO's plan needs it).
 
 Exit codes: 0 done (stop criterion reached), 1 a run-time failure (its message
 is printed), 2 bad input (unknown algorithm or env, bad option, unusable
@@ -261,7 +264,9 @@ def _parser() -> argparse.ArgumentParser:
     _add_import(tu, workers=True)
     pl = sub.add_parser("plan", help="write an algorithm's plan as DOT/SVG/PNG")
     pl.add_argument("algo", help="algorithm: " + ", ".join(sorted(_algorithms())))
-    pl.add_argument("--env", default="CartPole-v1")
+    pl.add_argument("--env", default=None,
+                    help="gymnasium env id (default: CartPole-v1, or Pendulum-v1 for "
+                    "algorithms with continuous actions only)")
     pl.add_argument("--num-workers", type=_int_at_least(0), default=2)
     pl.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                     help="config override, e.g. --set num_aggregation_workers=1 (repeatable)")
@@ -722,7 +727,8 @@ def tune(args: argparse.Namespace) -> int:
 
 def plan(args: argparse.Namespace) -> int:
     cls = _algo_class(args.algo)
-    check_env(args.env, "--env")
+    env = args.env if args.env is not None else cls.example_env
+    check_env(env, "--env")
     fmt = args.format
     if fmt is None:
         suffix = os.path.splitext(args.output or "")[1].lstrip(".").lower()
@@ -734,7 +740,8 @@ def plan(args: argparse.Namespace) -> int:
     from flowrl.experiment import apply_overrides, check_spec, make_config
     spec = apply_overrides(check_spec({"config": {"num_workers": args.num_workers}}), args.set)
     _with_imports(spec["config"], args.imports)
-    fields = {"env": args.env, **spec["config"], "backend": "local"}
+    # local unless --set backend=ray (DD-PPO's plan needs Ray's worker processes)
+    fields = {"env": env, "backend": "local", **spec["config"]}
     algo = cls(make_config(cls, fields))
     try:
         if fmt == "dot":

@@ -521,6 +521,25 @@ def test_console_entry_point(tmp_path):
     assert out.stdout.startswith("digraph") and "a2c/train" in out.stdout
 
 
+@pytest.mark.parametrize("algo, node", [("ddpg", "ddpg/train"), ("td3", "td3/train"),
+                                        ("apex_ddpg", "apex_ddpg/learning_starts")])
+def test_plan_of_a_continuous_action_algorithm_needs_no_env(algo, node, capsys):
+    # its example env (Pendulum-v1) stands in for CartPole-v1, which it cannot take
+    assert main(["plan", algo]) == 0
+    assert f'"{node}"' in capsys.readouterr().out
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(180)
+def test_plan_of_ddppo_on_ray_with_a_backend_override(ray_session, capsys):
+    # the plan is built on the local backend unless --set backend=... says otherwise;
+    # DD-PPO's needs Ray's worker processes
+    assert main(["plan", "ddppo", "--num-workers", "1", "--set", "backend=ray"]) == 0
+    assert '"ddppo/' in capsys.readouterr().out
+    assert main(["plan", "ddppo"]) == 2
+    assert "use backend='ray'" in capsys.readouterr().err
+
+
 def test_plan_with_overrides_shows_the_aggregators_and_catches_typos(capsys):
     assert main(["plan", "impala", "--set", "num_aggregation_workers=1"]) == 0
     dot = capsys.readouterr().out

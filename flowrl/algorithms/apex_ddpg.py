@@ -57,6 +57,7 @@ class ApexDDPGConfig(ApexSettings, DDPGConfig):
 class ApexDDPG(ApeX):
     """DDPG/TD3 with distributed prioritized replay; see the module docstring."""
 
+    example_env = "Pendulum-v1"
     config_class = ApexDDPGConfig
     policy_class = LazyClass("flowrl.policies.ddpg:DDPGPolicy")
     name = "apex_ddpg"

@@ -143,6 +143,9 @@ class Algorithm:
     #: Remote workers :meth:`from_checkpoint` keeps (:meth:`inference_config`): none,
     #: or one for an algorithm that samples only on remote workers.
     inference_workers: ClassVar[int] = 0
+    #: An env whose spaces the algorithm takes, for building it where no env is given
+    #: (``flowrl plan ALGO``): discrete actions, or continuous ones for DDPG/TD3.
+    example_env: ClassVar[str] = "CartPole-v1"
 
     def __init__(self, config: AlgorithmConfig | None = None, **fields: Any):
         if config is None:

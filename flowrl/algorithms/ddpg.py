@@ -161,6 +161,7 @@ class DDPG(DQN):
     """Deep deterministic policy gradient on DQN's replay plan; see the module
     docstring. ``algo.local_replay_buffer`` is the buffer the plan stores into."""
 
+    example_env = "Pendulum-v1"
     config_class = DDPGConfig
     policy_class = LazyClass("flowrl.policies.ddpg:DDPGPolicy")
     name = "ddpg"
