@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from flowrl.algorithms import (DDPG, TD3, ApexDDPG, ApexDDPGConfig, DDPGConfig, TD3Config,
-                               algorithm_class)
+from flowrl.algorithms import (DDPG, SAC, TD3, ApexDDPG, ApexDDPGConfig, DDPGConfig, SACConfig,
+                               TD3Config, algorithm_class)
 from flowrl.algorithms.apex import apex_epsilon
 from flowrl.batch import SampleBatch
 from flowrl.errors import ConfigError, DivergedError
@@ -375,19 +375,22 @@ def test_td3_learns_pendulum():
 
 @pytest.mark.ray
 @pytest.mark.timeout(120)
-def test_td3_trains_from_a_ray_worker_and_sends_it_the_new_weights(ray_session):
-    config = TD3Config(**{**PENDULUM, "learning_starts": 100, "timesteps_per_iteration": 200,
-                          "evaluation_interval": None}, backend="ray", num_workers=1,
-                       rollout_fragment_length=4)
-    with TD3(config) as algo:
+@pytest.mark.parametrize("algo_cls, config", [
+    (TD3, lambda: TD3Config(**{**PENDULUM, "learning_starts": 100, "evaluation_interval": None,
+                               "timesteps_per_iteration": 200}, backend="ray", num_workers=1,
+                            rollout_fragment_length=4)),
+    (SAC, lambda: SACConfig(env="Pendulum-v1", learning_starts=100, timesteps_per_iteration=200,
+                            train_batch_size=128, Q_model=[64, 64], policy_model=[64, 64],
+                            seed=0, backend="ray", num_workers=1))], ids=["td3", "sac"])
+def test_trains_from_a_ray_worker_and_sends_it_the_new_weights(ray_session, algo_cls, config):
+    with algo_cls(config()) as algo:
         before = algo.get_policy().get_weights()
         result = algo.train()
         after = algo.get_policy().get_weights()
-        remote = algo.workers.remote_workers()[0].get_weights.remote()
-        remote = ray_session.get(remote)["default_policy"]
+        remote = ray_session.get(algo.workers.remote_workers()[0].get_weights.remote())
     assert result["timesteps_total"] >= 200 and result["info"]["num_steps_trained"] > 0
     assert any(not np.array_equal(before[k], after[k]) for k in after)
-    assert all(np.array_equal(after[k], remote[k]) for k in after)
+    assert all(np.array_equal(after[k], remote["default_policy"][k]) for k in after)
 
 
 @pytest.mark.slow

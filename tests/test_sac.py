@@ -243,7 +243,8 @@ def _learns_pendulum(config: SACConfig) -> list[float]:
 
 
 # Learning thresholds are slow tests (about 10 s local and 30 s on Ray on an idle
-# 2-core machine); the default suite checks the Ray path deterministically below.
+# 2-core machine); the default suite checks the Ray path deterministically
+# (test_ddpg.py's test_trains_from_a_ray_worker_and_sends_it_the_new_weights).
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_sac_learns_pendulum_on_the_embedded_backend():
@@ -258,21 +259,6 @@ def test_sac_learns_pendulum_with_ray_workers(ray_session):
     seen = _learns_pendulum(SACConfig(**PENDULUM, num_workers=1, backend="ray"))
     assert seen[-1] >= -200, seen
 
-
-@pytest.mark.ray
-@pytest.mark.timeout(120)
-def test_sac_trains_from_a_ray_worker_and_sends_it_the_new_weights(ray_session):
-    config = SACConfig(**{**PENDULUM, "learning_starts": 100, "timesteps_per_iteration": 200,
-                          "evaluation_interval": None}, num_workers=1, backend="ray")
-    with SAC(config) as algo:
-        before = algo.get_policy().get_weights()
-        result = algo.train()
-        after = algo.get_policy().get_weights()
-        remote = algo.workers.remote_workers()[0].get_weights.remote()
-        remote = ray_session.get(remote)["default_policy"]
-    assert result["timesteps_total"] >= 200 and result["info"]["num_steps_trained"] > 0
-    assert any(not np.array_equal(before[k], after[k]) for k in after)
-    assert all(np.array_equal(after[k], remote[k]) for k in after)
 
 
 def test_plan_is_dqns_replay_plan_with_a_soft_update_per_train_step():
