@@ -55,16 +55,17 @@ Policy:
   :class:`~flowrl.errors.WorkerError` naming the shard (``"from_range[1]"``).
 - Stop. Stages on adopted hosts are uninstalled (waited for at most
   :data:`STOP_WAIT_S`; a shard found stuck is sent the call but neither waited
-  for nor asked for its item counts, as its actor is busy in the call that hangs,
-  so a run that fails on a stuck shard stops at once); aggregators are asked to stop their sub-runs (so the
-  stages *they* installed on adopted hosts go too), then every actor this run
-  created is killed and its death awaited, all bounded by :data:`STOP_WAIT_S`.
+  for nor asked for its item counts, as its actor is busy in the call that
+  hangs, so a run that fails on a stuck shard stops at once); aggregators are
+  asked to stop their sub-runs (so the stages *they* installed on adopted hosts
+  go too), then every actor this run created is killed and its death awaited,
+  all bounded by :data:`STOP_WAIT_S`.
 
 State: ``_methods`` (per shard, its host's ``flowrl_pull`` method), ``_replied``
-(per shard, when its last reply was collected), ``_unanswered`` (the shards whose
-request went unanswered for ``remote_timeout_s``, until replaced) and ``_aggregators`` (ids of the
-aggregator handles this backend made, which need a ``flowrl_close`` before they
-are killed).
+(per shard, when its last reply was collected), ``_unanswered`` (the shards
+whose request went unanswered for ``remote_timeout_s``, until replaced) and
+``_aggregators`` (ids of the aggregator handles this backend made, which need a
+``flowrl_close`` before they are killed).
 """
 
 from __future__ import annotations
