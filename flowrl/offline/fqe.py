@@ -188,8 +188,8 @@ class FittedQEvaluation:
     def get_state(self) -> dict[str, Any]:
         """What the fit has learnt so far, for checkpoints: the Q-network, its target
         copy, the optimizer's state and the minibatch generator's state (the fit
-        carries on from batch to batch, so a restored run estimates as the saved
-        one would have)."""
+        carries on from batch to batch, so a restored run carries on from the fit
+        it had, not from an untrained network)."""
         return {"q": module_weights(self.q), "target": module_weights(self.target),
                 "optimizer": to_numpy_tree(self.optimizer.state_dict()),
                 "rng": self._rng.bit_generator.state}
