@@ -188,7 +188,9 @@ def test_from_actors_checks_restart_arguments():
 
 def test_stuck_host_is_ended_and_replaced(ray_session):
     hosts = [RemoteCounter.remote("ok"), RemoteCounter.remote("stuck", hang_at=3)]
-    stuck_pid = ray.get(hosts[1].pid.remote())
+    # both running first: remote_timeout_s also bounds the install, and an actor still
+    # starting on a loaded machine would be taken for a stuck one
+    _, stuck_pid = ray.get([h.pid.remote() for h in hosts])
     src = flowrl.from_actors(hosts, name="src", restart=replacement)
     try:
         with Plan(src.gather_async()).compile(backend="ray", remote_timeout_s=1.5) as run:
