@@ -230,6 +230,18 @@ def test_fqe_fits_carry_on_across_a_checkpoint(tmp_path):
     for before, after, start in zip(saved, restored, untrained):
         assert same(before, after) and not same(before, start)
         assert after["rng"] == before["rng"]
+    # and the next iteration, on the next batch read (the reader's position is in the
+    # checkpoint too), estimates exactly as the saved run goes on to
+    with MARWIL(config) as algo:
+        algo.train()
+        algo.save(str(tmp_path / "ck1"))
+        want = algo.train()
+    with MARWIL(config) as fresh:
+        fresh.restore(str(tmp_path / "ck1"))
+        got = fresh.train()
+    assert got["off_policy_estimation"]["fqe"] == want["off_policy_estimation"]["fqe"]
+    assert (got["evaluation"]["off_policy_estimation"]["fqe"]
+            == want["evaluation"]["off_policy_estimation"]["fqe"])
 
 
 def _leaves(tree, prefix=""):

@@ -513,3 +513,26 @@ def test_ray_workers_record_and_train_from_data(ray_session, tmp_path):
                      rollout_fragment_length=50, train_batch_size=100)) as algo:
         assert algo.train()["timesteps_total"] >= 100
         assert f"reads dataset {out} (json)" in algo.plan.to_dot()
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_restored_worker_reads_on_from_where_the_saved_one_was(tmp_path, shuffle):
+    # the reader's position is part of the worker's state: a worker restored from a
+    # checkpoint reads the batches the saved one would have read next, across passes
+    out, _ = record(tmp_path, "json", samples=5)
+
+    def worker():
+        return RolloutWorker("CartPole-v1", policy=PPOPolicy, rollout_fragment_length=40,
+                             seed=0, input=out, input_config={"format": "json",
+                                                              "shuffle": shuffle})
+    saved, fresh = worker(), worker()
+    for _ in range(7):   # into the second pass over the 5 recorded batches
+        saved.sample()
+    state = saved.get_state()
+    assert state["dataset_input"]["positions"] == [[1, 2]]
+    fresh.set_state(state)
+    for _ in range(6):
+        np.testing.assert_array_equal(fresh.sample()["obs"], saved.sample()["obs"])
+    assert fresh.input_reader().rows_read == saved.input_reader().rows_read
+    saved.stop()
+    fresh.stop()

@@ -23,9 +23,13 @@ Policy:
   decoded, is skipped with a :class:`~flowrl.FlowRLWarning` naming it
   (``on_error="skip"``) or raises a ConfigError naming it (``on_error="raise"``).
 
+- Position: :meth:`DatasetReader.batches` records where it is, ``(pass, pieces
+  of the pass taken)`` in ``position``, and starts from such a position when given
+  one, so a checkpointed run reads on from where it was instead of from the start.
+
 State: the file list, each file's pieces (found when the reader is built: a
-Parquet file's footer, a JSON file's line offsets), open file handles, and the
-pieces skipped so far (``skipped``).
+Parquet file's footer, a JSON file's line offsets), open file handles, the
+pieces skipped so far (``skipped``) and ``position``.
 
 >>> import tempfile
 >>> from flowrl.batch import SampleBatch
@@ -138,6 +142,7 @@ class DatasetReader:
         self.shard_index, self.num_shards, self.where = shard_index, num_shards, where
         self.files = list_files(self.paths, format, where)
         self.skipped: list[str] = []
+        self.position: tuple[int, int] = (0, 0)
         self._handles: dict[str, Any] = {}
         #: ``(file, key)`` of every piece of the dataset (key: a JSON line's offset,
         #: a Parquet row group's index), in file order.
@@ -192,36 +197,51 @@ class DatasetReader:
         """This reader's pieces, in file order."""
         return self.pieces[self.shard_index::self.num_shards]
 
-    def read_pass(self, pass_index: int = 0) -> Iterator[Batch]:
-        """The shard's pieces once, as batches (in a shuffled order with ``shuffle``:
-        drawn from ``seed`` and ``pass_index``). Unreadable pieces are skipped or
-        raise, per ``on_error``."""
+    def pass_order(self, pass_index: int) -> list[int]:
+        """The numbers of the shard's pieces in the order pass ``pass_index`` reads
+        them (shuffled with ``shuffle``: drawn from ``seed`` and ``pass_index``)."""
         order = list(range(len(self.pieces)))
         if self.shuffle:
             rng = np.random.default_rng([self.seed or 0, pass_index])
             order = rng.permutation(len(self.pieces)).tolist()
-        for i in order[self.shard_index::self.num_shards]:
-            path, key = self.pieces[i]
-            batch = self._guard(path, key, lambda: self.read_piece(path, key))
+        return order[self.shard_index::self.num_shards]
+
+    def _read(self, number: int) -> Batch | None:
+        path, key = self.pieces[number]
+        return self._guard(path, key, lambda: self.read_piece(path, key))
+
+    def read_pass(self, pass_index: int = 0) -> Iterator[Batch]:
+        """The shard's pieces once, as batches, in :meth:`pass_order`. Unreadable
+        pieces are skipped or raise, per ``on_error``."""
+        for number in self.pass_order(pass_index):
+            batch = self._read(number)
             if batch is not None:
                 yield batch
 
-    def batches(self) -> Iterator[Batch]:
-        """Passes over the shard, forever. A ConfigError when a whole pass yields
-        nothing (every piece of the shard skipped, or a shard with no piece)."""
-        pass_index = 0
+    def batches(self, position: tuple[int, int] = (0, 0)) -> Iterator[Batch]:
+        """Passes over the shard, forever, from ``position``: ``(pass, pieces of that
+        pass already taken)``, as ``self.position`` records it while this runs (a
+        piece counts once its batch is handed out, or once it is skipped). A
+        ConfigError when a whole pass yields nothing (every piece of the shard
+        skipped, or a shard with no piece)."""
+        pass_index, start = (int(v) for v in position)
+        self.position = (pass_index, start)
         while True:
-            empty = True
-            for batch in self.read_pass(pass_index):
-                empty = False
-                yield batch
-            if empty:
+            order, empty = self.pass_order(pass_index), True
+            for n in range(start, len(order)):
+                batch = self._read(order[n])
+                self.position = (pass_index, n + 1)
+                if batch is not None:
+                    empty = False
+                    yield batch
+            if empty and start == 0:
                 raise ConfigError(
                     f"{self.where}: shard {self.shard_index} of {self.num_shards} read nothing "
                     f"from {self.paths} ({len(self.pieces)} readable pieces in "
                     f"{len(self.files)} files, {len(self.skipped)} skipped); give more data "
                     "or fewer workers (each reads a disjoint share)")
-            pass_index += 1
+            pass_index, start = pass_index + 1, 0
+            self.position = (pass_index, 0)
 
     def read_piece(self, path: str, key: int) -> Batch:
         """The batch piece ``key`` of file ``path`` holds (errors are the format's)."""

@@ -224,6 +224,27 @@ class DatasetInput:
         self._rng = np.random.default_rng([seed or 0, shard_index, 7])
         self.rows_read = 0
 
+    def get_state(self) -> dict[str, Any]:
+        """Where each dataset source's reader is (``(pass, pieces taken)``; None for
+        the ``"sampler"`` source), the source draws' generator and ``rows_read``, for
+        checkpoints: a restored worker reads on from there."""
+        return {"positions": [None if r is None else list(r.position) for r in self.readers],
+                "rng": self._rng.bit_generator.state, "rows_read": self.rows_read}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`get_state` returned (of the same sources). A
+        checkpoint of another number of sources is a ConfigError."""
+        positions = state["positions"]
+        if len(positions) != len(self.readers):
+            raise ConfigError(f"input: the checkpoint's reader positions are for "
+                              f"{len(positions)} sources, this worker reads {len(self.readers)}; "
+                              "restore with the input it was saved with")
+        for i, (reader, position) in enumerate(zip(self.readers, positions)):
+            if reader is not None and position is not None:
+                self._streams[i] = reader.batches(tuple(position))
+        self._rng.bit_generator.state = state["rng"]
+        self.rows_read = int(state["rows_read"])
+
     def sample(self) -> Batch:
         """The next batch: from the source drawn (see the module docstring)."""
         i = 0 if len(self._streams) == 1 else int(

@@ -736,10 +736,14 @@ class RolloutWorker(ShardHost):
                                          if pid in weights})
 
     def get_state(self) -> dict[str, Any]:
-        """Every policy's state (weights, optimizer, RNG) for checkpoints."""
-        return {"policies": {pid: p.get_state() for pid, p in self.policy_map.items()},
-                "policies_to_train": list(self.policies_to_train),
-                "policy_versions": dict(self.policy_versions)}
+        """Every policy's state (weights, optimizer, RNG) for checkpoints, and where a
+        dataset input is in its datasets."""
+        state = {"policies": {pid: p.get_state() for pid, p in self.policy_map.items()},
+                 "policies_to_train": list(self.policies_to_train),
+                 "policy_versions": dict(self.policy_versions)}
+        if self.dataset_input is not None:
+            state["dataset_input"] = self.dataset_input.get_state()
+        return state
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Restore what :meth:`get_state` returned. A policy state that an older flowrl's
@@ -755,6 +759,10 @@ class RolloutWorker(ShardHost):
         # (checkpoints from before policy versions lack them: the versions stay)
         self.policy_versions.update({pid: int(v) for pid, v in
                                      state.get("policy_versions", {}).items()})
+        # (checkpoints from before reader positions, or of a worker that had read no
+        # dataset, lack them: the input reads from where it is)
+        if "dataset_input" in state:
+            self.input_reader().set_state(state["dataset_input"])
 
     def stop(self) -> None:
         """Finish the ``output`` files, close the dataset input's files and the envs
