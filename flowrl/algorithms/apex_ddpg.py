@@ -57,10 +57,10 @@ class ApexDDPGConfig(ApexSettings, DDPGConfig):
 class ApexDDPG(ApeX):
     """DDPG/TD3 with distributed prioritized replay; see the module docstring."""
 
-    example_env = "Pendulum-v1"
     config_class = ApexDDPGConfig
     policy_class = LazyClass("flowrl.policies.ddpg:DDPGPolicy")
     name = "apex_ddpg"
+    example_env = "Pendulum-v1"  # continuous actions only
 
     @classmethod
     def policy_config(cls, config: ApexDDPGConfig) -> dict[str, Any]:

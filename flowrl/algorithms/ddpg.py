@@ -161,10 +161,10 @@ class DDPG(DQN):
     """Deep deterministic policy gradient on DQN's replay plan; see the module
     docstring. ``algo.local_replay_buffer`` is the buffer the plan stores into."""
 
-    example_env = "Pendulum-v1"
     config_class = DDPGConfig
     policy_class = LazyClass("flowrl.policies.ddpg:DDPGPolicy")
     name = "ddpg"
+    example_env = "Pendulum-v1"  # continuous actions only
 
     @classmethod
     def policy_config(cls, config: DDPGConfig) -> dict[str, Any]:
