@@ -241,7 +241,6 @@ class DatasetReader:
                     f"{len(self.files)} files, {len(self.skipped)} skipped); give more data "
                     "or fewer workers (each reads a disjoint share)")
             pass_index, start = pass_index + 1, 0
-            self.position = (pass_index, 0)
 
     def read_piece(self, path: str, key: int) -> Batch:
         """The batch piece ``key`` of file ``path`` holds (errors are the format's)."""
