@@ -122,6 +122,21 @@ class Window:
                 "window_s": wall, "window_steps": steps, "first_result_s": self.first_result_s}
 
 
+def add_window_arguments(p: argparse.ArgumentParser, *, seconds: float,
+                         warmup: float) -> None:
+    """``--seconds`` and ``--warmup`` of each run's :class:`Window`."""
+    p.add_argument("--seconds", type=float, default=seconds, help="measured window per run")
+    p.add_argument("--warmup", type=float, default=warmup,
+                   help="seconds after the first steps before the window")
+
+
+def check_window_arguments(p: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse a window that cannot close; ``--quick`` shortens it (one seed, 4 s after 2 s)."""
+    if args.seconds <= 0 or args.warmup < 0:
+        p.error("--seconds must be > 0 and --warmup >= 0")
+    harness.shorten_for_quick(args, seeds=1, seconds=4.0, warmup=2.0)
+
+
 def conv_net(model: str, in_channels: int, num_actions: int):
     """The plain-torch CNN of ``model``: (logits head, value head) over one trunk."""
     from torch import nn
@@ -568,9 +583,7 @@ def parse(argv=None) -> argparse.Namespace:
                    help="IMPALA/APPO rows per SGD step (Sample Factory: its batch_size)")
     p.add_argument("--minibatch", type=int, default=200, help="PPO minibatch rows")
     p.add_argument("--sgd-iter", type=int, default=2, help="PPO epochs per rollout")
-    p.add_argument("--seconds", type=float, default=30.0, help="measured window per run")
-    p.add_argument("--warmup", type=float, default=15.0,
-                   help="seconds after the first steps before the window")
+    add_window_arguments(p, seconds=30.0, warmup=15.0)
     p.set_defaults(run_timeout=1200.0)  # a hung system (e.g. SF after an env error) ends
     p.add_argument("--sf-python", default=os.environ.get("SF_PYTHON", DEFAULT_SF_PYTHON),
                    help="the Python of Sample Factory's venv "
@@ -581,9 +594,7 @@ def parse(argv=None) -> argparse.Namespace:
                  "sgd_iter"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
-    if args.seconds <= 0 or args.warmup < 0:
-        p.error("--seconds must be > 0 and --warmup >= 0")
-    harness.shorten_for_quick(args, seeds=1, seconds=4.0, warmup=2.0)
+    check_window_arguments(p, args)
     return args
 
 

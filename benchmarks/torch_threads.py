@@ -23,7 +23,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402  (stdlib only)
-from atari_throughput import Window  # noqa: E402
+from atari_throughput import Window, add_window_arguments, check_window_arguments  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 ALGOS = ["impala", "appo", "ppo"]
@@ -81,14 +81,10 @@ def report(runs: list[dict], algos) -> None:
 def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--algos", nargs="+", default=ALGOS, choices=ALGOS)
-    p.add_argument("--seconds", type=float, default=45.0, help="measured window per run")
-    p.add_argument("--warmup", type=float, default=20.0,
-                   help="seconds after the first result before the window")
+    add_window_arguments(p, seconds=45.0, warmup=20.0)
     harness.add_arguments(p, default_seeds=3)
     args = p.parse_args(argv)
-    if args.seconds <= 0 or args.warmup < 0:
-        p.error("--seconds must be > 0 and --warmup >= 0")
-    harness.shorten_for_quick(args, seeds=1, seconds=4.0, warmup=2.0)
+    check_window_arguments(p, args)
     return args
 
 
