@@ -119,6 +119,53 @@ def test_adopted_actors_survive_and_serve_the_next_run(ray_session, numbers):
     assert ray_session.get([h.flowrl_ping.remote() for h in numbers]) == [True, True]
 
 
+class CountedNumbers(Numbers):
+    """Numbers that count which pull method the driver calls."""
+
+    def __init__(self, base=0):
+        super().__init__(base)
+        self.calls = {"flowrl_next": 0, "flowrl_pull": 0}
+
+    def flowrl_next(self):
+        self.calls["flowrl_next"] += 1
+        return super().flowrl_next()
+
+    def flowrl_pull(self, key, max_items=1):
+        self.calls["flowrl_pull"] += 1
+        return super().flowrl_pull(key, max_items)
+
+    def counts(self):
+        return dict(self.calls)
+
+
+def test_a_hosts_first_run_pulls_without_arguments_and_later_runs_name_their_key(ray_session):
+    # The first run on a host is its default: one-item pulls are flowrl_next() calls,
+    # which carry no arguments. A run installed beside it pulls by key; once the first
+    # run is gone, the next run installed is the default again.
+    host = ray_session.remote(num_cpus=0)(CountedNumbers).remote(0)
+    try:
+        counts = lambda: ray_session.get(host.counts.remote())  # noqa: E731
+        a = Plan(flowrl.from_actors([host]).gather_async()).compile(backend="ray")
+        b = Plan(flowrl.from_actors([host]).for_each(lambda x: -x).gather_async()).compile(
+            backend="ray")
+        try:
+            assert a.take(3) == [0, 1, 2]
+            assert b.take(3) == [0, -1, -2]
+            first = counts()
+            assert first["flowrl_next"] >= 3 and first["flowrl_pull"] >= 3
+            a.stop()
+            assert b.take(2) == [-3, -4]  # still by key: a guest stays a guest
+            assert counts()["flowrl_next"] == first["flowrl_next"]
+            with Plan(flowrl.from_actors([host]).gather_sync()).compile(backend="ray") as c:
+                assert c.take(2) == [0, 1]
+            assert counts()["flowrl_next"] >= first["flowrl_next"] + 2
+        finally:
+            a.stop()
+            b.stop()
+    finally:
+        ray_session.kill(host)
+
+
 def test_one_host_serves_two_runs_at_once(ray_session, numbers):
     a = Plan(flowrl.from_actors(numbers).gather_async(num_async=2)).compile(backend="ray")
     b = Plan(flowrl.from_actors(numbers).for_each(lambda x: -x).gather_sync()).compile(

@@ -21,11 +21,14 @@ Policy:
   become the actors' options, and placement keeps to the nodes that have them. Actors the user passed in
   (``from_actors``) are adopted: never killed, only this run's stage is
   uninstalled from them.
-- Requests. ``submit`` is one plain ``host.flowrl_pull.remote(key, n)`` call,
-  ``host.flowrl_pull.remote(key)`` for one item: every argument of an actor call
-  costs the driver tens of microseconds of CPU, about half of what an argument-free
-  call costs (what an item costs the driver is measured by
-  ``benchmarks/ray_overhead.py``).
+- Requests. ``submit`` is one plain actor call. One item of a run that is its
+  host's default (the host's first run, see ``runtime/shard_host.py``; always so
+  for the hosts a run creates) is ``host.flowrl_next.remote()``, with no
+  arguments: Ray binds and serializes each argument of an actor call, and for a
+  method that has parameters checks the call against its signature, which
+  together cost the driver about as much as the argument-free call itself (what
+  an item costs the driver is measured by ``benchmarks/ray_overhead.py``). Any
+  other pull is ``host.flowrl_pull.remote(key, n)``.
   Nothing sleeps or polls: whatever blocks goes through
   :func:`~flowrl.runtime.context.call_blocking`.
   ``wait_any`` (async gathers) first sweeps every pending ref without blocking
@@ -61,7 +64,8 @@ Policy:
   go too), then every actor this run created is killed and its death awaited,
   all bounded by :data:`STOP_WAIT_S`.
 
-State: ``_methods`` (per shard, its host's ``flowrl_pull`` method), ``_replied``
+State: ``_methods`` (per shard, its host's ``flowrl_pull`` method), ``_next`` (per
+shard whose run is its host's default, the host's ``flowrl_next``), ``_replied``
 (per shard, when its last reply was collected), ``_unanswered`` (the shards
 whose request went unanswered for ``remote_timeout_s``, until replaced) and
 ``_aggregators`` (ids of the aggregator handles this backend made, which need a
@@ -108,7 +112,8 @@ def remote_class(cls: type) -> Any:
 
 
 class RayRequest(Request):
-    """A request whose result is the object ``ref`` of a ``flowrl_pull`` call."""
+    """A request whose result is the object ``ref`` of a host call: a pull
+    (``flowrl_next`` or ``flowrl_pull``), or a replacement's ``flowrl_install``."""
 
     __slots__ = ("ref", "sent")
 
@@ -215,6 +220,7 @@ class RayBackend(Backend):
         self.remote_timeout_s = remote_timeout_s
         self._replied: dict[Shard, float] = {}
         self._methods: dict[Shard, Any] = {}
+        self._next: dict[Shard, Any] = {}
         self._unanswered: set[Shard] = set()
         self._nodes: list[str] | None = None  # alive node ids, read at the first item host
         self._item_hosts = 0
@@ -274,7 +280,15 @@ class RayBackend(Backend):
         timeout = self.remote_timeout_s
         if replacing and timeout is not None:
             timeout = max(timeout, START_WAIT_S)
-        self._fetch(calls, timeout)
+        for s, default in zip(shards, self._fetch(calls, timeout)):
+            self._installed(s, default)
+
+    def _installed(self, shard: Shard, default: Any) -> None:
+        """Note how to pull ``shard``: its run is its host's default, or a guest."""
+        if default is True:
+            self._next[shard] = shard.host.flowrl_next
+        else:
+            self._next.pop(shard, None)
 
     def begin_install(self, shard: Shard) -> Request:
         """One ``flowrl_install`` call, not awaited: a request among the gather's others
@@ -292,13 +306,18 @@ class RayBackend(Backend):
         return req
 
     # ------------------------------------------------------------------ requests
+    def end_install(self, request: Request) -> None:
+        self._installed(request.shard, request.result())
+
     def submit(self, shard: Shard, n: int) -> Request:
+        if n == 1:  # the gathers' usual request
+            nxt = self._next.get(shard)
+            if nxt is not None:
+                return RayRequest(shard, 1, nxt.remote())
         method = self._methods.get(shard)
         if method is None:
             method = self._methods[shard] = shard.host.flowrl_pull
-        # one item, the gathers' usual request, takes flowrl_pull's default count
-        return RayRequest(shard, n, method.remote(shard.key) if n == 1
-                          else method.remote(shard.key, n))
+        return RayRequest(shard, n, method.remote(shard.key, n))
 
     async def wait_all(self, requests: list[Request]) -> None:
         pending = [r for r in requests if not r.done]
@@ -460,6 +479,7 @@ class RayBackend(Backend):
 
     def forget(self, shard: Shard) -> None:
         self._methods.pop(shard, None)
+        self._next.pop(shard, None)
         self._replied.pop(shard, None)
         self._unanswered.discard(shard)
 

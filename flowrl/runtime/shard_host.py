@@ -10,18 +10,31 @@ The same methods are called in-process (local backend) and as Ray actor methods
 runs a run's stage (install, pull, uninstall) it is the *current host*:
 :func:`current_host` returns it to the shard-side functions it calls.
 
-State: per host, ``_flowrl_installed`` (run key -> its stream) and
-``_flowrl_stages`` (run key -> its stage, for item counts).
+The first run installed on a host with no other run becomes its *default* until
+that run uninstalls: ``flowrl_install`` returns True for it, and ``flowrl_next()``
+pulls one item of its stream with no arguments at all. On Ray the driver pulls a
+default run that way, since an actor call's arguments are most of what it costs
+the driver (see "Requests" in ``runtime/ray_backend.py``); other runs name their
+key in ``flowrl_pull``.
+
+State: per host, ``_flowrl_installed`` (run key -> its stream),
+``_flowrl_stages`` (run key -> its stage, for item counts) and
+``_flowrl_default`` (the default run's key, or None).
 
 >>> class Counter(ShardHost):
 ...     def shard_items(self):
 ...         return iter(range(5))
 >>> h = Counter()
 >>> h.flowrl_install("run-1", lambda items: (x * 10 for x in items))
+True
+>>> h.flowrl_install("run-2", lambda items: items)
+False
 >>> h.flowrl_pull("run-1", 2)
 ([0, 10], False)
+>>> h.flowrl_next(), h.flowrl_pull("run-2", 2)
+(([20], False), ([0, 1], False))
 >>> h.flowrl_pull("run-1", 10)
-([20, 30, 40], True)
+([30, 40], True)
 >>> h.flowrl_uninstall("run-1")
 """
 
@@ -85,14 +98,20 @@ class ShardHost:
             streams = self.__dict__["_flowrl_installed"] = {}
         return streams
 
-    def flowrl_install(self, key: str, stage: Stage) -> None:
-        """Start this host's stream for run ``key``: ``stage(iter(shard_items()))``."""
+    def flowrl_install(self, key: str, stage: Stage) -> bool:
+        """Start this host's stream for run ``key``: ``stage(iter(shard_items()))``.
+
+        Returns whether run ``key`` is now the host's default (no other run was
+        installed), whose items :meth:`flowrl_next` pulls."""
         token = CURRENT_HOST.set(self)
         try:
             self._flowrl_streams()[key] = stage(iter(self.shard_items()))
         finally:
             CURRENT_HOST.reset(token)
         self.__dict__.setdefault("_flowrl_stages", {})[key] = stage
+        if self.__dict__.get("_flowrl_default") is None:
+            self.__dict__["_flowrl_default"] = key
+        return self.__dict__["_flowrl_default"] == key
 
     def flowrl_item_counts(self, key: str) -> dict[str, int]:
         """Items each shard-local node of run ``key`` has emitted on this host."""
@@ -101,10 +120,7 @@ class ShardHost:
         return counts() if counts is not None else {}
 
     def flowrl_pull(self, key: str, max_items: int = 1) -> tuple[list[Any], bool]:
-        """Up to ``max_items`` next items of run ``key`` and whether the stream ended.
-
-        (``max_items`` has a default so that a Ray call for one item carries one
-        argument: see "Requests" in ``runtime/ray_backend.py``.)"""
+        """Up to ``max_items`` next items of run ``key`` and whether the stream ended."""
         stream = self._flowrl_streams()[key]
         items: list[Any] = []
         append = items.append
@@ -119,8 +135,21 @@ class ShardHost:
             CURRENT_HOST.reset(token)
         return items, False
 
+    def flowrl_next(self) -> tuple[list[Any], bool]:
+        """``flowrl_pull`` of one item of the default run (see :meth:`flowrl_install`).
+
+        It takes no arguments, so a Ray call of it carries none."""
+        key = self.__dict__.get("_flowrl_default")
+        if key is None:
+            raise FlowError(f"{type(self).__name__}.flowrl_next(): no run is installed "
+                            "on this host; install one first (flowrl_install)")
+        return self.flowrl_pull(key)
+
     def flowrl_uninstall(self, key: str) -> None:
-        """Drop run ``key``'s stream; other runs on this host are untouched."""
+        """Drop run ``key``'s stream; other runs on this host are untouched (a default
+        run's place is free again for the next run installed)."""
+        if self.__dict__.get("_flowrl_default") == key:
+            self.__dict__["_flowrl_default"] = None
         self.__dict__.get("_flowrl_stages", {}).pop(key, None)
         stream = self._flowrl_streams().pop(key, None)
         close = getattr(stream, "close", None)
