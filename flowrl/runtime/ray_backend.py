@@ -24,10 +24,10 @@ Policy:
 - Requests. ``submit`` is one plain actor call. One item of a run that is its
   host's default (the host's first run, see ``runtime/shard_host.py``; always so
   for the hosts a run creates) is ``host.flowrl_next.remote()``, with no
-  arguments: Ray binds and serializes each argument of an actor call, and for a
-  method that has parameters checks the call against its signature, which
-  together cost the driver about as much as the argument-free call itself (what
-  an item costs the driver is measured by ``benchmarks/ray_overhead.py``). Any
+  arguments, since each argument is serialized by the driver and read by the
+  actor: with the run's key gone from the call, the gathers moved from 0.72-0.91x
+  to 0.85-0.95x the items/s of a hand-written Ray loop
+  (``benchmarks/ray_overhead.py``, docs/benchmarks.md "Runtime overhead"). Any
   other pull is ``host.flowrl_pull.remote(key, n)``.
   Nothing sleeps or polls: whatever blocks goes through
   :func:`~flowrl.runtime.context.call_blocking`.

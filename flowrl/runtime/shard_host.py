@@ -13,8 +13,8 @@ runs a run's stage (install, pull, uninstall) it is the *current host*:
 The first run installed on a host with no other run becomes its *default* until
 that run uninstalls: ``flowrl_install`` returns True for it, and ``flowrl_next()``
 pulls one item of its stream with no arguments at all. On Ray the driver pulls a
-default run that way, since an actor call's arguments are most of what it costs
-the driver (see "Requests" in ``runtime/ray_backend.py``); other runs name their
+default run that way, since every argument of an actor call is serialized and
+read again (see "Requests" in ``runtime/ray_backend.py``); other runs name their
 key in ``flowrl_pull``.
 
 State: per host, ``_flowrl_installed`` (run key -> its stream),
