@@ -242,9 +242,9 @@ def _learns_pendulum(config: SACConfig) -> list[float]:
     return seen
 
 
-# Pendulum to -200 on both backends stays in the default suite (about 10 s local and
-# 30 s on Ray on an idle 2-core machine): the one fast learning check of the off-policy
-# continuous family on each backend. TD3's and Ape-X TD3's thresholds are slow tests.
+# Pendulum to -200 on both backends stays in the default suite: the one fast learning
+# check of the off-policy continuous family on each backend (seconds on an idle 2-core
+# machine). TD3's and Ape-X TD3's thresholds are slow tests.
 @pytest.mark.timeout(300)
 def test_sac_learns_pendulum_on_the_embedded_backend():
     seen = _learns_pendulum(SACConfig(**PENDULUM))
