@@ -36,6 +36,11 @@ False
 >>> h.flowrl_pull("run-1", 10)
 ([30, 40], True)
 >>> h.flowrl_uninstall("run-1")
+>>> try:
+...     h.flowrl_next()
+... except FlowError as e:
+...     print(str(e)[:51])
+Counter.flowrl_next(): this host has no default run
 """
 
 from __future__ import annotations
@@ -141,8 +146,9 @@ class ShardHost:
         It takes no arguments, so a Ray call of it carries none."""
         key = self.__dict__.get("_flowrl_default")
         if key is None:
-            raise FlowError(f"{type(self).__name__}.flowrl_next(): no run is installed "
-                            "on this host; install one first (flowrl_install)")
+            raise FlowError(f"{type(self).__name__}.flowrl_next(): this host has no default "
+                            "run (none installed, or the first one has stopped); pull a "
+                            "run by its key with flowrl_pull(key)")
         return self.flowrl_pull(key)
 
     def flowrl_uninstall(self, key: str) -> None:
