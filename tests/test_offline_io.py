@@ -151,18 +151,20 @@ def test_files_hold_at_most_max_rows_and_lose_none(tmp_path_factory, sizes, max_
 
 
 KILLED_WRITER = textwrap.dedent("""
-    import sys
+    import sys, time
     import numpy as np
     from flowrl.batch import SampleBatch
     from flowrl.offline.writer import DatasetWriter
-    w = DatasetWriter(sys.argv[1], format=sys.argv[2], max_rows_per_file=5000)
+    w = DatasetWriter(sys.argv[1], format=sys.argv[2], max_rows_per_file=10000)
     images = np.zeros((100, 32, 32), np.uint8)
     i = 0
     while True:
         w.write(SampleBatch(obs=images + (i % 200), t=np.arange(i * 100, (i + 1) * 100)))
         i += 1
-        if i == 60:
+        if i == 110:  # one whole file, and 1,000 rows into the next
             print("ready", flush=True)
+        if i >= 110:  # then 100 rows per 10 ms at most: the next boundary is 0.9 s away
+            time.sleep(0.01)
 """)
 
 
@@ -173,7 +175,7 @@ def test_a_killed_writer_leaves_only_whole_files(tmp_path, fmt):
                             stdout=subprocess.PIPE, env={**os.environ})
     try:
         assert proc.stdout.readline().strip() == b"ready"
-        time.sleep(0.3)           # it keeps writing: the kill lands mid-file
+        time.sleep(0.3)  # it keeps writing: the kill lands mid-file, a file open
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -183,7 +185,7 @@ def test_a_killed_writer_leaves_only_whole_files(tmp_path, fmt):
     assert finished
     reader = DatasetReader([out], format=fmt, on_error="raise")   # every file whole
     for path in finished:
-        assert sum(reader.read_piece(p, k).count for p, k in reader.pieces if p == path) == 5000
+        assert sum(reader.read_piece(p, k).count for p, k in reader.pieces if p == path) == 10000
 
 
 # -- RLlib 1.x JSON -------------------------------------------------------------------
