@@ -326,7 +326,8 @@ def main(argv=None) -> None:
     child_args = harness.forward(args, "frames", "curve_every", "checkpoint_every", "resume_dir",
                                  "quick")
     runs, meta = harness.run(args, "dqn_pong", __file__, args.systems, child_args,
-                             meta={"frames": args.frames, "spec": SPEC}, settings=s)
+                             meta={"frames": args.frames, "spec": SPEC}, settings=s,
+                             resumable=args.resume_dir is not None)
     report(runs, meta["frames"])
 
 

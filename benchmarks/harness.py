@@ -583,13 +583,14 @@ def forward(args: argparse.Namespace, *names: str) -> list[str]:
 
 def run(args: argparse.Namespace, name: str, script: str, systems: Sequence[str],
         child_args: Sequence[str] = (), meta: dict | None = None,
-        settings: Settings | None = None) -> tuple[list[dict], dict]:
+        settings: Settings | None = None, resumable: bool = False) -> tuple[list[dict], dict]:
     """:func:`run_all` with the settings ``args`` describe (or ``settings``); returns
     the run records and the invocation's ``meta``. With ``--report`` nothing runs and
     both come from the saved file, so a table shows the settings it was measured at.
     """
     s = settings if settings is not None else settings_from(args)
-    runs, path = run_all(name, os.path.abspath(script), systems, s, child_args, meta)
+    runs, path = run_all(name, os.path.abspath(script), systems, s, child_args, meta,
+                         resumable=resumable)
     if s.report_from is not None:
         meta = json.loads(Path(path).read_text())["meta"]
     return runs, meta if meta is not None else {}
@@ -728,14 +729,19 @@ def reserve_path(results_dir: Path, name: str, stamp: str) -> Path:
 
 
 def run_all(name: str, script: str, systems: Sequence[str], s: Settings,
-            child_args: Sequence[str] = (), meta: dict | None = None) -> tuple[list[dict], Path]:
+            child_args: Sequence[str] = (), meta: dict | None = None,
+            resumable: bool = False) -> tuple[list[dict], Path]:
     """Run every (system, seed) interleaved; returns the run records and the JSON path.
 
     With ``s.report_from`` set, nothing runs: the saved file's records are returned.
 
     A run that fails (non-zero exit, no result) is recorded and not repeated; a
     run that overlapped foreign load is recorded as discarded and repeated up to
-    ``s.max_attempts`` times unless ``s.idle_wait`` is off.
+    ``s.max_attempts`` times unless ``s.idle_wait`` is off. A ``resumable`` run (one
+    sitting of a run that saves its state when it ends) is never repeated: the repeat
+    would resume from the state the discarded sitting saved and train the next
+    sitting. Its record stays discarded, so its speed counts nowhere; its training
+    stands, and the next clean sitting reports the whole curve.
     """
     if s.report_from is not None:
         doc = json.loads(Path(s.report_from).read_text())
@@ -774,6 +780,11 @@ def run_all(name: str, script: str, systems: Sequence[str], s: Settings,
                 print("  " + (rec["log_tail"] or "").strip().replace("\n", "\n  ")[-1500:],
                       flush=True)
             if rec["ok"] is False or clean:
+                break
+            if resumable:
+                print("  not repeated: this sitting saved its state, and a repeat would "
+                      "train the next one; run the same command again for a clean sitting",
+                      flush=True)
                 break
     print(f"raw results: {path}")
     return doc["runs"], path

@@ -388,7 +388,8 @@ def main(argv=None) -> None:
                                    "timesteps": args.timesteps,
                                    "sitting_steps": args.sitting_steps,
                                    "matched": MATCHED[args.algo],
-                                   "cleanrl_score": CLEANRL_SCORES.get((args.algo, args.env))})
+                                   "cleanrl_score": CLEANRL_SCORES.get((args.algo, args.env))},
+                             resumable=True)
     report(runs, meta)
 
 

@@ -302,7 +302,7 @@ def main(argv=None) -> None:
                                 "dataset_steps": args.dataset_steps,
                                 "cql_updates": args.cql_updates, "bc_updates": args.bc_updates,
                                 "eval_episodes": args.eval_episodes},
-                          settings=s)
+                          settings=s, resumable=True)
     report(runs, args.env)
 
 

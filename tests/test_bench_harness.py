@@ -244,6 +244,31 @@ def test_run_all_records_a_failed_child_and_a_good_one(tmp_path, capsys):
     assert not any(os.path.exists(log) for _, log in logs)
 
 
+@pytest.mark.parametrize("resumable", [False, True])
+def test_an_overlapped_sitting_of_a_resumable_run_is_not_repeated(tmp_path, monkeypatch,
+                                                                   capsys, resumable):
+    # Each child is one sitting: it advances a state file, as mujoco_offpolicy.py's runs
+    # do. Repeating a discarded sitting would train the next one, so a resumable run is
+    # recorded as discarded once; other runs are repeated up to max_attempts.
+    state = tmp_path / "sittings"
+    script = tmp_path / "bench.py"
+    script.write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(ROOT / 'benchmarks')!r})\n"
+        "import harness\n"
+        f"with open({str(state)!r}, 'a') as f:\n"
+        "    f.write('sitting\\n')\n"
+        "harness.write_result({'value': 1})\n")
+    monkeypatch.setattr(harness, "wait_for_idle", lambda s, log=print: 0.0)
+    monkeypatch.setattr(harness, "overlap_reason", lambda *a, **k: "load on purpose")
+    s = harness.Settings(seeds=[0], results_dir=tmp_path / "out", sample_interval=0.05,
+                         run_timeout=60, max_attempts=3)
+    runs, _ = harness.run_all("t", str(script), ["one"], s, resumable=resumable)
+    sittings = state.read_text().splitlines()
+    assert len(sittings) == len(runs) == (1 if resumable else 3)
+    assert all(r["ok"] and not r["valid"] for r in runs)
+    assert ("not repeated" in capsys.readouterr().out) == resumable
+
 
 def test_run_child_kills_what_a_finished_run_left_behind(tmp_path):
     script = tmp_path / "bench.py"
