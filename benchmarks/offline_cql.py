@@ -113,13 +113,20 @@ class Progress:
 
 
 class Sitting:
-    """The wall-clock budget of this invocation (``--sitting-minutes``)."""
+    """The wall-clock budget of this invocation (``--sitting-minutes``), and its
+    progress lines (at most one a minute: every stage runs for many minutes)."""
 
     def __init__(self, minutes: float | None):
         self.deadline = None if not minutes else time.time() + 60 * minutes
+        self.last_progress = time.time()
 
     def over(self) -> bool:
         return self.deadline is not None and time.time() > self.deadline
+
+    def progress(self, message: str) -> None:
+        if time.time() - self.last_progress >= 60:
+            harness.progress(message)
+            self.last_progress = time.time()
 
 
 def behaviour(args, p: Progress, sitting: Sitting) -> bool:
@@ -138,6 +145,7 @@ def behaviour(args, p: Progress, sitting: Sitting) -> bool:
         while not (window.score() >= args.behaviour_target or steps >= args.sac_max_steps
                    or sitting.over()):
             steps = algo.train()["timesteps_total"]
+            sitting.progress(f"SAC {steps:,} steps, score {window.score():,.0f}")
         harness.progress(f"SAC {steps:,} steps, score {window.score():,.0f}")
         algo.save(str(ckpt))
         np.savez(p.dir / "behaviour_weights.npz", **algo.get_policy().get_weights())
@@ -165,6 +173,7 @@ def record(args, p: Progress, sitting: Sitting) -> bool:
         while rows < args.dataset_steps and not sitting.over():
             rows += worker.sample().count   # acting only: the policy is not trained
             returns += [e["episode_reward"] for e in worker.episode_stats()]
+            sitting.progress(f"dataset {rows:,} rows")
     finally:
         algo.stop()   # closes the dataset's files
     done = rows >= args.dataset_steps
@@ -189,6 +198,7 @@ def train_offline(name: str, cls, config, updates: int, args, p: Progress,
         while done_updates < updates and not sitting.over():
             r = algo.train()
             done_updates = r["info"]["num_steps_trained"] // 256
+            sitting.progress(f"{name} {done_updates:,} updates")
         stepped = CountingEnv.steps - before + (p["offline_env_steps"] or 0)
         figures = {f"{name}_updates": done_updates, "offline_env_steps": stepped}
         if done_updates >= updates:

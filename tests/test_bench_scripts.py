@@ -697,3 +697,14 @@ def test_offline_cql_progress_survives_a_new_sitting(tmp_path):
     p.save(stage="dataset", dataset_rows=5000)
     again = bench.Progress(tmp_path / "seed0")
     assert again["stage"] == "dataset" and again["dataset_rows"] == 5000
+
+
+def test_offline_cql_shows_progress_within_a_stage_at_most_once_a_minute(capsys):
+    import offline_cql as bench
+    sitting = bench.Sitting(None)
+    sitting.progress("SAC 1,000 steps")          # under a minute since the sitting began
+    sitting.last_progress -= 61
+    sitting.progress("SAC 2,000 steps")
+    sitting.progress("SAC 3,000 steps")          # the minute starts again
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 1 and lines[0].endswith("] SAC 2,000 steps")
