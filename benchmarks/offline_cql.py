@@ -3,10 +3,13 @@
 One system, ``flowrl``, each seed a fresh process (see ``benchmarks/harness.py``)
 running the pipeline, stage by stage:
 
-1. **Behaviour policy.** SAC at CleanRL's Hopper settings trains until the mean
-   return of its last 10 training episodes reaches ``--behaviour-target`` (1100,
-   about a third of an expert's 3300: D4RL's "medium") or ``--sac-max-steps`` run
-   out.
+1. **Behaviour policy.** SAC at CleanRL's Hopper settings trains until it scores
+   ``--behaviour-target`` (1100, about a third of an expert's 3300: D4RL's
+   "medium") or ``--sac-max-steps`` run out. It is judged by
+   ``--behaviour-episodes`` (20) evaluation episodes acting stochastically, as it
+   will record, taken whenever the mean of its last 10 training episodes reaches
+   the target: a window of training episodes alone can catch a lucky streak (a
+   first run's window read 1,137 where its recording returned 513).
 2. **Dataset.** ``--dataset-steps`` env steps (1M) of that policy acting
    stochastically, as it trained, written by ``output`` (Parquet). The behaviour
    return is the mean return of the episodes recorded.
@@ -28,7 +31,13 @@ buffer, the dataset's finished files, CQL's and BC's checkpoints, and
 ``progress.json``) and exits; the next invocation with the same options goes on
 from there. A child that stops before the end reports ``complete: false`` and the
 stage it reached. Delete a seed's state directory (or pass ``--restart``) to start
-over.
+over, or pass ``--redo-from STAGE`` to discard that stage's results and the later
+stages' and go on from the state before it (``behaviour``: SAC goes on training from
+its checkpoint until it meets the behaviour criterion again).
+
+Every stage runs torch on ``--torch-threads`` (2: the machine's cores; this script
+makes no throughput claim, and a CQL update, compute-bound in its 7,680-row critic
+passes, runs about 1.6x as fast on two threads as on one).
 
     python benchmarks/offline_cql.py --sitting-minutes 240     # one seed, in sittings
     python benchmarks/offline_cql.py --quick --no-idle-wait    # smoke run (Pendulum-v1)
@@ -50,7 +59,8 @@ import harness  # noqa: E402  (stdlib only)
 from training import EpisodeWindow, spy_episodes  # noqa: E402  (stdlib only at import)
 
 SYSTEMS = ["flowrl"]
-KEYS = ["sac_env_steps", "behaviour_train_score", "dataset_rows", "behaviour_return",
+KEYS = ["sac_env_steps", "behaviour_train_score", "behaviour_eval", "dataset_rows",
+        "behaviour_return",
         "cql_eval", "bc_eval", "cql_over_behaviour", "cql_over_bc", "offline_env_steps"]
 STAGES = ("behaviour", "dataset", "cql", "bc", "done")
 NET = {"fcnet_hiddens": [256, 256], "fcnet_activation": "relu"}
@@ -134,16 +144,32 @@ def behaviour(args, p: Progress, sitting: Sitting) -> bool:
     import numpy as np
 
     from flowrl.algorithms import SAC, SACConfig
-    algo = SAC(SACConfig(env=args.env, seed=args.seed, **SAC_SETTINGS))
+    algo = SAC(SACConfig(env=args.env, seed=args.seed, **SAC_SETTINGS,
+                         evaluation_config={"explore": True},
+                         evaluation_duration=args.behaviour_episodes))
     ckpt = p.dir / "sac"
     window = EpisodeWindow(WINDOW, p["sac_window"] or [], 0)
+    evaluated, evaluated_at = None, None
+
+    def good_enough() -> bool:
+        """The behaviour criterion (module docstring), evaluating at most once per
+        training iteration."""
+        nonlocal evaluated, evaluated_at
+        if not window.score() >= args.behaviour_target:   # NaN before any episode
+            return False
+        if evaluated_at != steps:
+            evaluated = algo.evaluate()["evaluation"]["episode_reward_mean"]
+            evaluated_at = steps
+            harness.progress(f"SAC {steps:,} steps, score {window.score():,.0f}, evaluated "
+                             f"{evaluated:,.0f} over {args.behaviour_episodes} episodes")
+        return evaluated >= args.behaviour_target
+
     try:
         if p["sac_env_steps"]:
             algo.restore(str(ckpt))
         spy_episodes(algo, window.add_returns)
         steps = p["sac_env_steps"] or 0
-        while not (window.score() >= args.behaviour_target or steps >= args.sac_max_steps
-                   or sitting.over()):
+        while not (good_enough() or steps >= args.sac_max_steps or sitting.over()):
             steps = algo.train()["timesteps_total"]
             sitting.progress(f"SAC {steps:,} steps, score {window.score():,.0f}")
         harness.progress(f"SAC {steps:,} steps, score {window.score():,.0f}")
@@ -151,9 +177,11 @@ def behaviour(args, p: Progress, sitting: Sitting) -> bool:
         np.savez(p.dir / "behaviour_weights.npz", **algo.get_policy().get_weights())
     finally:
         algo.stop()
-    done = window.score() >= args.behaviour_target or steps >= args.sac_max_steps
+    done = (evaluated is not None and evaluated >= args.behaviour_target
+            or steps >= args.sac_max_steps)
     p.save(sac_env_steps=steps, sac_window=list(window.returns),
-           behaviour_train_score=window.score(), stage="dataset" if done else "behaviour")
+           behaviour_train_score=window.score(), behaviour_eval=evaluated,
+           stage="dataset" if done else "behaviour")
     return done
 
 
@@ -213,10 +241,43 @@ def train_offline(name: str, cls, config, updates: int, args, p: Progress,
     return done
 
 
+def seed_dir(args, seed: int) -> Path:
+    """Where one seed's state lives between sittings."""
+    return Path(args.state_dir) / f"{args.env}{'-quick' if args.quick else ''}-seed{seed}"
+
+
+#: What each stage leaves in a seed's directory: its figures in ``progress.json``
+#: and its files.
+STAGE_OUTPUTS = {
+    "behaviour": (("sac_env_steps", "sac_window", "behaviour_train_score", "behaviour_eval"),
+                  ("behaviour_weights.npz",)),
+    "dataset": (("dataset_rows", "behaviour_returns", "behaviour_return"), ("data",)),
+    "cql": (("cql_updates", "cql_eval", "offline_env_steps"), ("cql",)),
+    "bc": (("bc_updates", "bc_eval"), ("bc",)),
+}
+
+
+def redo_from(p: Progress, stage: str) -> None:
+    """Discard the results of ``stage`` and of every later stage, so the next
+    sitting starts there. SAC's checkpoint stays: redoing ``behaviour`` trains on
+    from it (``sac_env_steps`` and its episode window are kept for that)."""
+    if p["stage"] is None or STAGES.index(p["stage"]) < STAGES.index(stage):
+        raise SystemExit(f"--redo-from {stage}: {p.dir} has not reached that stage "
+                         f"(it is at {p['stage']!r})")
+    for later in STAGES[STAGES.index(stage):-1]:
+        figures, files = STAGE_OUTPUTS[later]
+        for name in files:
+            path = p.dir / name
+            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+        for key in figures:
+            if not (later == "behaviour" and key in ("sac_env_steps", "sac_window")):
+                p.data.pop(key, None)
+    p.save(stage=stage)
+
+
 def child(args) -> dict:
     from flowrl.algorithms import BC, CQL, BCConfig, CQLConfig
-    p = Progress(Path(args.state_dir) / f"{args.env}{'-quick' if args.quick else ''}"
-                                        f"-seed{args.seed}")
+    p = Progress(seed_dir(args, args.seed))
     sitting = Sitting(args.sitting_minutes)
     data = str(p.dir / "data")
     common = dict(env=CountingEnv(args.env), input=data, seed=args.seed,
@@ -240,6 +301,7 @@ def child(args) -> dict:
     return {"complete": p["stage"] == "done", "stage": p["stage"],
             "sac_env_steps": p["sac_env_steps"],
             "behaviour_train_score": p["behaviour_train_score"],
+            "behaviour_eval": p["behaviour_eval"],
             "dataset_rows": p["dataset_rows"], "behaviour_return": behaviour_return,
             "cql_eval": cql, "bc_eval": bc,
             "cql_over_behaviour": over(cql, behaviour_return), "cql_over_bc": over(cql, bc),
@@ -256,6 +318,7 @@ def report(runs: list[dict], env: str) -> None:
     groups = harness.summarize(runs, KEYS, [])
     harness.print_groups(groups, [
         ("SAC steps to behaviour", "sac_env_steps", "{:,.0f}"),
+        ("behaviour policy evaluated (stochastic)", "behaviour_eval", "{:,.1f}"),
         ("dataset rows", "dataset_rows", "{:,.0f}"),
         ("behaviour return", "behaviour_return", "{:,.1f}"),
         ("CQL (eval)", "cql_eval", "{:,.1f}"), ("BC (eval)", "bc_eval", "{:,.1f}"),
@@ -271,6 +334,8 @@ def main(argv=None) -> None:
     p.add_argument("--systems", nargs="*", default=SYSTEMS, choices=SYSTEMS)
     p.add_argument("--env", default="Hopper-v5")
     p.add_argument("--behaviour-target", type=float, default=1100.0)
+    p.add_argument("--behaviour-episodes", type=int, default=20,
+                   help="evaluation episodes that judge the behaviour policy")
     p.add_argument("--sac-max-steps", type=int, default=1_000_000)
     p.add_argument("--dataset-steps", type=int, default=1_000_000)
     p.add_argument("--cql-updates", type=int, default=200_000)
@@ -281,6 +346,9 @@ def main(argv=None) -> None:
     p.add_argument("--state-dir", default=str(DEFAULT_STATE_DIR))
     p.add_argument("--restart", action="store_true",
                    help="delete the state of this invocation's seeds first")
+    p.add_argument("--redo-from", choices=STAGES[:-1],
+                   help="discard this stage's results and the later stages', keep the rest")
+    p.add_argument("--torch-threads", type=int, default=2)
     harness.add_arguments(p, default_seeds=1)
     args = p.parse_args(argv)
     if args.quick:   # Pendulum, tiny sizes: a smoke run of every stage
@@ -289,26 +357,31 @@ def main(argv=None) -> None:
         CQL_SETTINGS.update(bc_iters=5, num_actions=2)
     if args.quick:
         args.env = "Pendulum-v1"
-    harness.shorten_for_quick(args, seeds=1, behaviour_target=-2000.0,
+    harness.shorten_for_quick(args, seeds=1, behaviour_target=-2000.0, behaviour_episodes=2,
                               sac_max_steps=400, dataset_steps=2000, cql_updates=10,
                               bc_updates=4, eval_episodes=1)
     if args.child:
         import torch
-        torch.set_num_threads(1)
+        torch.set_num_threads(args.torch_threads)
         harness.write_result(child(args))
         return
-    if args.restart:
-        for seed in harness.settings_from(args).seeds:
-            shutil.rmtree(Path(args.state_dir) / f"{args.env}{'-quick' if args.quick else ''}"
-                                                 f"-seed{seed}", ignore_errors=True)
+    for seed in harness.settings_from(args).seeds:
+        directory = seed_dir(args, seed)
+        if args.restart:
+            shutil.rmtree(directory, ignore_errors=True)
+        elif args.redo_from:
+            redo_from(Progress(directory), args.redo_from)
     s = harness.settings_from(args)
     s.run_timeout = max(s.run_timeout, 24 * 3600.0)
     runs, _ = harness.run(args, f"offline_cql-{args.env}", __file__, args.systems,
-                          harness.forward(args, "env", "behaviour_target", "sac_max_steps",
+                          harness.forward(args, "env", "behaviour_target", "behaviour_episodes",
+                                          "sac_max_steps", "torch_threads",
                                           "dataset_steps", "cql_updates", "bc_updates",
                                           "eval_episodes", "sitting_minutes", "state_dir", "quick"),
                           meta={"sac": SAC_SETTINGS, "cql": CQL_SETTINGS, "bc": BC_SETTINGS,
                                 "env": args.env, "behaviour_target": args.behaviour_target,
+                                "behaviour_episodes": args.behaviour_episodes,
+                                "torch_threads": args.torch_threads,
                                 "dataset_steps": args.dataset_steps,
                                 "cql_updates": args.cql_updates, "bc_updates": args.bc_updates,
                                 "eval_episodes": args.eval_episodes},

@@ -708,3 +708,26 @@ def test_offline_cql_shows_progress_within_a_stage_at_most_once_a_minute(capsys)
     sitting.progress("SAC 3,000 steps")          # the minute starts again
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 1 and lines[0].endswith("] SAC 2,000 steps")
+
+
+def test_offline_cql_redo_from_discards_a_stage_and_the_later_ones(tmp_path):
+    import offline_cql as bench
+    p = bench.Progress(tmp_path / "seed0")
+    for name in ("sac", "data", "cql"):
+        (p.dir / name).mkdir(parents=True)
+    (p.dir / "behaviour_weights.npz").write_bytes(b"w")
+    p.save(stage="bc", sac_env_steps=50000, sac_window=[1.0], behaviour_train_score=1.0,
+           behaviour_eval=900.0, dataset_rows=10, behaviour_return=5.0, cql_updates=7,
+           cql_eval=3.0, offline_env_steps=0)
+    bench.redo_from(p, "dataset")
+    again = bench.Progress(tmp_path / "seed0")
+    assert again["stage"] == "dataset" and again["dataset_rows"] is None
+    assert again["cql_eval"] is None and not (p.dir / "data").exists()
+    assert not (p.dir / "cql").exists() and again["behaviour_eval"] == 900.0
+    bench.redo_from(again, "behaviour")   # SAC trains on from its checkpoint
+    again = bench.Progress(tmp_path / "seed0")
+    assert again["stage"] == "behaviour" and again["behaviour_eval"] is None
+    assert again["sac_env_steps"] == 50000 and again["sac_window"] == [1.0]
+    assert (p.dir / "sac").exists() and not (p.dir / "behaviour_weights.npz").exists()
+    with pytest.raises(SystemExit, match="has not reached that stage"):
+        bench.redo_from(again, "cql")
