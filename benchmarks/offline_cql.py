@@ -35,7 +35,7 @@ over, or pass ``--redo-from STAGE`` to discard that stage's results and the late
 stages' and go on from the state before it (``behaviour``: SAC goes on training from
 its checkpoint until it meets the behaviour criterion again).
 
-Every stage runs torch on ``--torch-threads`` (2: the machine's cores; this script
+Every stage's Algorithm runs torch on ``--torch-threads`` (2: the machine's cores; this script
 makes no throughput claim, and a CQL update, compute-bound in its 7,680-row critic
 passes, runs about 1.6x as fast on two threads as on one).
 
@@ -361,8 +361,8 @@ def main(argv=None) -> None:
                               sac_max_steps=400, dataset_steps=2000, cql_updates=10,
                               bc_updates=4, eval_episodes=1)
     if args.child:
-        import torch
-        torch.set_num_threads(args.torch_threads)
+        for settings in (SAC_SETTINGS, CQL_SETTINGS, BC_SETTINGS):
+            settings["torch_threads"] = args.torch_threads   # each Algorithm sets it
         harness.write_result(child(args))
         return
     for seed in harness.settings_from(args).seeds:
