@@ -22,7 +22,10 @@ running the pipeline, stage by stage:
    1e-3, evaluated the same way.
 
 Reported: the behaviour return, CQL's and BC's evaluated returns, CQL / behaviour
-and CQL / BC. **Target:** CQL above the behaviour return.
+and CQL / BC. **Target:** CQL above the behaviour return. CQL and BC are also
+evaluated every ``--eval-every`` updates (10,000); the result's ``cql_curve`` and
+``bc_curve`` hold those ``[updates, return]`` pairs (evaluation steps are not
+counted in ``offline_env_steps``).
 
 Sittings. The pipeline takes many hours on 2 CPUs, so each invocation works at most
 ``--sitting-minutes`` (default: no limit), then saves where it is under
@@ -33,7 +36,10 @@ from there. A child that stops before the end reports ``complete: false`` and th
 stage it reached. Delete a seed's state directory (or pass ``--restart``) to start
 over, or pass ``--redo-from STAGE`` to discard that stage's results and the later
 stages' and go on from the state before it (``behaviour``: SAC goes on training from
-its checkpoint until it meets the behaviour criterion again).
+its checkpoint until it meets the behaviour criterion again). CQL and BC save their
+checkpoints at every stop, finished or not: an invocation asking for more
+``--cql-updates`` (or ``--bc-updates``) than were trained goes back to that stage and
+continues it.
 
 Every stage's Algorithm runs torch on ``--torch-threads`` (2: the machine's cores; this script
 makes no throughput claim, and a CQL update, compute-bound in its 7,680-row critic
@@ -60,8 +66,8 @@ from training import EpisodeWindow, spy_episodes  # noqa: E402  (stdlib only at 
 
 SYSTEMS = ["flowrl"]
 KEYS = ["sac_env_steps", "behaviour_train_score", "behaviour_eval", "dataset_rows",
-        "behaviour_return",
-        "cql_eval", "bc_eval", "cql_over_behaviour", "cql_over_bc", "offline_env_steps"]
+        "behaviour_return", "cql_eval", "bc_eval", "cql_over_behaviour", "cql_over_bc",
+        "offline_env_steps"]
 STAGES = ("behaviour", "dataset", "cql", "bc", "done")
 NET = {"fcnet_hiddens": [256, 256], "fcnet_activation": "relu"}
 #: CleanRL's sac_continuous_action.py settings (as benchmarks/mujoco_offpolicy.py).
@@ -212,33 +218,69 @@ def record(args, p: Progress, sitting: Sitting) -> bool:
     return done
 
 
+def evaluated(algo) -> float:
+    """``algo``'s evaluated mean return; the env steps of evaluation are not
+    training's, so ``CountingEnv.steps`` is left as it was."""
+    before = CountingEnv.steps
+    mean = algo.evaluate()["evaluation"]["episode_reward_mean"]
+    CountingEnv.steps = before
+    return mean
+
+
 def train_offline(name: str, cls, config, updates: int, args, p: Progress,
                   sitting: Sitting) -> bool:
-    """Stages 3 and 4: ``updates`` updates of ``cls`` from the dataset, then its
-    evaluated return; True when done."""
+    """Stages 3 and 4: ``updates`` updates of ``cls`` from the dataset, evaluated
+    every ``--eval-every`` updates on the way (``<name>_curve``) and at the end
+    (``<name>_eval``); True when done. Its checkpoint is saved at every stop, so a
+    later sitting asking for more updates continues it (:func:`reopen_to_extend`)."""
+    after = STAGES[STAGES.index(name) + 1]
+    if p[f"{name}_eval"] is not None and (p[f"{name}_updates"] or 0) >= updates:
+        p.save(stage=after)   # done in an earlier sitting; a stage before it was extended
+        return True
     ckpt = p.dir / name
     algo = cls(config)
     before = CountingEnv.steps
+    curve = p[f"{name}_curve"] or []
     try:
         if p[f"{name}_updates"]:
             algo.restore(str(ckpt))
         done_updates = p[f"{name}_updates"] or 0
         while done_updates < updates and not sitting.over():
-            r = algo.train()
+            last, r = done_updates, algo.train()
             done_updates = r["info"]["num_steps_trained"] // 256
             sitting.progress(f"{name} {done_updates:,} updates")
+            if args.eval_every and done_updates // args.eval_every > last // args.eval_every:
+                curve.append([done_updates, evaluated(algo)])
+                harness.progress(f"{name} {done_updates:,} updates, evaluated "
+                                 f"{curve[-1][1]:,.1f}")
         stepped = CountingEnv.steps - before + (p["offline_env_steps"] or 0)
-        figures = {f"{name}_updates": done_updates, "offline_env_steps": stepped}
+        figures = {f"{name}_updates": done_updates, "offline_env_steps": stepped,
+                   f"{name}_curve": curve}
         if done_updates >= updates:
-            figures[f"{name}_eval"] = algo.evaluate()["evaluation"]["episode_reward_mean"]
+            figures[f"{name}_eval"] = evaluated(algo)
             harness.progress(f"{name}: {figures[f'{name}_eval']:,.1f}")
-        else:
-            algo.save(str(ckpt))
+        algo.save(str(ckpt))
     finally:
         algo.stop()
     done = done_updates >= updates
-    p.save(**figures, stage=STAGES[STAGES.index(name) + 1] if done else name)
+    p.save(**figures, stage=after if done else name)
     return done
+
+
+def reopen_to_extend(p: Progress, wanted: dict[str, int]) -> None:
+    """Go back to the first offline stage (``cql``, ``bc``) that finished with fewer
+    updates than ``wanted`` now asks, dropping its final evaluation: it continues
+    from its checkpoint. The stages after it keep their results."""
+    for name in ("cql", "bc"):
+        past = STAGES.index(p["stage"]) > STAGES.index(name)
+        if past and (p[f"{name}_updates"] or 0) < wanted[name]:
+            if not (p.dir / name).exists():
+                raise SystemExit(f"{p.dir}: {name} finished at {p[f'{name}_updates']:,} "
+                                 f"updates without a checkpoint to continue from; pass "
+                                 f"--redo-from {name} to train it again")
+            p.data.pop(f"{name}_eval", None)
+            p.save(stage=name)
+            return
 
 
 def seed_dir(args, seed: int) -> Path:
@@ -252,8 +294,8 @@ STAGE_OUTPUTS = {
     "behaviour": (("sac_env_steps", "sac_window", "behaviour_train_score", "behaviour_eval"),
                   ("behaviour_weights.npz",)),
     "dataset": (("dataset_rows", "behaviour_returns", "behaviour_return"), ("data",)),
-    "cql": (("cql_updates", "cql_eval", "offline_env_steps"), ("cql",)),
-    "bc": (("bc_updates", "bc_eval"), ("bc",)),
+    "cql": (("cql_updates", "cql_eval", "cql_curve", "offline_env_steps"), ("cql",)),
+    "bc": (("bc_updates", "bc_eval", "bc_curve"), ("bc",)),
 }
 
 
@@ -268,7 +310,10 @@ def redo_from(p: Progress, stage: str) -> None:
         figures, files = STAGE_OUTPUTS[later]
         for name in files:
             path = p.dir / name
-            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
         for key in figures:
             if not (later == "behaviour" and key in ("sac_env_steps", "sac_window")):
                 p.data.pop(key, None)
@@ -291,6 +336,7 @@ def child(args) -> dict:
         "bc": lambda: train_offline("bc", BC, BCConfig(**common, **BC_SETTINGS),
                                     args.bc_updates, args, p, sitting),
     }
+    reopen_to_extend(p, {"cql": args.cql_updates, "bc": args.bc_updates})
     while p["stage"] != "done" and steps[p["stage"]]():
         pass
     cql, bc, behaviour_return = (p["cql_eval"], p["bc_eval"], p["behaviour_return"])
@@ -303,7 +349,8 @@ def child(args) -> dict:
             "behaviour_train_score": p["behaviour_train_score"],
             "behaviour_eval": p["behaviour_eval"],
             "dataset_rows": p["dataset_rows"], "behaviour_return": behaviour_return,
-            "cql_eval": cql, "bc_eval": bc,
+            "cql_eval": cql, "bc_eval": bc, "cql_curve": p["cql_curve"],
+            "bc_curve": p["bc_curve"],
             "cql_over_behaviour": over(cql, behaviour_return), "cql_over_bc": over(cql, bc),
             "offline_env_steps": p["offline_env_steps"],
             "reached": bool(cql is not None and behaviour_return is not None
@@ -341,6 +388,8 @@ def main(argv=None) -> None:
     p.add_argument("--cql-updates", type=int, default=200_000)
     p.add_argument("--bc-updates", type=int, default=50_000)
     p.add_argument("--eval-episodes", type=int, default=10)
+    p.add_argument("--eval-every", type=int, default=10_000,
+                   help="evaluate CQL and BC every this many updates too (0: only at the end)")
     p.add_argument("--sitting-minutes", type=float, default=None,
                    help="work at most this long, then save and stop (default: no limit)")
     p.add_argument("--state-dir", default=str(DEFAULT_STATE_DIR))
@@ -358,7 +407,7 @@ def main(argv=None) -> None:
     if args.quick:
         args.env = "Pendulum-v1"
     harness.shorten_for_quick(args, seeds=1, behaviour_target=-2000.0, behaviour_episodes=2,
-                              sac_max_steps=400, dataset_steps=2000, cql_updates=10,
+                              sac_max_steps=400, dataset_steps=2000, cql_updates=10, eval_every=50,
                               bc_updates=4, eval_episodes=1)
     if args.child:
         for settings in (SAC_SETTINGS, CQL_SETTINGS, BC_SETTINGS):
@@ -374,10 +423,12 @@ def main(argv=None) -> None:
     s = harness.settings_from(args)
     s.run_timeout = max(s.run_timeout, 24 * 3600.0)
     runs, _ = harness.run(args, f"offline_cql-{args.env}", __file__, args.systems,
-                          harness.forward(args, "env", "behaviour_target", "behaviour_episodes",
-                                          "sac_max_steps", "torch_threads",
-                                          "dataset_steps", "cql_updates", "bc_updates",
-                                          "eval_episodes", "sitting_minutes", "state_dir", "quick"),
+                          harness.forward(args, "env", "behaviour_target",
+                                          "behaviour_episodes", "sac_max_steps",
+                                          "torch_threads", "dataset_steps", "cql_updates",
+                                          "bc_updates", "eval_episodes", "eval_every",
+                                          "sitting_minutes",
+                                          "state_dir", "quick"),
                           meta={"sac": SAC_SETTINGS, "cql": CQL_SETTINGS, "bc": BC_SETTINGS,
                                 "env": args.env, "behaviour_target": args.behaviour_target,
                                 "behaviour_episodes": args.behaviour_episodes,

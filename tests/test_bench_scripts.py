@@ -731,3 +731,19 @@ def test_offline_cql_redo_from_discards_a_stage_and_the_later_ones(tmp_path):
     assert (p.dir / "sac").exists() and not (p.dir / "behaviour_weights.npz").exists()
     with pytest.raises(SystemExit, match="has not reached that stage"):
         bench.redo_from(again, "cql")
+
+
+def test_offline_cql_asking_for_more_updates_reopens_a_finished_stage(tmp_path):
+    import offline_cql as bench
+    p = bench.Progress(tmp_path / "seed0")
+    (p.dir / "cql").mkdir(parents=True)
+    p.save(stage="done", cql_updates=60000, cql_eval=800.0, bc_updates=50000, bc_eval=1500.0)
+    bench.reopen_to_extend(p, {"cql": 60000, "bc": 50000})   # nothing more asked
+    assert p["stage"] == "done"
+    bench.reopen_to_extend(p, {"cql": 100000, "bc": 50000})
+    again = bench.Progress(tmp_path / "seed0")
+    assert again["stage"] == "cql" and again["cql_eval"] is None
+    assert again["cql_updates"] == 60000 and again["bc_eval"] == 1500.0
+    p.save(stage="done", cql_eval=900.0)
+    with pytest.raises(SystemExit, match="without a checkpoint to continue from"):
+        bench.reopen_to_extend(p, {"cql": 60000, "bc": 80000})   # no bc/ checkpoint
