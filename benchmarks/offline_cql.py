@@ -218,7 +218,7 @@ def record(args, p: Progress, sitting: Sitting) -> bool:
     return done
 
 
-def evaluated(algo) -> float:
+def evaluate_return(algo) -> float:
     """``algo``'s evaluated mean return; the env steps of evaluation are not
     training's, so ``CountingEnv.steps`` is left as it was."""
     before = CountingEnv.steps
@@ -250,14 +250,14 @@ def train_offline(name: str, cls, config, updates: int, args, p: Progress,
             done_updates = r["info"]["num_steps_trained"] // 256
             sitting.progress(f"{name} {done_updates:,} updates")
             if args.eval_every and done_updates // args.eval_every > last // args.eval_every:
-                curve.append([done_updates, evaluated(algo)])
+                curve.append([done_updates, evaluate_return(algo)])
                 harness.progress(f"{name} {done_updates:,} updates, evaluated "
                                  f"{curve[-1][1]:,.1f}")
         stepped = CountingEnv.steps - before + (p["offline_env_steps"] or 0)
         figures = {f"{name}_updates": done_updates, "offline_env_steps": stepped,
                    f"{name}_curve": curve}
         if done_updates >= updates:
-            figures[f"{name}_eval"] = evaluated(algo)
+            figures[f"{name}_eval"] = evaluate_return(algo)
             harness.progress(f"{name}: {figures[f'{name}_eval']:,.1f}")
         algo.save(str(ckpt))
     finally:
