@@ -289,10 +289,10 @@ def seed_dir(args, seed: int) -> Path:
 
 
 #: What each stage leaves in a seed's directory: its figures in ``progress.json``
-#: and its files.
+#: and its files. SAC's checkpoint, its step count and its episode window are not
+#: among them: redoing ``behaviour`` trains on from them.
 STAGE_OUTPUTS = {
-    "behaviour": (("sac_env_steps", "sac_window", "behaviour_train_score", "behaviour_eval"),
-                  ("behaviour_weights.npz",)),
+    "behaviour": (("behaviour_train_score", "behaviour_eval"), ("behaviour_weights.npz",)),
     "dataset": (("dataset_rows", "behaviour_returns", "behaviour_return"), ("data",)),
     "cql": (("cql_updates", "cql_eval", "cql_curve", "offline_env_steps"), ("cql",)),
     "bc": (("bc_updates", "bc_eval", "bc_curve"), ("bc",)),
@@ -301,8 +301,7 @@ STAGE_OUTPUTS = {
 
 def redo_from(p: Progress, stage: str) -> None:
     """Discard the results of ``stage`` and of every later stage, so the next
-    sitting starts there. SAC's checkpoint stays: redoing ``behaviour`` trains on
-    from it (``sac_env_steps`` and its episode window are kept for that)."""
+    sitting starts there (:data:`STAGE_OUTPUTS` says what each stage leaves)."""
     if p["stage"] is None or STAGES.index(p["stage"]) < STAGES.index(stage):
         raise SystemExit(f"--redo-from {stage}: {p.dir} has not reached that stage "
                          f"(it is at {p['stage']!r})")
@@ -315,8 +314,7 @@ def redo_from(p: Progress, stage: str) -> None:
             else:
                 path.unlink(missing_ok=True)
         for key in figures:
-            if not (later == "behaviour" and key in ("sac_env_steps", "sac_window")):
-                p.data.pop(key, None)
+            p.data.pop(key, None)
     p.save(stage=stage)
 
 
