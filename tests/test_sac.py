@@ -242,15 +242,17 @@ def _learns_pendulum(config: SACConfig) -> list[float]:
     return seen
 
 
-# Pendulum to -200 on both backends stays in the default suite: the one fast learning
-# check of the off-policy continuous family on each backend (seconds on an idle 2-core
-# machine). TD3's and Ape-X TD3's thresholds are slow tests.
+# Pendulum to -200 on each backend is a learning threshold, so a slow test (as TD3's
+# and Ape-X TD3's); the default suite checks the updates themselves (the update and
+# discrete-arm tests above) and the Ray path's mechanics (below).
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_sac_learns_pendulum_on_the_embedded_backend():
     seen = _learns_pendulum(SACConfig(**PENDULUM))
     assert seen[-1] >= -200, seen
 
 
+@pytest.mark.slow
 @pytest.mark.ray
 @pytest.mark.timeout(300)
 def test_sac_learns_pendulum_with_ray_workers(ray_session):
@@ -259,6 +261,28 @@ def test_sac_learns_pendulum_with_ray_workers(ray_session):
     seen = _learns_pendulum(SACConfig(**PENDULUM, num_workers=1, backend="ray",
                                       rollout_fragment_length=4, training_intensity=128))
     assert seen[-1] >= -200, seen
+
+
+@pytest.mark.ray
+@pytest.mark.timeout(120)
+def test_sac_trains_on_a_ray_workers_samples_and_syncs_its_weights(ray_session):
+    # the default suite's check of the Ray path (the learning run above is slow): the
+    # remote worker's fragments fill the buffer, training_intensity sets the train
+    # steps, and the worker acts with the weights trained
+    config = SACConfig(env="Pendulum-v1", num_workers=1, backend="ray", learning_starts=64,
+                       train_batch_size=32, rollout_fragment_length=16,
+                       training_intensity=64, timesteps_per_iteration=256, **SMALL)
+    with SAC(config) as algo:
+        r = algo.train()
+        sampled, trained = r["info"]["num_steps_sampled"], r["info"]["num_steps_trained"]
+        assert sampled >= 256 and len(algo.local_replay_buffer) == sampled
+        # 64 rows trained per row sampled past learning_starts, to within one fragment's share
+        assert abs(trained - 64 * (sampled - 64)) <= 64 * 16, (trained, sampled)
+        local = algo.get_policy().get_weights()
+        [remote] = algo.workers.foreach_remote_worker(lambda w: w.get_policy().get_weights())
+    assert local.keys() == remote.keys()
+    for k in local:
+        np.testing.assert_array_equal(local[k], remote[k])
 
 
 
