@@ -13,19 +13,22 @@ running the pipeline, stage by stage:
 2. **Dataset.** ``--dataset-steps`` env steps (1M) of that policy acting
    stochastically, as it trained, written by ``output`` (Parquet). The behaviour
    return is the mean return of the episodes recorded.
-3. **CQL** (``input`` the dataset; RLlib 1.x's CQL settings for MuJoCo: 256x256
-   networks, actor rate 3e-5, critic 3e-4, entropy 1e-4, ``bc_iters`` 20000,
-   ``min_q_weight`` 5, 10 sampled actions) for ``--cql-updates`` updates of 256
-   rows, then ``--eval-episodes`` greedy episodes on the env. The env is never
-   stepped for training (an env wrapper counts: ``offline_env_steps`` stays 0).
-4. **BC** on the same data, 256x256, ``--bc-updates`` batches of 256 rows, rate
-   1e-3, evaluated the same way.
+3. **CQL** (``input`` the dataset; the settings of RLlib 1.x's tuned example for
+   D4RL's hopper-medium, ``hopper-cql.yaml``: 256x256x256 networks, actor rate 1e-4,
+   critic 3e-4, entropy 1e-4, ``bc_iters`` 20000, ``min_q_weight`` 5, 10 sampled
+   actions) for ``--cql-updates`` updates of 256 rows, then ``--eval-episodes``
+   greedy episodes on the env. The env is never stepped for training (an env
+   wrapper counts: ``offline_env_steps`` stays 0).
+4. **BC** on the same data, with CQL's policy network (256x256x256),
+   ``--bc-updates`` batches of 256 rows, rate 1e-3, evaluated the same way.
 
 Reported: the behaviour return, CQL's and BC's evaluated returns, CQL / behaviour
 and CQL / BC. **Target:** CQL above the behaviour return. CQL and BC are also
 evaluated every ``--eval-every`` updates (10,000); the result's ``cql_curve`` and
 ``bc_curve`` hold those ``[updates, return]`` pairs (evaluation steps are not
-counted in ``offline_env_steps``).
+counted in ``offline_env_steps``), and ``cql_learner`` and ``bc_learner`` the
+learner's figures of the last iteration before each point (for CQL: ``mean_q``,
+``cql_loss``, ``entropy``, ``alpha_value``, ...), to show why a curve moves.
 
 Sittings. The pipeline takes many hours on 2 CPUs, so each invocation works at most
 ``--sitting-minutes`` (default: no limit), then saves where it is under
@@ -70,6 +73,8 @@ KEYS = ["sac_env_steps", "behaviour_train_score", "behaviour_eval", "dataset_row
         "offline_env_steps"]
 STAGES = ("behaviour", "dataset", "cql", "bc", "done")
 NET = {"fcnet_hiddens": [256, 256], "fcnet_activation": "relu"}
+#: RLlib 1.x's hopper-cql.yaml networks, for CQL's critics and actor and for BC.
+NET3 = {"fcnet_hiddens": [256, 256, 256], "fcnet_activation": "relu"}
 #: CleanRL's sac_continuous_action.py settings (as benchmarks/mujoco_offpolicy.py).
 SAC_SETTINGS = dict(num_workers=0, rollout_fragment_length=1, train_batch_size=256,
                     gamma=0.99, tau=0.005, buffer_size=1_000_000, learning_starts=5000,
@@ -77,14 +82,14 @@ SAC_SETTINGS = dict(num_workers=0, rollout_fragment_length=1, train_batch_size=2
                     optimization={"actor_learning_rate": 3e-4, "critic_learning_rate": 1e-3,
                                   "entropy_learning_rate": 1e-3},
                     checkpoint_replay_buffer=True, timesteps_per_iteration=1000)
-#: RLlib 1.x's CQL settings for MuJoCo.
-CQL_SETTINGS = dict(train_batch_size=256, buffer_size=1_000_000, Q_model=NET,
-                    policy_model=NET, bc_iters=20000, min_q_weight=5.0, num_actions=10,
+#: RLlib 1.x's tuned CQL example for D4RL's hopper-medium (hopper-cql.yaml).
+CQL_SETTINGS = dict(train_batch_size=256, buffer_size=1_000_000, Q_model=NET3,
+                    policy_model=NET3, bc_iters=20000, min_q_weight=5.0, num_actions=10,
                     temperature=1.0, tau=0.005, target_network_update_freq=0,
-                    optimization={"actor_learning_rate": 3e-5, "critic_learning_rate": 3e-4,
+                    optimization={"actor_learning_rate": 1e-4, "critic_learning_rate": 3e-4,
                                   "entropy_learning_rate": 1e-4})
 BC_SETTINGS = dict(lr=1e-3, train_batch_size=256, rollout_fragment_length=256,
-                   model=NET, postprocess_inputs=True, input_config={"shuffle": True})
+                   model=NET3, postprocess_inputs=True, input_config={"shuffle": True})
 WINDOW = 10
 DEFAULT_STATE_DIR = Path(__file__).resolve().parents[1] / "runs" / "offline_cql"
 
@@ -227,6 +232,13 @@ def evaluate_return(algo) -> float:
     return mean
 
 
+def learner_figures(result: dict) -> dict[str, float]:
+    """The default policy's learner figures in a ``train()`` result, numbers only."""
+    stats = result["info"]["learner"].get("default_policy", {})
+    return {k: float(v) for k, v in stats.items()
+            if isinstance(v, (int, float)) and math.isfinite(v)}
+
+
 def train_offline(name: str, cls, config, updates: int, args, p: Progress,
                   sitting: Sitting) -> bool:
     """Stages 3 and 4: ``updates`` updates of ``cls`` from the dataset, evaluated
@@ -240,7 +252,7 @@ def train_offline(name: str, cls, config, updates: int, args, p: Progress,
     ckpt = p.dir / name
     algo = cls(config)
     before = CountingEnv.steps
-    curve = p[f"{name}_curve"] or []
+    curve, learner = p[f"{name}_curve"] or [], p[f"{name}_learner"] or []
     try:
         if p[f"{name}_updates"]:
             algo.restore(str(ckpt))
@@ -251,11 +263,12 @@ def train_offline(name: str, cls, config, updates: int, args, p: Progress,
             sitting.progress(f"{name} {done_updates:,} updates")
             if args.eval_every and done_updates // args.eval_every > last // args.eval_every:
                 curve.append([done_updates, evaluate_return(algo)])
+                learner.append({"updates": done_updates, **learner_figures(r)})
                 harness.progress(f"{name} {done_updates:,} updates, evaluated "
                                  f"{curve[-1][1]:,.1f}")
         stepped = CountingEnv.steps - before + (p["offline_env_steps"] or 0)
         figures = {f"{name}_updates": done_updates, "offline_env_steps": stepped,
-                   f"{name}_curve": curve}
+                   f"{name}_curve": curve, f"{name}_learner": learner}
         if done_updates >= updates:
             figures[f"{name}_eval"] = evaluate_return(algo)
             harness.progress(f"{name}: {figures[f'{name}_eval']:,.1f}")
@@ -294,8 +307,9 @@ def seed_dir(args, seed: int) -> Path:
 STAGE_OUTPUTS = {
     "behaviour": (("behaviour_train_score", "behaviour_eval"), ("behaviour_weights.npz",)),
     "dataset": (("dataset_rows", "behaviour_returns", "behaviour_return"), ("data",)),
-    "cql": (("cql_updates", "cql_eval", "cql_curve", "offline_env_steps"), ("cql",)),
-    "bc": (("bc_updates", "bc_eval", "bc_curve"), ("bc",)),
+    "cql": (("cql_updates", "cql_eval", "cql_curve", "cql_learner", "offline_env_steps"),
+            ("cql",)),
+    "bc": (("bc_updates", "bc_eval", "bc_curve", "bc_learner"), ("bc",)),
 }
 
 
@@ -348,7 +362,8 @@ def child(args) -> dict:
             "behaviour_eval": p["behaviour_eval"],
             "dataset_rows": p["dataset_rows"], "behaviour_return": behaviour_return,
             "cql_eval": cql, "bc_eval": bc, "cql_curve": p["cql_curve"],
-            "bc_curve": p["bc_curve"],
+            "bc_curve": p["bc_curve"], "cql_learner": p["cql_learner"],
+            "bc_learner": p["bc_learner"],
             "cql_over_behaviour": over(cql, behaviour_return), "cql_over_bc": over(cql, bc),
             "offline_env_steps": p["offline_env_steps"],
             "reached": bool(cql is not None and behaviour_return is not None

@@ -718,11 +718,12 @@ def test_offline_cql_redo_from_discards_a_stage_and_the_later_ones(tmp_path):
     (p.dir / "behaviour_weights.npz").write_bytes(b"w")
     p.save(stage="bc", sac_env_steps=50000, sac_window=[1.0], behaviour_train_score=1.0,
            behaviour_eval=900.0, dataset_rows=10, behaviour_return=5.0, cql_updates=7,
-           cql_eval=3.0, offline_env_steps=0)
+           cql_eval=3.0, cql_learner=[{"updates": 7, "mean_q": 1.0}], offline_env_steps=0)
     bench.redo_from(p, "dataset")
     again = bench.Progress(tmp_path / "seed0")
     assert again["stage"] == "dataset" and again["dataset_rows"] is None
     assert again["cql_eval"] is None and not (p.dir / "data").exists()
+    assert again["cql_learner"] is None
     assert not (p.dir / "cql").exists() and again["behaviour_eval"] == 900.0
     bench.redo_from(again, "behaviour")   # SAC trains on from its checkpoint
     again = bench.Progress(tmp_path / "seed0")
@@ -731,6 +732,13 @@ def test_offline_cql_redo_from_discards_a_stage_and_the_later_ones(tmp_path):
     assert (p.dir / "sac").exists() and not (p.dir / "behaviour_weights.npz").exists()
     with pytest.raises(SystemExit, match="has not reached that stage"):
         bench.redo_from(again, "cql")
+
+
+def test_offline_cql_keeps_the_learners_numeric_figures_for_its_curve():
+    import offline_cql as bench
+    result = {"info": {"learner": {"default_policy": {
+        "mean_q": 201.5, "cql_loss": 3, "name": "x", "bad": math.nan}}}}
+    assert bench.learner_figures(result) == {"mean_q": 201.5, "cql_loss": 3.0}
 
 
 def test_offline_cql_asking_for_more_updates_reopens_a_finished_stage(tmp_path):
