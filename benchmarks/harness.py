@@ -706,7 +706,8 @@ def run_child(script: str, system: str, seed: int, child_args: Sequence[str],
             "log_tail": None if ok else tail}
 
 
-def _git_commit() -> str | None:
+def git_commit() -> str | None:
+    """The checked-out commit of this repository, or None outside git."""
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
                               cwd=Path(__file__).parent, timeout=10).stdout.strip() or None
@@ -751,7 +752,7 @@ def run_all(name: str, script: str, systems: Sequence[str], s: Settings,
     s.results_dir.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     path = reserve_path(s.results_dir, name, stamp)
-    doc = {"benchmark": name, "started_utc": stamp, "argv": sys.argv, "commit": _git_commit(),
+    doc = {"benchmark": name, "started_utc": stamp, "argv": sys.argv, "commit": git_commit(),
            "host": {"cpus": os.cpu_count(), "platform": platform.platform(),
                     "python": platform.python_version()},
            "settings": {k: (str(v) if isinstance(v, Path) else v)

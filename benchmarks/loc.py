@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     doc = {"benchmark": "loc", "started_utc": stamp, "argv": sys.argv,
-           "commit": harness._git_commit(), **measure()}
+           "commit": harness.git_commit(), **measure()}
     report(doc)
     s.results_dir.mkdir(parents=True, exist_ok=True)
     path = s.results_dir / f"loc-{stamp}.json"

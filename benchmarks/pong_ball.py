@@ -91,7 +91,7 @@ def main(argv=None) -> None:
     s.results_dir.mkdir(parents=True, exist_ok=True)
     path = harness.reserve_path(s.results_dir, "pong_ball", stamp)
     path.write_text(json.dumps({"benchmark": "pong_ball", "started_utc": stamp, "argv": sys.argv,
-                                "commit": harness._git_commit(), "seeds": s.seeds,
+                                "commit": harness.git_commit(), "seeds": s.seeds,
                                 "frames": frames, "every": args.every, "contrast": found},
                                indent=1))
     print(f"raw results: {path}")

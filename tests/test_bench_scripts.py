@@ -350,8 +350,9 @@ def test_run_all_knows_every_benchmark_script():
                             capture_output=True, text=True, check=True).stdout.split()
     stems = {name.split("-")[0] for name in listed}
     # harness and training serve the scripts; gpu_learner checks the GPU learner path
-    # on a machine with a GPU: no benchmark
-    scripts = {p.stem for p in (ROOT / "benchmarks").glob("*.py")} - {"harness", "training", "gpu_learner"}
+    # on a machine with a GPU, cql_probe a checkpoint of offline_cql's: no benchmark
+    scripts = {p.stem for p in (ROOT / "benchmarks").glob("*.py")} - {
+        "harness", "training", "gpu_learner", "cql_probe"}
     assert scripts <= stems, f"run_all.sh misses {sorted(scripts - stems)}"
 
 
@@ -755,3 +756,34 @@ def test_offline_cql_asking_for_more_updates_reopens_a_finished_stage(tmp_path):
     p.save(stage="done", cql_eval=900.0)
     with pytest.raises(SystemExit, match="without a checkpoint to continue from"):
         bench.reopen_to_extend(p, {"cql": 60000, "bc": 80000})   # no bc/ checkpoint
+
+
+def test_cql_probe_rates_the_data_the_actor_and_random_actions(tmp_path):
+    import cql_probe
+    import numpy as np
+    import gymnasium as gym
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from flowrl.policies.cql import CQLPolicy
+    ends = np.array([False, True, True])
+    np.testing.assert_allclose(cql_probe.discounted_returns(np.array([1.0, 1.0, 2.0]), ends, 0.5),
+                               [1.5, 1.0, 2.0])
+    # two files; in the first, rows 0-1 are one episode (row 1 starts from row 0's new_obs)
+    obs = np.array([[0.0, 0.0], [1.0, 1.0], [5.0, 5.0]], np.float32)
+    new_obs = np.array([[1.0, 1.0], [2.0, 2.0], [6.0, 6.0]], np.float32)
+    for i in range(2):
+        pq.write_table(pa.table({"obs": list(obs), "actions": [np.zeros(1, np.float32)] * 3,
+                                 "new_obs": list(new_obs), "rewards": [1.0, 1.0, 2.0]}),
+                       tmp_path / f"part-{i}.parquet")
+    rows = cql_probe.load_rows(tmp_path, gamma=0.5)
+    np.testing.assert_allclose(rows["returns"], [1.5, 1.0, 2.0] * 2)
+    assert rows["obs"].shape == (6, 2) and rows["actions"].shape == (6, 1)
+    with pytest.raises(SystemExit, match="no Parquet files"):
+        cql_probe.load_rows(tmp_path / "missing", gamma=0.5)
+    policy = CQLPolicy(gym.spaces.Box(-10, 10, (2,)), gym.spaces.Box(-1, 1, (1,)), seed=0,
+                       Q_model=[8], policy_model=[8])
+    figures = cql_probe.probe(policy, rows["obs"], rows["actions"], rows["returns"])
+    assert figures["observed_return"] == pytest.approx(1.5)
+    assert 0.0 <= figures["greedy_above_data"] <= 1.0 and figures["greedy_gap"] >= 0.0
+    assert {"q_data", "q_greedy", "q_sample", "q_uniform", "corr_q_return"} <= set(figures)
