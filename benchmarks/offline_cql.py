@@ -42,7 +42,8 @@ stages' and go on from the state before it (``behaviour``: SAC goes on training 
 its checkpoint until it meets the behaviour criterion again). CQL and BC save their
 checkpoints at every stop, finished or not: an invocation asking for more
 ``--cql-updates`` (or ``--bc-updates``) than were trained goes back to that stage and
-continues it.
+continues it. A stage trained with other settings than the script's (an older
+version's) is not continued: the invocation stops, naming the settings that differ.
 
 Every stage's Algorithm runs torch on ``--torch-threads`` (2: the machine's cores; this script
 makes no throughput claim, and a CQL update, compute-bound in its 7,680-row critic
@@ -239,6 +240,24 @@ def learner_figures(result: dict) -> dict[str, float]:
             if isinstance(v, (int, float)) and math.isfinite(v)}
 
 
+def stage_settings(name: str) -> dict:
+    """The settings that shape a stage's checkpoint and curve, as JSON stores them
+    (``torch_threads`` left out: it changes neither)."""
+    settings = {"cql": CQL_SETTINGS, "bc": BC_SETTINGS}[name]
+    return json.loads(json.dumps({k: v for k, v in settings.items() if k != "torch_threads"}))
+
+
+def check_settings(p: Progress, name: str) -> None:
+    """Refuse to continue a stage that earlier sittings trained with other settings
+    (its checkpoint would not fit, or its curve would mix two runs)."""
+    saved, now = p[f"{name}_settings"], stage_settings(name)
+    if p[f"{name}_updates"] and saved is not None and saved != now:
+        changed = sorted(k for k in saved.keys() | now.keys() if saved.get(k) != now.get(k))
+        raise SystemExit(f"{p.dir}: {name} was trained for {p[f'{name}_updates']:,} updates "
+                         f"with other settings ({', '.join(changed)} differ); pass "
+                         f"--redo-from {name} to train it again with this script's")
+
+
 def train_offline(name: str, cls, config, updates: int, args, p: Progress,
                   sitting: Sitting) -> bool:
     """Stages 3 and 4: ``updates`` updates of ``cls`` from the dataset, evaluated
@@ -250,6 +269,7 @@ def train_offline(name: str, cls, config, updates: int, args, p: Progress,
         p.save(stage=after)   # done in an earlier sitting; a stage before it was extended
         return True
     ckpt = p.dir / name
+    check_settings(p, name)
     algo = cls(config)
     before = CountingEnv.steps
     curve, learner = p[f"{name}_curve"] or [], p[f"{name}_learner"] or []
@@ -268,7 +288,8 @@ def train_offline(name: str, cls, config, updates: int, args, p: Progress,
                                  f"{curve[-1][1]:,.1f}")
         stepped = CountingEnv.steps - before + (p["offline_env_steps"] or 0)
         figures = {f"{name}_updates": done_updates, "offline_env_steps": stepped,
-                   f"{name}_curve": curve, f"{name}_learner": learner}
+                   f"{name}_curve": curve, f"{name}_learner": learner,
+                   f"{name}_settings": stage_settings(name)}
         if done_updates >= updates:
             figures[f"{name}_eval"] = evaluate_return(algo)
             harness.progress(f"{name}: {figures[f'{name}_eval']:,.1f}")
@@ -307,9 +328,9 @@ def seed_dir(args, seed: int) -> Path:
 STAGE_OUTPUTS = {
     "behaviour": (("behaviour_train_score", "behaviour_eval"), ("behaviour_weights.npz",)),
     "dataset": (("dataset_rows", "behaviour_returns", "behaviour_return"), ("data",)),
-    "cql": (("cql_updates", "cql_eval", "cql_curve", "cql_learner", "offline_env_steps"),
-            ("cql",)),
-    "bc": (("bc_updates", "bc_eval", "bc_curve", "bc_learner"), ("bc",)),
+    "cql": (("cql_updates", "cql_eval", "cql_curve", "cql_learner", "cql_settings",
+             "offline_env_steps"), ("cql",)),
+    "bc": (("bc_updates", "bc_eval", "bc_curve", "bc_learner", "bc_settings"), ("bc",)),
 }
 
 

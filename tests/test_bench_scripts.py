@@ -735,6 +735,20 @@ def test_offline_cql_redo_from_discards_a_stage_and_the_later_ones(tmp_path):
         bench.redo_from(again, "cql")
 
 
+def test_offline_cql_refuses_to_continue_a_stage_trained_with_other_settings(tmp_path):
+    import offline_cql as bench
+    p = bench.Progress(tmp_path / "seed0")
+    p.save(stage="cql", cql_updates=100, cql_settings=bench.stage_settings("cql"))
+    bench.check_settings(p, "cql")   # the same settings: goes on
+    older = {**bench.stage_settings("cql"), "Q_model": {"fcnet_hiddens": [256, 256]}}
+    p.save(cql_settings=older)
+    with pytest.raises(SystemExit, match=r"other settings \(Q_model differ\); pass "
+                                         r"--redo-from cql"):
+        bench.check_settings(p, "cql")
+    p.save(cql_updates=0)   # nothing trained yet: nothing to mix
+    bench.check_settings(p, "cql")
+
+
 def test_offline_cql_keeps_the_learners_numeric_figures_for_its_curve():
     import offline_cql as bench
     result = {"info": {"learner": {"default_policy": {
