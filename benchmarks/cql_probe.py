@@ -38,24 +38,12 @@ import harness  # noqa: E402  (stdlib only)
 import offline_cql  # noqa: E402  (stdlib only at import)
 
 
-def discounted_returns(rewards: np.ndarray, ends: np.ndarray, gamma: float) -> np.ndarray:
-    """The discounted return observed from each row to the end of its episode;
-    ``ends[i]`` is True where row ``i`` is an episode's last row.
-
-    >>> discounted_returns(np.array([1.0, 1.0, 2.0]), np.array([False, True, True]), 0.5)
-    array([1.5, 1. , 2. ])
-    """
-    out, g = np.zeros(len(rewards)), 0.0
-    for i in range(len(rewards) - 1, -1, -1):
-        g = rewards[i] + (0.0 if ends[i] else gamma * g)
-        out[i] = g
-    return out
-
-
 def load_rows(data_dir: Path, gamma: float) -> dict[str, np.ndarray]:
     """Every row of the dataset's Parquet files, with ``returns`` observed after each
     (a row ends an episode where the next row does not start from its ``new_obs``)."""
     import pyarrow.parquet as pq
+
+    from flowrl.policies.maths import discounted_returns
     parts: dict[str, list[np.ndarray]] = {"obs": [], "actions": [], "returns": []}
     for path in sorted(data_dir.glob("*.parquet")):
         t = pq.read_table(path, columns=["obs", "actions", "new_obs", "rewards"])
@@ -65,8 +53,7 @@ def load_rows(data_dir: Path, gamma: float) -> dict[str, np.ndarray]:
         parts["obs"].append(obs)
         parts["actions"].append(np.stack(t["actions"].to_numpy(zero_copy_only=False))
                                 .astype(np.float32))
-        parts["returns"].append(discounted_returns(
-            t["rewards"].to_numpy().astype(np.float64), ends, gamma))
+        parts["returns"].append(discounted_returns(t["rewards"].to_numpy(), ends, gamma=gamma))
     if not parts["obs"]:
         raise SystemExit(f"{data_dir}: no Parquet files; pass the --state-dir of an "
                          "offline_cql.py run that has recorded its dataset")
