@@ -157,7 +157,7 @@ def behaviour(args, p: Progress, sitting: Sitting) -> bool:
 
     from flowrl.algorithms import SAC, SACConfig
     algo = SAC(SACConfig(env=args.env, seed=args.seed, **SAC_SETTINGS,
-                         evaluation_config={"explore": True},
+                         torch_threads=args.torch_threads, evaluation_config={"explore": True},
                          evaluation_duration=args.behaviour_episodes))
     ckpt = p.dir / "sac"
     window = EpisodeWindow(WINDOW, p["sac_window"] or [], 0)
@@ -205,7 +205,8 @@ def record(args, p: Progress, sitting: Sitting) -> bool:
     rows, returns = p["dataset_rows"] or 0, p["behaviour_returns"] or []
     algo = SAC(SACConfig(env=args.env, **{**SAC_SETTINGS, "checkpoint_replay_buffer": False,
                                           "rollout_fragment_length": 1000},
-                         output=str(p.dir / "data"), seed=args.seed + len(returns)))
+                         output=str(p.dir / "data"), seed=args.seed + len(returns),
+                         torch_threads=args.torch_threads))
     with np.load(p.dir / "behaviour_weights.npz") as saved:
         algo.get_policy().set_weights(dict(saved))
     worker = algo.workers.local_worker()
@@ -241,10 +242,8 @@ def learner_figures(result: dict) -> dict[str, float]:
 
 
 def stage_settings(name: str) -> dict:
-    """The settings that shape a stage's checkpoint and curve, as JSON stores them
-    (``torch_threads`` left out: it changes neither)."""
-    settings = {"cql": CQL_SETTINGS, "bc": BC_SETTINGS}[name]
-    return json.loads(json.dumps({k: v for k, v in settings.items() if k != "torch_threads"}))
+    """The settings that shape a stage's checkpoint and curve, as JSON stores them."""
+    return json.loads(json.dumps({"cql": CQL_SETTINGS, "bc": BC_SETTINGS}[name]))
 
 
 def check_settings(p: Progress, name: str) -> None:
@@ -359,7 +358,7 @@ def child(args) -> dict:
     sitting = Sitting(args.sitting_minutes)
     data = str(p.dir / "data")
     common = dict(env=CountingEnv(args.env), input=data, seed=args.seed,
-                  evaluation_duration=args.eval_episodes)
+                  evaluation_duration=args.eval_episodes, torch_threads=args.torch_threads)
     steps = {
         "behaviour": lambda: behaviour(args, p, sitting),
         "dataset": lambda: record(args, p, sitting),
@@ -444,8 +443,6 @@ def main(argv=None) -> None:
                               sac_max_steps=400, dataset_steps=2000, cql_updates=10, eval_every=50,
                               bc_updates=4, eval_episodes=1)
     if args.child:
-        for settings in (SAC_SETTINGS, CQL_SETTINGS, BC_SETTINGS):
-            settings["torch_threads"] = args.torch_threads   # each Algorithm sets it
         harness.write_result(child(args))
         return
     for seed in harness.settings_from(args).seeds:
