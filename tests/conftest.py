@@ -100,3 +100,39 @@ def pytest_runtest_call(item):
                     "or carry @pytest.mark.ray, so it does not share its xdist worker's Ray "
                     "session; add one of them", pytrace=False)
     return result
+
+
+# A Ray test's actors, tasks and placement groups must give their CPUs back: the next
+# test on the same xdist worker shares the session, and one that needs both of its
+# CPUs would otherwise wait until its timeout, failing far from the cause. Ray frees
+# them asynchronously (well under a second here; slower on a loaded machine), so
+# wait for that, and fail the test that kept them if they never come back.
+RELEASE_WAIT_S = 60.0
+
+
+def _cpus_short() -> float:
+    import ray
+    return ray.cluster_resources().get("CPU", 0.0) - ray.available_resources().get("CPU", 0.0)
+
+
+def check_ray_cpus_returned(nodeid: str, wait_s: float = RELEASE_WAIT_S) -> None:
+    """Wait up to ``wait_s`` for the shared Ray session's CPUs to be free again; fail
+    ``nodeid`` if some never are."""
+    import time
+    deadline = time.monotonic() + wait_s
+    while _cpus_short() > 0 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    short = _cpus_short()
+    if short > 0:
+        pytest.fail(f"{nodeid} left {short:g} of the shared Ray session's CPUs taken "
+                    f"{wait_s:g} s after its teardown (an actor, task or placement group it "
+                    "started still runs); stop what it started in a finally block or "
+                    "fixture", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    result = yield
+    if _ray_running():
+        check_ray_cpus_returned(item.nodeid)
+    return result

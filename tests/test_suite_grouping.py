@@ -18,3 +18,27 @@ def test_each_test_is_grouped_by_its_module_whether_or_not_it_uses_ray(request, 
     if not _grouping(request.config):
         pytest.skip("grouping applies under pytest-xdist's --dist loadgroup (the default run)")
     assert request.node.nodeid.endswith("@test_suite_grouping"), request.node.nodeid
+
+
+@pytest.mark.ray
+def test_a_ray_test_that_keeps_a_cpu_fails_naming_itself(ray_session):
+    """conftest's teardown check: an actor holding one of the session's CPUs fails the
+    test that started it (after the wait for Ray's asynchronous release); once it is
+    killed the check passes."""
+    from conftest import check_ray_cpus_returned
+
+    holder = ray_session.remote(num_cpus=1)(_Holder).remote()
+    try:
+        ray_session.get(holder.ping.remote(), timeout=60)
+        with pytest.raises(pytest.fail.Exception,
+                           match=r"^here left 1 of the shared Ray session's CPUs taken 0.2 s "
+                                 r"after its teardown"):
+            check_ray_cpus_returned("here", wait_s=0.2)
+    finally:
+        ray_session.kill(holder)
+    check_ray_cpus_returned("here", wait_s=30)
+
+
+class _Holder:
+    def ping(self) -> bool:
+        return True
