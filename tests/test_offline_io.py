@@ -71,6 +71,39 @@ def test_recorded_rows_read_back_unchanged(tmp_path, fmt):
     assert not any(os.path.basename(f).startswith(".") for f in os.listdir(out))
 
 
+@pytest.mark.parametrize("policy, env, n_step", [("sac", "Pendulum-v1", 1),
+                                                   ("dqn", "CartPole-v1", 3)])
+def test_q_learning_recordings_keep_the_episode_columns(tmp_path, policy, env, n_step):
+    """A replay algorithm's rows are n-step rows (rewards, new_obs and the ends moved
+    n steps on), and its recording still carries every column a reader of episodes
+    needs: each (eps_id, t) once, t counting up within an episode, action_logp."""
+    from flowrl.policies import DQNPolicy, SACPolicy
+    out = str(tmp_path / "q")
+    cls = {"sac": SACPolicy, "dqn": DQNPolicy}[policy]
+    w = RolloutWorker(env, policy=cls, rollout_fragment_length=250, seed=0, output=out,
+                      policy_config={"n_step": n_step})
+    w.sample()
+    w.stop()
+    back = SampleBatch.concat_samples(read_all(out, "parquet"))
+    assert set(RECORDED) | {"n_step_discount"} <= set(back.keys())
+    rows = list(zip(back["eps_id"].tolist(), back["t"].tolist()))
+    assert len(set(rows)) == len(rows) == 250
+    for eps in set(back["eps_id"].tolist()):
+        t = back["t"][back["eps_id"] == eps]
+        np.testing.assert_array_equal(t, np.arange(t[0], t[0] + len(t)))
+    assert np.isfinite(back["action_logp"]).all() and (back["agent_index"] == 0).all()
+    # the ends are the bootstrap row's: an episode's last n rows carry its end
+    ended = 0
+    for eps in set(back["eps_id"].tolist()):
+        flags = (back["terminateds"] | back["truncateds"])[back["eps_id"] == eps]
+        if flags.any():
+            ended += 1
+            np.testing.assert_array_equal(flags, np.arange(len(flags)) >= len(flags) - n_step)
+    assert ended > 0                              # an episode ended in the 250 steps
+    if policy == "sac":                           # Pendulum: truncated at its 200th step
+        assert back["t"][back["truncateds"]].tolist() == [199]
+
+
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_images_stay_uint8(tmp_path, fmt):
     images = np.random.default_rng(0).integers(0, 255, (6, 8, 8, 3), dtype=np.uint8)

@@ -162,7 +162,8 @@ def test_bad_adds_and_samples():
     with pytest.raises(ValueError, match="the buffer is empty"):
         buf.sample(2)
     buf.add(SampleBatch(obs=[0, 1]))
-    with pytest.raises(ConfigError, match="but the buffer stores"):
+    with pytest.raises(ConfigError, match=r"but the buffer stores \['obs'\] \(new: \['x'\], "
+                                          r"missing: \['obs'\]\)"):
         buf.add(SampleBatch(x=[0]))
     with pytest.raises(ValueError, match="finite and > 0"):
         buf.add(SampleBatch(obs=[2]), priorities=np.array([0.0]))

@@ -82,26 +82,38 @@ def n_step_transitions(rewards: np.ndarray, terminateds: np.ndarray, truncateds:
     return ret.astype(np.float32), last, discount.astype(np.float32)
 
 
+#: The bookkeeping columns an n-step replay row keeps from its trajectory, row for row
+#: (RLlib 1.x's n-step rows kept them too): a recording of the rows can then be read
+#: as episodes (BC, MARWIL) and scored off-policy. The policy's other outputs
+#: (``vf_preds``, ``action_dist_inputs``) are not kept: replay holds every row.
+KEPT_COLUMNS = (SB.EPS_ID, SB.T, SB.AGENT_INDEX, SB.ACTION_LOGP)
+
+
 def n_step_batch(batch: SampleBatch, *, n_step: int, gamma: float) -> SampleBatch:
     """The replay rows of one time-ordered trajectory (:func:`n_step_transitions`):
     ``obs``, ``actions``, ``rewards`` (the n-step return), ``new_obs`` (the bootstrap
-    state), ``terminateds`` (of the bootstrap row) and ``n_step_discount`` (γ^k, 0
-    after a termination). Every Q-learning policy stores these.
+    state), ``terminateds`` and ``truncateds`` (of the bootstrap row),
+    ``n_step_discount`` (γ^k, 0 after a termination) and the trajectory's
+    :data:`KEPT_COLUMNS` it has. Every Q-learning policy stores these.
 
     >>> b = SampleBatch(obs=[0, 1, 2], actions=[0, 1, 0], rewards=[1., 1., 1.],
-    ...                 new_obs=[1, 2, 3], terminateds=[False, False, True])
+    ...                 new_obs=[1, 2, 3], terminateds=[False, False, True], t=[0, 1, 2])
     >>> out = n_step_batch(b, n_step=2, gamma=0.5)
-    >>> out["new_obs"].tolist(), out["n_step_discount"].tolist()
-    ([2, 3, 3], [0.25, 0.0, 0.0])
+    >>> out["new_obs"].tolist(), out["n_step_discount"].tolist(), out["t"].tolist()
+    ([2, 3, 3], [0.25, 0.0, 0.0], [0, 1, 2])
     """
     term = np.asarray(batch[SB.TERMINATEDS], bool)
     trunc = batch.get(SB.TRUNCATEDS)
     trunc = np.zeros_like(term) if trunc is None else np.asarray(trunc, bool)
     ret, last, discount = n_step_transitions(batch[SB.REWARDS], term, trunc, n=n_step,
                                              gamma=gamma)
-    return SampleBatch({SB.OBS: batch[SB.OBS], SB.ACTIONS: batch[SB.ACTIONS],
-                        SB.REWARDS: ret, SB.NEXT_OBS: batch[SB.NEXT_OBS][last],
-                        SB.TERMINATEDS: term[last], N_STEP_DISCOUNT: discount})
+    rows = {SB.OBS: batch[SB.OBS], SB.ACTIONS: batch[SB.ACTIONS], SB.REWARDS: ret,
+            SB.NEXT_OBS: batch[SB.NEXT_OBS][last], SB.TERMINATEDS: term[last],
+            N_STEP_DISCOUNT: discount}
+    if SB.TRUNCATEDS in batch:
+        rows[SB.TRUNCATEDS] = trunc[last]
+    rows.update({k: batch[k] for k in KEPT_COLUMNS if k in batch})
+    return SampleBatch(rows)
 
 
 def linear_epsilon(timesteps: int, *, initial_epsilon: float, final_epsilon: float,

@@ -103,10 +103,13 @@ class ReplayBuffer:
             raise ConfigError(f"{type(self).__name__}.add: the batch has column(s) "
                               f"{sorted(reserved)}, which sampling adds; drop them first")
         if self._columns is not None and set(batch.keys()) != self._column_names():
+            extra = sorted(set(batch.keys()) - self._column_names())
+            missing = sorted(self._column_names() - set(batch.keys()))
             raise ConfigError(f"{type(self).__name__}.add: the batch has columns "
                               f"{sorted(batch.keys())} but the buffer stores "
-                              f"{sorted(self._column_names())}; add batches with the same "
-                              "columns")
+                              f"{sorted(self._column_names())} (new: {extra}, missing: "
+                              f"{missing}); add batches with the same columns (a buffer "
+                              "restored from a checkpoint keeps the columns it was saved with)")
 
     def _column_names(self) -> set[str]:
         names = set(self._columns or ())
