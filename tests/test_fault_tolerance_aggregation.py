@@ -15,7 +15,7 @@ import ray
 
 from flowrl import FlowError, WorkerError
 from flowrl.algorithms.impala import IMPALA, IMPALAConfig
-from test_fault_tolerance import kill
+from ray_helpers import kill
 
 pytestmark = pytest.mark.ray
 
