@@ -4,7 +4,6 @@ or killed actors, one restart counter (through checkpoints), the WorkerSet's uni
 from __future__ import annotations
 
 import dataclasses
-
 import os
 import time
 
