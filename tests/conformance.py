@@ -202,6 +202,66 @@ def test_from_actors_reads_user_shard_hosts(backend):
     assert run_all(flowrl.from_actors(hosts).gather_sync(), backend) == [0, 100, 1, 101, 2]
 
 
+class Tally(flowrl.ShardHost):
+    """A user shard host that counts the items its stream has made (``made()``); with
+    ``fail_after`` its stream raises once it has made that many."""
+
+    def __init__(self, base, fail_after=None):
+        self.base, self.fail_after, self.count = base, fail_after, 0
+
+    def shard_items(self):
+        while True:
+            if self.count == self.fail_after:
+                raise ValueError(f"shard {self.base} broke after {self.count} items")
+            self.count += 1
+            yield self.base + self.count
+
+    def made(self):
+        return self.count
+
+
+def made(backend, hosts):
+    """Items each host has made; on Ray the call queues behind every pull sent before."""
+    if backend == "ray":
+        import ray
+        return ray.get([h.made.remote() for h in hosts])
+    return [h.made() for h in hosts]
+
+
+def test_a_gather_output_asks_for_the_next_round_once_the_last_is_taken(backend):
+    # The run hands a fetched round out item by item without sending the next round's
+    # requests before its last item is taken, and names each item's shard.
+    hosts = make_hosts(backend, Tally, [(0,), (100,)])
+    with Plan(flowrl.from_actors(hosts).gather_sync()).compile(backend=backend) as run:
+        for k in (1, 2):
+            assert next(run) == k
+            assert run.metrics.current_actor == hosts[0]
+            assert made(backend, hosts) == [k, k]
+            assert next(run) == 100 + k
+            assert run.metrics.current_actor == hosts[1]
+            assert made(backend, hosts) == [k, k]
+
+
+def test_a_gather_async_output_names_each_items_shard(backend):
+    hosts = make_hosts(backend, Counter, [(0, 20), (100, 20)])
+    with Plan(flowrl.from_actors(hosts).gather_async(num_async=2)).compile(backend=backend) as run:
+        for x in run:
+            assert run.metrics.current_actor == hosts[0 if x < 100 else 1], x
+
+
+def test_a_failing_shard_of_a_gather_async_fails_after_what_was_served_before_it(backend):
+    hosts = make_hosts(backend, Tally, [(0,), (100, 2)])
+    out = []
+    with pytest.raises(OperatorError, match="shard 100 broke after 2 items"):
+        with Plan(flowrl.from_actors(hosts).gather_async(num_async=1)).compile(
+                backend=backend) as run:
+            for x in run:
+                out.append(x)
+    assert [x for x in out if x > 100] == [101, 102]
+    if backend == "local":  # the third pass serves shard 0, then meets shard 1's failure
+        assert out == [1, 101, 2, 102, 3]
+
+
 def test_one_host_serves_two_runs_at_once(backend):
     hosts = make_hosts(backend, Counter, [(0,), (100,)])
     first = Plan(flowrl.from_actors(hosts).gather_sync()).compile(backend=backend)

@@ -367,14 +367,39 @@ class Driver:
             yield y
 
     # gathers -------------------------------------------------------------------
-    async def _gather_sync(self, op: Op, port: int, st: NodeStats):
+    def _gather_sync(self, op: Op, port: int, st: NodeStats):
+        return self._items(self._rounds(op.id, st))
+
+    async def _items(self, fetches: AsyncIterator[list[Request]]):
+        """The items of ``fetches`` (each a round's or a pass's done requests), one by
+        one, each with ``metrics.current_actor`` set to its shard's actor."""
         metrics = self.metrics
-        async for done in self._rounds(op.id, st):
-            for req in done:
-                actor = req.shard.actor
-                for x in req.result()[0]:
-                    metrics.current_actor = actor
-                    yield x
+        async for done in fetches:
+            for actor, x in fetched_items(done):
+                metrics.current_actor = actor
+                yield x
+
+    def output_fetches(self) -> AsyncIterator[list[Request]] | None:
+        """The output gather's fetches (its rounds, or its passes), when the plan's
+        output is a ``gather_sync`` or ``gather_async`` read as it is; else None.
+
+        :class:`~flowrl.runtime.run.Run` then hands out a fetch's items itself,
+        entering the event loop once per fetch instead of once per item. The
+        requests are sent exactly as when items are taken one by one: a gather
+        submits its next round, or resubmits what a pass served, only when its
+        generator is resumed, and a pass resubmits before it yields."""
+        node_id, port = self.program.output
+        op = self.ops[node_id]
+        if port or node_id in self.program.runs or op.placement != "driver":
+            return None
+        if op.op == "gather_sync":
+            fetches = self._rounds(node_id, self.stats[node_id])
+        elif op.op == "gather_async":
+            fetches = self._passes(node_id, self.stats[node_id], op.params["num_async"])
+        else:
+            return None
+        self.agens.append(fetches)
+        return fetches
 
     async def _batch_across_shards(self, op: Op, port: int, st: NodeStats):
         async for done in self._rounds(op.id, st):
@@ -444,26 +469,29 @@ class Driver:
             await backend.wait_all(pending)
 
     def _gather_async(self, op: Op, port: int, st: NodeStats):
-        return self._completions(op.id, st, op.params["num_async"])
+        return self._items(self._passes(op.id, st, op.params["num_async"]))
 
     def _aggregator_input(self, op: Op, port: int, st: NodeStats):
-        return self._completions(op.id, st, 1)
+        return self._items(self._passes(op.id, st, 1))
 
-    async def _completions(self, gather: str, st: NodeStats, num_async: int):
-        """Items as they complete, ``num_async`` requests in flight per shard, served
-        least recently served shard first.
+    async def _passes(self, gather: str, st: NodeStats, num_async: int):
+        """Requests as they complete, ``num_async`` in flight per shard, served least
+        recently served shard first; yields each pass's served requests.
 
         Each pass waits until some shard has answered (the backend's ``wait_any``
         marks every answered request done), then serves one done request per shard,
         the shards in the order they were last served (never-served first, in shard
-        order), and resubmits to each; then it looks again. So under a consumer
-        slower than the shards every shard is served once per pass (a rotation),
-        and no shard waits behind another however fast that one answers.
+        order), and resubmits to each; the next pass starts when the generator is
+        resumed (its items taken). So under a consumer slower than the shards every
+        shard is served once per pass (a rotation), and no shard waits behind
+        another however fast that one answers.
 
         A lost host's replacement starts while the other shards keep being served:
         its install is one more awaited request, and its pulls begin once it is done.
+        A failure while serving (an error a shard raised, a loss that cannot be
+        recovered) is raised once the requests served before it in that pass are out.
         """
-        backend, metrics = self.backend, self.metrics
+        backend = self.backend
         inflight: dict[int, deque[Request]] = {}
         starting: dict[int, Request] = {}   # shard id -> install of its replacement
         for s in self.shards[gather]:
@@ -491,31 +519,38 @@ class Driver:
                         else:
                             starting[sid] = nxt
             ready = [sid for sid in served if sid in inflight and inflight[sid][0].done]
-            for sid in ready:
-                queue = inflight[sid]
-                req = queue.popleft()
-                del served[sid]
-                served[sid] = None  # now the most recently served
-                try:
-                    items, ended = req.result()
-                except WorkerError as e:
-                    del inflight[sid]
-                    nxt = self.recover(req.shard, e, 1 + len(queue))
-                    if nxt is None:
-                        del served[sid]
+            done: list[Request] = []
+            failure = None
+            try:
+                for sid in ready:
+                    queue = inflight[sid]
+                    req = queue.popleft()
+                    del served[sid]
+                    served[sid] = None  # now the most recently served
+                    try:
+                        _, ended = req.result()
+                    except WorkerError as e:
+                        del inflight[sid]
+                        nxt = self.recover(req.shard, e, 1 + len(queue))
+                        if nxt is None:
+                            del served[sid]
+                        else:
+                            starting[sid] = nxt
+                        continue
+                    if ended:
+                        del inflight[sid], served[sid]
                     else:
-                        starting[sid] = nxt
-                    continue
-                if ended:
-                    del inflight[sid], served[sid]
-                else:
-                    queue.append(submit(req.shard, 1))
-                actor = req.shard.actor
-                for x in items:
-                    st.items_in += 1
-                    st.items_out += 1
-                    metrics.current_actor = actor
-                    yield x
+                        queue.append(submit(req.shard, 1))
+                    done.append(req)
+            except Exception as e:  # what the pass served before the failure comes first
+                failure = e
+            produced = sum(len(r.result()[0]) for r in done)
+            if produced:
+                st.items_in += produced
+                st.items_out += produced
+                yield done
+            if failure is not None:
+                raise failure
 
     # fan-in and fan-out -------------------------------------------------------
     def _concurrently(self, op: Op, port: int, st: NodeStats):
@@ -573,6 +608,15 @@ class SyncOutput:
         self.items = self.driver.pull_source(self.spec, self.stage)
         self.driver.agens.append(self.items)
         return self.items
+
+
+def fetched_items(done: list[Request]) -> Iterator[tuple[Any, Any]]:
+    """``(actor, item)`` for each item of a fetch's done requests, in order (a request's
+    result is ``(items, ended)``; ``actor`` is its shard's, for ``current_actor``)."""
+    for req in done:
+        actor = req.shard.actor
+        for x in req.result()[0]:
+            yield actor, x
 
 
 def _timed(items: Iterator[Any], busy: "_Busy") -> Iterator[Any]:

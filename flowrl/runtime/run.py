@@ -4,14 +4,17 @@ Policy: the run owns one asyncio event loop; ``next(run)`` runs the output
 iterator's ``__anext__()`` to completion on it (``loop.run_until_complete``), so
 between two ``next`` calls the loop stands still and its background tasks (pulls
 of polled inputs) wait with it. A plan that is one synchronous segment needs no
-loop: ``next(run)`` is a plain ``next()`` on its generator. Any error stops the
+loop: ``next(run)`` is a plain ``next()`` on its generator. A plan whose output is
+a gather read as it is hands out what each of its fetches brought (a round of
+``gather_sync``, a pass of ``gather_async``) from a queue, entering the loop once
+per fetch; the gather sends its requests as it would item by item. Any error stops the
 run and releases what it created before it propagates; ``stop()`` is idempotent,
 cancels the background tasks, closes the node iterators and releases exactly
 what this run created: its stages on hosts it adopted, and the hosts it made.
 
 State: the event loop and :class:`RunContext`, the :class:`Driver` (hosts,
-shards, node iterators, stats), the run's :class:`MetricsContext`, and whether it
-has stopped.
+shards, node iterators, stats), the run's :class:`MetricsContext`, the fetched
+items not yet handed out, and whether it has stopped.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import contextvars
 import time
 import uuid
 import weakref
+from collections import deque
 from time import perf_counter as perf
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +37,7 @@ from flowrl.runtime.backend import Backend
 from flowrl.runtime.calls import resolve_backend
 from flowrl.runtime.compile import Compiled, check_picklable, compile_plan
 from flowrl.runtime.context import CURRENT_RUN, RunContext
-from flowrl.runtime.driver import Driver, Member
+from flowrl.runtime.driver import Driver, Member, fetched_items
 
 if TYPE_CHECKING:
     from flowrl.graph.plan import Plan
@@ -113,6 +117,7 @@ class Run:
             max_workers=max(1, len(program.slots)), thread_name_prefix="flowrl-io"),
             local_worker=local_worker)
         self._stopped = False
+        self._fetched: deque[tuple[Any, Any]] = deque()  # (actor, item), see __next__
         self._final_stats: dict | None = None
         self.key = f"{program.name}-{uuid.uuid4().hex[:8]}"
         self._started = time.perf_counter()
@@ -124,7 +129,8 @@ class Run:
         try:
             self._driver.start()
             self._sync = self._driver.sync_output()
-            if self._sync is None:
+            self._fetches = None if self._sync is not None else self._driver.output_fetches()
+            if self._sync is None and self._fetches is None:
                 self._out = self._driver.build(*program.output)
         except BaseException:
             self.stop()
@@ -137,26 +143,34 @@ class Run:
     def __next__(self) -> Any:
         if self._stopped:
             raise StopIteration
-        run_token = CURRENT_RUN.set(self.ctx)
-        metrics_token = CURRENT_METRICS.set(self.metrics)
-        sync = self._sync
-        try:
-            if sync is not None:  # one synchronous segment: no event loop involved
-                t = perf()
-                try:
-                    return next(sync.items or sync.open())
-                finally:
-                    sync.busy.s += perf() - t
-            return self._res.in_loop(anext(self._out))
-        except (StopIteration, StopAsyncIteration):
-            self.stop()
-            raise StopIteration from None
-        except BaseException:
-            self.stop()
-            raise
-        finally:
-            CURRENT_METRICS.reset(metrics_token)
-            CURRENT_RUN.reset(run_token)
+        fetched = self._fetched
+        if not fetched:
+            run_token = CURRENT_RUN.set(self.ctx)
+            metrics_token = CURRENT_METRICS.set(self.metrics)
+            sync = self._sync
+            try:
+                if sync is not None:  # one synchronous segment: no event loop involved
+                    t = perf()
+                    try:
+                        return next(sync.items or sync.open())
+                    finally:
+                        sync.busy.s += perf() - t
+                if self._fetches is None:
+                    return self._res.in_loop(anext(self._out))
+                while not fetched:  # the output gather's next round or pass
+                    fetched.extend(fetched_items(self._res.in_loop(anext(self._fetches))))
+            except (StopIteration, StopAsyncIteration):
+                self.stop()
+                raise StopIteration from None
+            except BaseException:
+                self.stop()
+                raise
+            finally:
+                CURRENT_METRICS.reset(metrics_token)
+                CURRENT_RUN.reset(run_token)
+        actor, x = fetched.popleft()
+        self.metrics.current_actor = actor
+        return x
 
     def take(self, n: int) -> list[Any]:
         """Up to ``n`` next items (fewer if the plan ends first)."""
