@@ -546,8 +546,8 @@ def test_ray_workers_record_and_train_from_data(ray_session, tmp_path):
     names = os.listdir(out)
     assert {n.split("_worker-")[1][0] for n in names} == {"1", "2"}
     assert not any(n.startswith(".") for n in names)   # stop() finished every file
-    # one reading worker: the sharding over several is test_remote_workers_read_disjoint_shards
-    with PG(PGConfig(env=NoSteps, backend="ray", num_workers=1, seed=0, input=out,
+    # read back in-process: Ray workers reading shards is test_remote_workers_read_disjoint_shards
+    with PG(PGConfig(env=NoSteps, seed=0, input=out,
                      rollout_fragment_length=50, train_batch_size=100)) as algo:
         assert algo.train()["timesteps_total"] >= 100
         assert f"reads dataset {out} (json)" in algo.plan.to_dot()
