@@ -242,20 +242,16 @@ def test_a_gather_output_asks_for_the_next_round_once_the_last_is_taken(backend)
             assert made(backend, hosts) == [k, k]
 
 
-def test_a_gather_async_output_names_each_items_shard(backend):
-    hosts = make_hosts(backend, Counter, [(0, 20), (100, 20)])
-    with Plan(flowrl.from_actors(hosts).gather_async(num_async=2)).compile(backend=backend) as run:
-        for x in run:
-            assert run.metrics.current_actor == hosts[0 if x < 100 else 1], x
-
-
-def test_a_failing_shard_of_a_gather_async_fails_after_what_was_served_before_it(backend):
+def test_a_gather_async_output_names_each_items_shard_and_fails_after_what_it_served(backend):
+    # a pass hands out the items it served, each naming its shard, before the failure
+    # it met
     hosts = make_hosts(backend, Tally, [(0,), (100, 2)])
     out = []
     with pytest.raises(OperatorError, match="shard 100 broke after 2 items"):
         with Plan(flowrl.from_actors(hosts).gather_async(num_async=1)).compile(
                 backend=backend) as run:
             for x in run:
+                assert run.metrics.current_actor == hosts[0 if x < 100 else 1], x
                 out.append(x)
     assert [x for x in out if x > 100] == [101, 102]
     if backend == "local":  # the third pass serves shard 0, then meets shard 1's failure
