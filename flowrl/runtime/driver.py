@@ -367,8 +367,16 @@ class Driver:
             yield y
 
     # gathers -------------------------------------------------------------------
-    def _gather_sync(self, op: Op, port: int, st: NodeStats):
-        return self._items(self._rounds(op.id, st))
+    def _gather(self, op: Op, port: int, st: NodeStats):
+        """``gather_sync``/``gather_async``: the items of :meth:`_fetches`."""
+        return self._items(self._fetches(op))
+
+    def _fetches(self, op: Op) -> AsyncIterator[list[Request]]:
+        """A gather's fetches: ``gather_sync``'s rounds, ``gather_async``'s passes."""
+        st = self.stats[op.id]
+        if op.op == "gather_sync":
+            return self._rounds(op.id, st)
+        return self._passes(op.id, st, op.params["num_async"])
 
     async def _items(self, fetches: AsyncIterator[list[Request]]):
         """The items of ``fetches`` (each a round's or a pass's done requests), one by
@@ -390,14 +398,10 @@ class Driver:
         generator is resumed, and a pass resubmits before it yields."""
         node_id, port = self.program.output
         op = self.ops[node_id]
-        if port or node_id in self.program.runs or op.placement != "driver":
+        if (port or node_id in self.program.runs or op.placement != "driver"
+                or BUILDERS.get(op.op) is not Driver._gather):
             return None
-        if op.op == "gather_sync":
-            fetches = self._rounds(node_id, self.stats[node_id])
-        elif op.op == "gather_async":
-            fetches = self._passes(node_id, self.stats[node_id], op.params["num_async"])
-        else:
-            return None
+        fetches = self._fetches(op)
         self.agens.append(fetches)
         return fetches
 
@@ -467,9 +471,6 @@ class Driver:
             if not pending:
                 return [r for r in slots if r is not None]
             await backend.wait_all(pending)
-
-    def _gather_async(self, op: Op, port: int, st: NodeStats):
-        return self._items(self._passes(op.id, st, op.params["num_async"]))
 
     def _aggregator_input(self, op: Op, port: int, st: NodeStats):
         return self._items(self._passes(op.id, st, 1))
@@ -579,9 +580,9 @@ class Driver:
 BUILDERS = {
     "from_iterable": Driver._from_iterable,
     "for_each_async": Driver._for_each_async,
-    "gather_sync": Driver._gather_sync,
+    "gather_sync": Driver._gather,
     "batch_across_shards": Driver._batch_across_shards,
-    "gather_async": Driver._gather_async,
+    "gather_async": Driver._gather,
     "aggregator_input": Driver._aggregator_input,
     "concurrently": Driver._concurrently,
     "duplicate": Driver._duplicate,
