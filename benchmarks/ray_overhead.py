@@ -59,7 +59,12 @@ mode and layout, and to ray.util.iter.
 ``--paired`` adds a second, more precise reading of the same question. Each
 harness run is then one fresh process (system ``paired``) that measures *every*
 system on the same actors, interleaved: per round, each mode and system once,
-the system order rotated each round. flowrl's ratio to each other system is
+the system order rotated each round, over as many rounds as there are systems
+(``--reps`` defaults to that, with 2,000 items per measurement), so each system
+is measured once in every position of the order. (With 3 rounds of 6 systems,
+as before, some systems never ran first and ray.util.iter always ran just before
+flowrl or last: whatever a position costs or gives, such as following the other
+mode's measurements, went to some systems only.) flowrl's ratio to each other system is
 taken within a round (measurements seconds apart, same actors, same process), so
 the process-to-process spread (Ray worker placement, machine state: often 15-20%
 between fresh processes) cancels out; the table gives the median of those
@@ -95,6 +100,9 @@ WARMUP = 50
 LAYOUT_NOTE = ("0cpu: 4 actors num_cpus=0, 1cpu: 2 actors num_cpus=1, skew: 1cpu with one "
                f"actor sleeping {SKEW_DELAY_S * 1e3:g} ms per item; ray.init(num_cpus=2)")
 PAIRED = "paired"  # one process measures every system (--paired)
+#: Items per measurement under --paired, whose default --reps is len(SYSTEMS): as many
+#: items per system as 3 repetitions of 4,000, in a balanced order (see the docstring).
+PAIRED_ITEMS = 2000
 
 
 def _actor_class():
@@ -381,17 +389,41 @@ def report_paired(runs: list[dict]) -> None:
                   f"median [min-max] over {group.n} runs")
 
 
+def take_defaults(args: argparse.Namespace) -> None:
+    """Give ``--items`` and ``--reps``, where unset, their defaults: 4,000 items and 3
+    repetitions, or with ``--paired`` 2,000 items and one repetition per system, so
+    that the rotated order measures each system once in every position.
+
+    >>> a = argparse.Namespace(paired=True, child=None, items=None, reps=None)
+    >>> take_defaults(a); (a.items, a.reps == len(SYSTEMS))
+    (2000, True)
+    >>> a = argparse.Namespace(paired=False, child="flowrl", items=None, reps=2)
+    >>> take_defaults(a); (a.items, a.reps)
+    (4000, 2)
+    """
+    paired = args.paired or args.child == PAIRED
+    if args.items is None:
+        args.items = PAIRED_ITEMS if paired else 4000
+    if args.reps is None:
+        args.reps = len(SYSTEMS) if paired else 3
+
+
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--systems", nargs="*", default=SYSTEMS, choices=SYSTEMS)
     p.add_argument("--paired", action="store_true",
                    help="each run measures every system in one process (see the docstring)")
-    p.add_argument("--items", type=int, default=4000)
-    p.add_argument("--reps", type=int, default=3, help="measurements per process")
+    p.add_argument("--items", type=int, default=None,
+                   help="items per measurement (default 4000; 2000 with --paired)")
+    p.add_argument("--reps", type=int, default=None,
+                   help="measurements per process and system (default 3; with --paired, "
+                        "one per system, so that each system is measured once in every "
+                        "position of the rotated order)")
     p.add_argument("--num-async", type=int, default=2)
     harness.add_arguments(p)
     args = p.parse_args(argv)
     harness.shorten_for_quick(args, items=300, reps=1)
+    take_defaults(args)
     if args.child:
         child(args)
         return

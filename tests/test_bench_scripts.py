@@ -364,6 +364,15 @@ def test_run_all_refuses_an_unknown_benchmark(argv):
     assert "unknown benchmark 'nosuch'; choose from: startup" in proc.stderr
 
 
+def test_ray_overhead_paired_measures_each_system_once_in_every_position():
+    import doctest
+    assert doctest.testmod(ray_overhead).failed == 0   # take_defaults
+    # --paired --quick keeps the quick cap; a given --reps is kept
+    args = ray_overhead.argparse.Namespace(paired=True, child=None, items=300, reps=None)
+    ray_overhead.take_defaults(args)
+    assert (args.items, args.reps) == (300, len(ray_overhead.SYSTEMS))
+
+
 def test_ray_overhead_paired_compares_flowrl_with_the_hand_loop_it_trails_most(capsys):
     def paired(wait, rr, nret):
         result = {}
