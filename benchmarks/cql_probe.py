@@ -14,7 +14,9 @@ copy of it) and that run's dataset, then, on ``--rows`` rows drawn from the data
   episode cut at the time limit counts less than it would have earned), and
   ``corr_q_return``, its correlation with ``Q(s, a_data)``;
 
-then evaluates the checkpoint for ``--episodes`` greedy episodes on the env. Prints the
+then evaluates the checkpoint for ``--episodes`` greedy episodes on the env. A BC
+checkpoint of the same run (its ``bc/`` directory) is only evaluated, so that both
+stages are judged by the same episodes. Prints the
 figures and saves them, with the command and commit, to
 ``benchmarks/results/cql_probe-STAMP.json``. It trains nothing; the figures say why a
 CQL curve moves, not how fast anything runs.
@@ -88,7 +90,8 @@ def probe(policy, obs: np.ndarray, actions: np.ndarray, returns: np.ndarray,
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("checkpoint", type=Path, help="a CQL checkpoint directory")
+    p.add_argument("checkpoint", type=Path,
+                   help="a CQL (or BC) checkpoint directory of offline_cql.py")
     p.add_argument("--state-dir", type=Path,
                    default=offline_cql.DEFAULT_STATE_DIR / "Hopper-v5-seed0",
                    help="the offline_cql.py seed directory whose data/ the checkpoint trained on")
@@ -98,31 +101,40 @@ def main(argv=None) -> None:
     p.add_argument("--results-dir", type=Path,
                    default=Path(__file__).resolve().parent / "results")
     args = p.parse_args(argv)
-    from flowrl.algorithms import CQL, CQLConfig
-    rows = load_rows(args.state_dir / "data", gamma=0.99)
-    pick = np.random.default_rng(0).choice(len(rows["obs"]), args.rows, replace=False)
-    config = CQLConfig(env=offline_cql.CountingEnv(args.env), input=str(args.state_dir / "data"),
-                       seed=0, evaluation_duration=args.episodes, torch_threads=2,
-                       **offline_cql.CQL_SETTINGS)
-    algo = CQL(config)
+    from flowrl.algorithms import BC, CQL, BCConfig, CQLConfig
+    from flowrl.checkpoint import read_checkpoint
+    stage = read_checkpoint(str(args.checkpoint))["algorithm"]
+    kinds = {"cql": (CQL, CQLConfig, offline_cql.CQL_SETTINGS),
+             "bc": (BC, BCConfig, offline_cql.BC_SETTINGS)}
+    if stage not in kinds:
+        raise SystemExit(f"{args.checkpoint}: a {stage} checkpoint; cql_probe reads the CQL "
+                         "and BC checkpoints of offline_cql.py")
+    algo_cls, config_cls, settings = kinds[stage]
+    algo = algo_cls(config_cls(env=offline_cql.CountingEnv(args.env),
+                               input=str(args.state_dir / "data"), seed=0,
+                               evaluation_duration=args.episodes, torch_threads=2, **settings))
     try:
         algo.restore(str(args.checkpoint))
-        policy = algo.get_policy()
-        figures = {"updates": policy.updates,
-                   **probe(policy, rows["obs"][pick], rows["actions"][pick], rows["returns"][pick])}
+        figures: dict = {"algorithm": stage}
+        if stage == "cql":
+            rows = load_rows(args.state_dir / "data", gamma=0.99)
+            pick = np.random.default_rng(0).choice(len(rows["obs"]), args.rows, replace=False)
+            policy = algo.get_policy()
+            figures.update(updates=policy.updates, **probe(
+                policy, rows["obs"][pick], rows["actions"][pick], rows["returns"][pick]))
         ev = algo.evaluate()["evaluation"]
         figures.update({f"eval_{k}": float(ev[f"episode_{k}"])
                         for k in ("reward_mean", "reward_min", "reward_max", "len_mean")})
     finally:
         algo.stop()
     for k, v in figures.items():
-        print(f"{k:>20}: {v:,.3f}")
+        print(f"{k:>20}: {v:,.3f}" if isinstance(v, (int, float)) else f"{k:>20}: {v}")
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     args.results_dir.mkdir(parents=True, exist_ok=True)
     path = harness.reserve_path(args.results_dir, "cql_probe", stamp)
     path.write_text(json.dumps({"benchmark": "cql_probe", "started_utc": stamp, "argv": sys.argv,
                                 "commit": harness.git_commit(),
-                                "settings": offline_cql.CQL_SETTINGS, "figures": figures},
+                                "settings": settings, "figures": figures},
                                indent=1, default=float))
     print(f"saved: {path}")
 
