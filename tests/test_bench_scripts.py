@@ -807,3 +807,34 @@ def test_cql_probe_rates_the_data_the_actor_and_random_actions(tmp_path):
     assert figures["observed_return"] == pytest.approx(1.5)
     assert 0.0 <= figures["greedy_above_data"] <= 1.0 and figures["greedy_gap"] >= 0.0
     assert {"q_data", "q_greedy", "q_sample", "q_uniform", "corr_q_return"} <= set(figures)
+
+
+def test_cql_probe_evaluates_a_bc_checkpoint_and_refuses_other_algorithms(tmp_path, capsys):
+    import json
+    import shutil
+
+    import cql_probe
+    import offline_cql
+
+    from flowrl.algorithms import BC, BCConfig
+    from flowrl.checkpoint import write_checkpoint
+    # an offline_cql.py seed directory: data/ (Pendulum's shipped dataset) and bc/
+    shutil.copytree(ROOT / "tuned_examples" / "data" / "pendulum-sac-replay", tmp_path / "data")
+    algo = BC(BCConfig(env="Pendulum-v1", input=str(tmp_path / "data"), seed=0,
+                       **offline_cql.BC_SETTINGS))
+    try:
+        algo.save(str(tmp_path / "bc"))
+    finally:
+        algo.stop()
+    cql_probe.main([str(tmp_path / "bc"), "--state-dir", str(tmp_path), "--env", "Pendulum-v1",
+                    "--episodes", "2", "--results-dir", str(tmp_path / "results")])
+    (saved,) = (tmp_path / "results").glob("cql_probe-*.json")
+    doc = json.loads(saved.read_text())
+    figures = doc["figures"]
+    assert figures["algorithm"] == "bc" and "q_data" not in figures   # evaluated only
+    assert -2000.0 < figures["eval_reward_min"] <= figures["eval_reward_mean"] < 0.0
+    assert figures["eval_len_mean"] == 200.0 and doc["settings"]["lr"] == 1e-3
+    assert "algorithm: bc" in capsys.readouterr().out
+    write_checkpoint(str(tmp_path / "pg"), {"algorithm": "pg", "worker": {}})
+    with pytest.raises(SystemExit, match="a pg checkpoint; cql_probe reads the CQL and BC"):
+        cql_probe.main([str(tmp_path / "pg"), "--state-dir", str(tmp_path)])
