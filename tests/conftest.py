@@ -51,6 +51,22 @@ def _tests_on_worker_path() -> None:
 _tests_on_worker_path()
 
 
+# Every process the suite starts (xdist workers, Ray workers, CLI and example
+# subprocesses) imports flowrl. Where PYTHONDONTWRITEBYTECODE is set (the CI image
+# sets it), none of them finds compiled bytecode, so each compiles the flowrl modules
+# it imports again, hundreds of times per run. Let the processes started from here
+# on write and reuse ``__pycache__`` (ignored by git), as Python does by default.
+def _bytecode_cached() -> None:
+    import os
+    import sys
+
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
+
+
+_bytecode_cached()
+
+
 def _uses_ray(item) -> bool:
     """Whether a collected test needs the shared Ray session: it takes ``ray_session``,
     carries the ``ray`` marker, or is the Ray case of a ``backend`` parameter."""
