@@ -52,10 +52,11 @@ _tests_on_worker_path()
 
 
 # Every process the suite starts (xdist workers, Ray workers, CLI and example
-# subprocesses) imports flowrl. Where PYTHONDONTWRITEBYTECODE is set (the CI image
-# sets it), none of them finds compiled bytecode, so each compiles the flowrl modules
-# it imports again, hundreds of times per run. Let the processes started from here
-# on write and reuse ``__pycache__`` (ignored by git), as Python does by default.
+# subprocesses) imports flowrl. Where PYTHONDONTWRITEBYTECODE is set (container
+# images often set it; the development machine's does), none of them finds compiled
+# bytecode, so each compiles the flowrl modules it imports again: about 360 Ray worker
+# processes per run. Let the processes started from here on write and reuse
+# ``__pycache__`` (ignored by git), as Python does by default.
 def _bytecode_cached() -> None:
     import os
     import sys
