@@ -101,18 +101,13 @@ def main(argv=None) -> None:
     p.add_argument("--results-dir", type=Path,
                    default=Path(__file__).resolve().parent / "results")
     args = p.parse_args(argv)
-    from flowrl.algorithms import BC, CQL, BCConfig, CQLConfig
     from flowrl.checkpoint import read_checkpoint
     stage = read_checkpoint(str(args.checkpoint))["algorithm"]
-    kinds = {"cql": (CQL, CQLConfig, offline_cql.CQL_SETTINGS),
-             "bc": (BC, BCConfig, offline_cql.BC_SETTINGS)}
-    if stage not in kinds:
+    if stage not in offline_cql.OFFLINE_STAGES:
         raise SystemExit(f"{args.checkpoint}: a {stage} checkpoint; cql_probe reads the CQL "
                          "and BC checkpoints of offline_cql.py")
-    algo_cls, config_cls, settings = kinds[stage]
-    algo = algo_cls(config_cls(env=offline_cql.CountingEnv(args.env),
-                               input=str(args.state_dir / "data"), seed=0,
-                               evaluation_duration=args.episodes, torch_threads=2, **settings))
+    algo = offline_cql.offline_algorithm(stage, args.env, str(args.state_dir / "data"), seed=0,
+                                         episodes=args.episodes, torch_threads=2)
     try:
         algo.restore(str(args.checkpoint))
         figures: dict = {"algorithm": stage}
@@ -134,7 +129,8 @@ def main(argv=None) -> None:
     path = harness.reserve_path(args.results_dir, "cql_probe", stamp)
     path.write_text(json.dumps({"benchmark": "cql_probe", "started_utc": stamp, "argv": sys.argv,
                                 "commit": harness.git_commit(),
-                                "settings": settings, "figures": figures},
+                                "settings": offline_cql.stage_settings(stage),
+                                "figures": figures},
                                indent=1, default=float))
     print(f"saved: {path}")
 

@@ -257,9 +257,26 @@ def check_settings(p: Progress, name: str) -> None:
                          f"--redo-from {name} to train it again with this script's")
 
 
-def train_offline(name: str, cls, config, updates: int, args, p: Progress,
-                  sitting: Sitting) -> bool:
-    """Stages 3 and 4: ``updates`` updates of ``cls`` from the dataset, evaluated
+#: The offline stages, each trained (and probed, ``cql_probe.py``) by :func:`offline_algorithm`.
+OFFLINE_STAGES = ("cql", "bc")
+
+
+def offline_algorithm(name: str, env: str, data: str, seed: int, episodes: int,
+                      torch_threads: int):
+    """A new Algorithm of offline stage ``name`` (``cql`` or ``bc``) at this script's
+    settings, reading the dataset in ``data`` and evaluating ``episodes`` episodes of
+    ``env`` (counted by :class:`CountingEnv`)."""
+    from flowrl.algorithms import BC, CQL, BCConfig, CQLConfig
+    common = dict(env=CountingEnv(env), input=data, seed=seed, evaluation_duration=episodes,
+                  torch_threads=torch_threads)
+    if name == "cql":
+        return CQL(CQLConfig(**common, **CQL_SETTINGS, timesteps_per_iteration=256 * 100))
+    return BC(BCConfig(**common, **BC_SETTINGS))
+
+
+def train_offline(name: str, updates: int, args, p: Progress, sitting: Sitting) -> bool:
+    """Stages 3 and 4: ``updates`` updates of stage ``name``'s Algorithm
+    (:func:`offline_algorithm`) from the dataset, evaluated
     every ``--eval-every`` updates on the way (``<name>_curve``) and at the end
     (``<name>_eval``); True when done. Its checkpoint is saved at every stop, so a
     later sitting asking for more updates continues it (:func:`reopen_to_extend`)."""
@@ -269,7 +286,8 @@ def train_offline(name: str, cls, config, updates: int, args, p: Progress,
         return True
     ckpt = p.dir / name
     check_settings(p, name)
-    algo = cls(config)
+    algo = offline_algorithm(name, args.env, str(p.dir / "data"), args.seed,
+                             args.eval_episodes, args.torch_threads)
     before = CountingEnv.steps
     curve, learner = p[f"{name}_curve"] or [], p[f"{name}_learner"] or []
     try:
@@ -304,7 +322,7 @@ def reopen_to_extend(p: Progress, wanted: dict[str, int]) -> None:
     """Go back to the first offline stage (``cql``, ``bc``) that finished with fewer
     updates than ``wanted`` now asks, dropping its final evaluation: it continues
     from its checkpoint. The stages after it keep their results."""
-    for name in ("cql", "bc"):
+    for name in OFFLINE_STAGES:
         past = STAGES.index(p["stage"]) > STAGES.index(name)
         if past and (p[f"{name}_updates"] or 0) < wanted[name]:
             if not (p.dir / name).exists():
@@ -353,20 +371,13 @@ def redo_from(p: Progress, stage: str) -> None:
 
 
 def child(args) -> dict:
-    from flowrl.algorithms import BC, CQL, BCConfig, CQLConfig
     p = Progress(seed_dir(args, args.seed))
     sitting = Sitting(args.sitting_minutes)
-    data = str(p.dir / "data")
-    common = dict(env=CountingEnv(args.env), input=data, seed=args.seed,
-                  evaluation_duration=args.eval_episodes, torch_threads=args.torch_threads)
     steps = {
         "behaviour": lambda: behaviour(args, p, sitting),
         "dataset": lambda: record(args, p, sitting),
-        "cql": lambda: train_offline("cql", CQL, CQLConfig(
-            **common, **CQL_SETTINGS, timesteps_per_iteration=256 * 100),
-            args.cql_updates, args, p, sitting),
-        "bc": lambda: train_offline("bc", BC, BCConfig(**common, **BC_SETTINGS),
-                                    args.bc_updates, args, p, sitting),
+        "cql": lambda: train_offline("cql", args.cql_updates, args, p, sitting),
+        "bc": lambda: train_offline("bc", args.bc_updates, args, p, sitting),
     }
     reopen_to_extend(p, {"cql": args.cql_updates, "bc": args.bc_updates})
     while p["stage"] != "done" and steps[p["stage"]]():
