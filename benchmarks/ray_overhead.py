@@ -24,6 +24,12 @@ Systems:
   by one);
 - ``hand-nret``: ``ray.wait(pending, num_returns=len(actors))`` then one
   ``ray.get`` (sync: ``num_returns`` = the whole round);
+- ``hand-asyncio``: not a contender but a reference: ``hand-wait``'s loop with each
+  fetch (a round; a pass, which resubmits what it served before it returns, as
+  flowrl's passes do) a coroutine run to completion on an asyncio event loop, as an
+  engine that runs every plan on one loop enters it once per fetch. Its ratio to
+  ``hand-wait`` is what that entry alone costs, and flowrl's ratio to it what flowrl's
+  machinery costs beyond it;
 - ``ray.util.iter``: ``from_actors(actors).gather_async(num_async=2)`` /
   ``.gather_sync()`` (what RLlib 1.x used).
 
@@ -89,8 +95,10 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import harness  # noqa: E402
 
-SYSTEMS = ["flowrl", "hand-wait", "hand-one", "hand-rr", "hand-nret", "ray.util.iter"]
-HAND = [s for s in SYSTEMS if s.startswith("hand-")]
+SYSTEMS = ["flowrl", "hand-wait", "hand-one", "hand-rr", "hand-nret", "hand-asyncio",
+           "ray.util.iter"]
+#: The hand-written loops flowrl is held to; hand-asyncio is a reference beside them.
+HAND = ["hand-wait", "hand-one", "hand-rr", "hand-nret"]
 MODES = ["async", "sync"]
 SKEW_DELAY_S = 0.002  # the slow actor of the "skew" layout
 #: name -> (actors, num_cpus per actor, seconds each actor sleeps per item)
@@ -100,8 +108,8 @@ WARMUP = 50
 LAYOUT_NOTE = ("0cpu: 4 actors num_cpus=0, 1cpu: 2 actors num_cpus=1, skew: 1cpu with one "
                f"actor sleeping {SKEW_DELAY_S * 1e3:g} ms per item; ray.init(num_cpus=2)")
 PAIRED = "paired"  # one process measures every system (--paired)
-#: Items per measurement under --paired, whose default --reps is len(SYSTEMS): as many
-#: items per system as 3 repetitions of 4,000, in a balanced order (see the docstring).
+#: Items per measurement under --paired, whose default --reps is len(SYSTEMS): 2,000
+#: items per round and system, in a balanced order (see the docstring).
 PAIRED_ITEMS = 2000
 
 
@@ -262,10 +270,55 @@ def hand_sync(kind):
     return loop
 
 
+def hand_asyncio(mode):
+    """hand-wait's loop with each fetch (``sync``: a round; ``async``: a pass, which
+    resubmits what it served before returning, as flowrl's passes do) a coroutine run
+    to completion on an asyncio event loop, as an engine that runs every plan on one
+    loop enters it once per fetch: what that entry costs, without an engine."""
+    def loop(actors, k, pending):
+        import asyncio
+
+        import ray
+
+        async def round_():
+            refs = [a.sample.remote() for a in actors]
+            pending.update(zip(refs, actors))
+            values = ray.get(refs)
+            for r in refs:
+                del pending[r]
+            return values
+
+        async def pass_():
+            refs = list(pending)
+            ready, _ = ray.wait(refs, num_returns=len(refs), timeout=0)
+            if not ready:
+                ready, _ = ray.wait(refs, num_returns=1)
+            values = ray.get(ready)
+            for ref in ready:
+                a = pending.pop(ref)
+                pending[a.sample.remote()] = a
+            return values
+
+        if mode == "async":
+            for _ in range(k):
+                for a in actors:
+                    pending[a.sample.remote()] = a
+        fetch = pass_ if mode == "async" else round_
+        ev = asyncio.new_event_loop()
+        try:
+            while True:
+                yield from ev.run_until_complete(fetch())
+        finally:
+            ev.close()
+    return loop
+
+
 LOOPS = {("hand-wait", "async"): hand_wait_async, ("hand-one", "async"): hand_one_async,
          ("hand-rr", "async"): hand_rr_async, ("hand-nret", "async"): hand_nret_async,
          ("hand-wait", "sync"): hand_sync("wait"), ("hand-one", "sync"): hand_sync("one"),
-         ("hand-rr", "sync"): hand_sync("rr"), ("hand-nret", "sync"): hand_sync("nret")}
+         ("hand-rr", "sync"): hand_sync("rr"), ("hand-nret", "sync"): hand_sync("nret"),
+         ("hand-asyncio", "async"): hand_asyncio("async"),
+         ("hand-asyncio", "sync"): hand_asyncio("sync")}
 
 
 def measure(system: str, mode: str, actors, n: int, k: int,
@@ -336,6 +389,11 @@ def child(args) -> None:
                     f[0] / o[0] for f, o in pairs)
                 result[f"cpu:flowrl/{system}:{cell}"] = statistics.median(
                     f[3] / o[3] for f, o in pairs)
+            if args.child == PAIRED and {"hand-asyncio", "hand-wait"} <= set(systems):
+                # the event loop's price: the same loop entering it per fetch, or not
+                result[f"hand-asyncio/hand-wait:{cell}"] = statistics.median(
+                    a[0] / w[0] for a, w in zip(figs["hand-asyncio", mode],
+                                                figs["hand-wait", mode]))
         for a in actors:
             ray.kill(a)
     ray.shutdown()
@@ -351,6 +409,7 @@ def report_paired(runs: list[dict]) -> None:
     figs += [f"latency_ms:{s}:{k}" for k in keys for s in SYSTEMS]
     figs += [f"{what}:flowrl:{k}" for k in keys for what in ("cpu_us", "driver_us")]
     figs += [f"cpu:flowrl/{h}:{k}" for k in keys for h in HAND]
+    figs += [f"hand-asyncio/hand-wait:{k}" for k in keys]
     (group,) = harness.summarize(runs, figs) or [None]
     if group is None:
         print("no valid paired run")
@@ -368,6 +427,16 @@ def report_paired(runs: list[dict]) -> None:
          "vs best hand"], rows,
         title=f"paired: flowrl's ratio to each system measured in the same process and "
               f"round, median [min-max] over {group.n} runs; {LAYOUT_NOTE}")
+    loop = [[key, harness.fmt_figure(group.figures.get(f"hand-asyncio/hand-wait:{key}"),
+                                     "{:.2f}x"),
+             harness.fmt_figure(group.figures.get(f"flowrl/hand-asyncio:{key}"), "{:.2f}x")]
+            for key in keys]
+    if any(c != "-" for row in loop for c in row[1:]):
+        harness.print_table(
+            ["mode_layout", "hand-asyncio/hand-wait", "flowrl/hand-asyncio"], loop,
+            title="the event loop's share: hand-wait's loop entering an asyncio loop once "
+                  "per fetch against the same loop without it, and flowrl against that, "
+                  f"within a round, median [min-max] over {group.n} runs")
     lat = [[key, *(harness.fmt_figure(group.figures.get(f"latency_ms:{s}:{key}"), "{:.2f}")
                    for s in SYSTEMS)] for key in keys]
     if any(c != "-" for row in lat for c in row[1:]):

@@ -388,7 +388,9 @@ def test_ray_overhead_paired_compares_flowrl_with_the_hand_loop_it_trails_most(c
                                f"cpu_us:flowrl:{cell}": 800.0 * wait,
                                f"driver_us:flowrl:{cell}": 400.0,
                                f"cpu:flowrl/hand-wait:{cell}": 1 / wait,
-                               f"cpu:flowrl/hand-rr:{cell}": rr})
+                               f"cpu:flowrl/hand-rr:{cell}": rr,
+                               f"hand-asyncio/hand-wait:{cell}": 0.95,
+                               f"flowrl/hand-asyncio:{cell}": wait / 0.95})
         return _run(ray_overhead.PAIRED, **result)
     runs = [paired(1.02, 0.90, 1.10), paired(1.00, 0.96, 1.30), paired(0.98, 0.99, 1.20),
             {"system": ray_overhead.PAIRED, "valid": False, "ok": True, "result": None}]
@@ -399,14 +401,20 @@ def test_ray_overhead_paired_compares_flowrl_with_the_hand_loop_it_trails_most(c
     assert "1.00x [0.98x-1.02x]" in row and "1.20x [1.10x-1.30x]" in row
     assert "0.97x [0.97x-0.97x]" in row
     assert row.rstrip().endswith("hand-rr 0.96x")
+    # hand-asyncio is a reference, not a hand loop flowrl is held to
+    assert "hand-asyncio" not in row.split("|")[-1]
+    # the event loop's share: the hand loop entering asyncio per fetch, flowrl beside it
+    loop = [ln for ln in out.splitlines() if ln.startswith("async_skew")][1]
+    cells = [c.strip() for c in loop.split("|")]
+    assert cells[1:] == ["0.95x [0.95x-0.95x]", "1.05x [1.03x-1.07x]"]
     # the latency table: one column per system, "-" where a system has no figure
-    lat = [ln for ln in out.splitlines() if ln.startswith("async_skew")][1]
+    lat = [ln for ln in out.splitlines() if ln.startswith("async_skew")][2]
     cells = [c.strip() for c in lat.split("|")]
     assert cells[1 + ray_overhead.SYSTEMS.index("flowrl")] == "1.50 [1.50-1.50]"
     assert cells[1 + ray_overhead.SYSTEMS.index("hand-nret")] == "1.80 [1.65-1.95]"
     assert cells[1 + ray_overhead.SYSTEMS.index("hand-one")] == "-"
     # the CPU table: flowrl's session and driver CPU per item, its CPU ratio per hand loop
-    cpu = [ln for ln in out.splitlines() if ln.startswith("async_skew")][2]
+    cpu = [ln for ln in out.splitlines() if ln.startswith("async_skew")][3]
     cells = [c.strip() for c in cpu.split("|")]
     assert cells[1:3] == ["800 [784-816]", "400 [400-400]"]
     assert cells[3:] == ["1.00x [0.98x-1.02x]", "-", "0.96x [0.90x-0.99x]", "-"]
