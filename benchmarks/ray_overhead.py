@@ -505,23 +505,30 @@ def main(argv=None) -> None:
         report_paired(runs)
         return
     runs, _ = harness.run(args, "ray_overhead", __file__, args.systems, child_args, meta)
+    report(runs)
+
+
+def report(runs: list[dict]) -> None:
+    """The unpaired table: each system's items/s (one process per system and run),
+    flowrl's ratio to the best hand loop and to ray.util.iter."""
     keys = [f"{m}_{lay}" for lay in LAYOUTS for m in MODES]
     groups = {g.system: g for g in harness.summarize(runs, keys)}
+
+    def figure(system, key):
+        return groups[system].figures.get(key) if system in groups else None
+
     rows = []
     for key in keys:
-        hands = {h: groups[h].figures.get(key) for h in HAND if h in groups}
+        hands = {h: figure(h, key) for h in HAND}
         best_name = max((h for h in hands if hands[h]), key=lambda h: hands[h][0], default=None)
         best = hands.get(best_name) if best_name else None
-        fl = groups["flowrl"].figures.get(key) if "flowrl" in groups else None
-        it = groups["ray.util.iter"].figures.get(key) if "ray.util.iter" in groups else None
-        rows.append([key, harness.fmt_figure(fl, "{:,.0f}"),
-                     *(harness.fmt_figure(hands.get(h), "{:,.0f}") for h in HAND),
-                     harness.fmt_figure(it, "{:,.0f}"), best_name or "-",
-                     f"{harness.ratio(fl, best):.2f}x", f"{harness.ratio(fl, it):.2f}x"])
+        fl, it = figure("flowrl", key), figure("ray.util.iter", key)
+        rows.append([key, *(harness.fmt_figure(figure(s, key), "{:,.0f}") for s in SYSTEMS),
+                     best_name or "-", harness.fmt_ratio(harness.ratio(fl, best)),
+                     harness.fmt_ratio(harness.ratio(fl, it))])
     n = {g.system: g.n for g in groups.values()}
     harness.print_table(
-        ["mode_layout", "flowrl", *HAND, "ray.util.iter", "best hand", "flowrl/best hand",
-         "flowrl/iter"], rows,
+        ["mode_layout", *SYSTEMS, "best hand", "flowrl/best hand", "flowrl/iter"], rows,
         title=f"items/s, median [min-max] over runs {n}; {LAYOUT_NOTE}")
 
 
