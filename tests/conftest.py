@@ -123,8 +123,11 @@ def pytest_runtest_call(item):
 # test on the same xdist worker shares the session, and one that needs both of its
 # CPUs would otherwise wait until its timeout, failing far from the cause. Ray frees
 # them asynchronously (well under a second here; slower on a loaded machine), so
-# wait for that, and fail the test that kept them if they never come back.
+# wait for that, and fail the test that kept them if they never come back. CPUs a
+# failed test kept are blamed on it alone: the tests after it are checked against
+# what it left (else each would wait RELEASE_WAIT_S and fail for it).
 RELEASE_WAIT_S = 60.0
+_kept = [0.0]  # CPUs that earlier tests of this process kept and that are still taken
 
 
 def _cpus_short() -> float:
@@ -132,16 +135,24 @@ def _cpus_short() -> float:
     return ray.cluster_resources().get("CPU", 0.0) - ray.available_resources().get("CPU", 0.0)
 
 
+def cpus_kept() -> float:
+    """CPUs of the shared Ray session that earlier tests kept and are still taken, as
+    of the last check."""
+    return _kept[0]
+
+
 def check_ray_cpus_returned(nodeid: str, wait_s: float = RELEASE_WAIT_S) -> None:
-    """Wait up to ``wait_s`` for the shared Ray session's CPUs to be free again; fail
-    ``nodeid`` if some never are."""
+    """Wait up to ``wait_s`` for the shared Ray session's CPUs to be free again, all but
+    those earlier failed tests kept; fail ``nodeid`` if it kept more."""
     import time
+    kept = _kept[0]
     deadline = time.monotonic() + wait_s
-    while _cpus_short() > 0 and time.monotonic() < deadline:
+    while _cpus_short() > kept and time.monotonic() < deadline:
         time.sleep(0.05)
     short = _cpus_short()
-    if short > 0:
-        pytest.fail(f"{nodeid} left {short:g} of the shared Ray session's CPUs taken "
+    _kept[0] = short  # what is taken now: the baseline of the next check
+    if short > kept:
+        pytest.fail(f"{nodeid} left {short - kept:g} of the shared Ray session's CPUs taken "
                     f"{wait_s:g} s after its teardown (an actor, task or placement group it "
                     "started still runs); stop what it started in a finally block or "
                     "fixture", pytrace=False)
