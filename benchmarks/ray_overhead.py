@@ -389,7 +389,7 @@ def child(args) -> None:
                     f[0] / o[0] for f, o in pairs)
                 result[f"cpu:flowrl/{system}:{cell}"] = statistics.median(
                     f[3] / o[3] for f, o in pairs)
-            if args.child == PAIRED and {"hand-asyncio", "hand-wait"} <= set(systems):
+            if args.child == PAIRED:
                 # the event loop's price: the same loop entering it per fetch, or not
                 result[f"hand-asyncio/hand-wait:{cell}"] = statistics.median(
                     a[0] / w[0] for a, w in zip(figs["hand-asyncio", mode],

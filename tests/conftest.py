@@ -127,7 +127,7 @@ def pytest_runtest_call(item):
 # failed test kept are blamed on it alone: the tests after it are checked against
 # what it left (else each would wait RELEASE_WAIT_S and fail for it).
 RELEASE_WAIT_S = 60.0
-_kept = [0.0]  # CPUs that earlier tests of this process kept and that are still taken
+_cpus_kept_before = 0.0  # CPUs earlier tests of this process kept, still taken at the last check
 
 
 def _cpus_short() -> float:
@@ -138,19 +138,20 @@ def _cpus_short() -> float:
 def cpus_kept() -> float:
     """CPUs of the shared Ray session that earlier tests kept and are still taken, as
     of the last check."""
-    return _kept[0]
+    return _cpus_kept_before
 
 
 def check_ray_cpus_returned(nodeid: str, wait_s: float = RELEASE_WAIT_S) -> None:
     """Wait up to ``wait_s`` for the shared Ray session's CPUs to be free again, all but
     those earlier failed tests kept; fail ``nodeid`` if it kept more."""
     import time
-    kept = _kept[0]
+    global _cpus_kept_before
+    kept = _cpus_kept_before
     deadline = time.monotonic() + wait_s
     while _cpus_short() > kept and time.monotonic() < deadline:
         time.sleep(0.05)
     short = _cpus_short()
-    _kept[0] = short  # what is taken now: the baseline of the next check
+    _cpus_kept_before = short  # what is taken now: the baseline of the next check
     if short > kept:
         pytest.fail(f"{nodeid} left {short - kept:g} of the shared Ray session's CPUs taken "
                     f"{wait_s:g} s after its teardown (an actor, task or placement group it "
