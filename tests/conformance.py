@@ -258,6 +258,32 @@ def test_a_gather_async_output_names_each_items_shard_and_fails_after_what_it_se
         assert out == [1, 101, 2, 102, 3]
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_plan_that_is_a_gather_never_enters_its_event_loop(backend, mode, monkeypatch):
+    # Its waits run in the caller's thread; only a larger plan runs on the loop. Items
+    # of a finite shard come until it ends, each shard's in order.
+    hosts = make_hosts(backend, Counter, [(0, 3), (100,)])
+    s = flowrl.from_actors(hosts)
+    out = s.gather_sync() if mode == "sync" else s.gather_async(num_async=2)
+    run = Plan(out).compile(backend=backend)
+
+    def entered():
+        raise AssertionError("the run entered its event loop")
+
+    monkeypatch.setattr(run.loop, "run_forever", entered)
+    got = []
+    for x in run:  # until the short shard has ended, and 10 items at least
+        got.append(x)
+        if len(got) >= 10 and 2 in got or len(got) == 1000:
+            break
+    monkeypatch.undo()
+    run.stop()
+    assert [x for x in got if x < 100] == [0, 1, 2]
+    assert [x for x in got if x >= 100] == list(range(100, 100 + len(got) - 3))
+    if mode == "sync" or backend == "local":
+        assert got == [0, 100, 1, 101, 2, 102, 103, 104, 105, 106]
+
+
 def test_one_host_serves_two_runs_at_once(backend):
     hosts = make_hosts(backend, Counter, [(0,), (100,)])
     first = Plan(flowrl.from_actors(hosts).gather_sync()).compile(backend=backend)

@@ -85,6 +85,11 @@ class Backend:
     name = "base"
     #: Seconds a remote host may leave a request unanswered (None: unbounded / in-process).
     remote_timeout_s: float | None = None
+    #: Whether a wait blocks on hosts outside this process. Then, on the event loop, a
+    #: wait that finds nothing ready runs on the run's I/O thread while other tasks
+    #: share the loop (:func:`~flowrl.runtime.context.call_blocking`). False: a wait
+    #: runs the (in-process) hosts themselves, in the caller's thread.
+    remote_waits = False
 
     def make_item_host(self, source: Any, repeat: bool, options: dict | None = None,
                        label: str = "") -> Any:
@@ -122,18 +127,29 @@ class Backend:
     def submit(self, shard: Shard, n: int) -> Request:
         raise TypeError(f"{type(self).__name__} must implement submit")
 
-    async def wait_all(self, requests: list[Request]) -> None:
-        """Return once every request is done (errors are raised by ``result()``)."""
+    def wait_all(self, requests: list[Request]) -> None:
+        """Return once every request is done (errors are raised by ``result()``).
+
+        This blocks the calling thread: with :attr:`remote_waits` the driver calls it
+        through :func:`~flowrl.runtime.context.call_blocking` when it runs on the
+        event loop."""
         raise TypeError(f"{type(self).__name__} must implement wait_all")
 
-    async def wait_any(self, queues: list[Sequence[Request]]) -> None:
+    def wait_any(self, queues: list[Sequence[Request]]) -> None:
         """Return once the first request of some queue is done, with every first
         request that is ready by then marked done (the driver chooses among them).
+        Blocks as :meth:`wait_all` does.
 
         ``queues`` holds one queue per shard with a pending request: that shard's
         pending requests in submission order (the order they complete in).
         """
         raise TypeError(f"{type(self).__name__} must implement wait_any")
+
+    def poll_any(self, queues: list[Sequence[Request]]) -> bool:
+        """:meth:`wait_any` without blocking: mark what is ready done, and say whether
+        the first request of some queue is done now. Only a backend with
+        :attr:`remote_waits` is ever polled."""
+        raise TypeError(f"{type(self).__name__} must implement poll_any")
 
     def forget(self, shard: Shard) -> None:
         """Drop what the backend keeps for ``shard`` (its host is being replaced)."""

@@ -8,7 +8,10 @@ node's inputs by id in ``program.ops``. Every run of synchronous operators is
 one :class:`~flowrl.runtime.stages.FusedStage` (the code shards run): the stage
 pulls a synchronous ``from_iterable`` itself, or the driver pushes an async
 input's items into it. Every other operator maps to its builder through
-:data:`BUILDERS`, one async generator per node.
+:data:`BUILDERS`, one async generator per node. A gather's logic is a plain
+generator of steps (:class:`Wait`, then each fetch): the loop awaits its waits,
+and a plan that is nothing but the gather does them in the caller's thread with
+no loop at all.
 
 State: ``hosts`` (per host-source id: the hosts and whether this run created
 them), ``shards`` (per gather id: the :class:`Shard` list it reads), ``stats``
@@ -26,6 +29,7 @@ import logging
 import random
 import time
 from collections import deque
+from collections.abc import Sequence
 from typing import Any, AsyncIterator, Iterator
 
 from flowrl.errors import ConfigError, WorkerError
@@ -33,7 +37,7 @@ from flowrl.metrics import MetricsContext
 from flowrl.runtime.backend import Backend, Request, Shard, lost_reason
 from flowrl.runtime.compile import Compiled, Op, StageSpec, is_sync_source
 from flowrl.runtime.concurrency import Splitter, async_union, round_robin
-from flowrl.runtime.context import RunContext
+from flowrl.runtime.context import RunContext, call_blocking
 from flowrl.runtime.recovery import HostList, Recovery, RecoveryRelay, ShardRecovery
 from flowrl.runtime.stages import FusedStage, operator_error
 from flowrl.runtime.stats import NodeStats
@@ -367,16 +371,57 @@ class Driver:
             yield y
 
     # gathers -------------------------------------------------------------------
+    # A gather's logic is a plain generator of *steps* (see :class:`Wait`): it
+    # yields what it waits for and each fetch it made. The event loop runs it
+    # through :meth:`_awaited`; a plan whose output is the gather itself runs it
+    # through :meth:`_blocking`, with no loop at all.
     def _gather(self, op: Op, port: int, st: NodeStats):
-        """``gather_sync``/``gather_async``: the items of :meth:`_fetches`."""
-        return self._items(self._fetches(op))
+        """``gather_sync``/``gather_async``: the items of its fetches."""
+        return self._items(self._awaited(self._fetch_steps(op)))
 
-    def _fetches(self, op: Op) -> AsyncIterator[list[Request]]:
-        """A gather's fetches: ``gather_sync``'s rounds, ``gather_async``'s passes."""
+    def _fetch_steps(self, op: Op) -> Iterator[Any]:
+        """A gather's steps: ``gather_sync``'s rounds, ``gather_async``'s passes."""
         st = self.stats[op.id]
         if op.op == "gather_sync":
-            return self._rounds(op.id, st)
-        return self._passes(op.id, st, op.params["num_async"])
+            return self._round_steps(op.id, st)
+        return self._pass_steps(op.id, st, op.params["num_async"])
+
+    async def _awaited(self, steps: Iterator[Any]):
+        """The fetches of gather ``steps``, each wait awaited on the run's loop: a
+        remote wait that is not ready at once goes through ``call_blocking`` (on
+        the I/O thread while other tasks share the loop)."""
+        backend = self.backend
+        remote = backend.remote_waits
+        try:
+            for step in steps:
+                if step.__class__ is not Wait:
+                    yield step
+                elif step.queues is None:
+                    if remote:
+                        await call_blocking(backend.wait_all, step.requests)
+                    else:
+                        backend.wait_all(step.requests)
+                elif not remote:
+                    backend.wait_any(step.queues)
+                elif not backend.poll_any(step.queues):  # nothing ready yet: block, off the loop
+                    await call_blocking(backend.wait_any, step.queues)
+        finally:
+            steps.close()
+
+    def _blocking(self, steps: Iterator[Any]) -> Iterator[list[Request]]:
+        """The fetches of gather ``steps``, each wait done in the caller's thread (no
+        event loop: only for a gather that is the plan's whole driver side)."""
+        backend = self.backend
+        try:
+            for step in steps:
+                if step.__class__ is not Wait:
+                    yield step
+                elif step.queues is None:
+                    backend.wait_all(step.requests)
+                else:
+                    backend.wait_any(step.queues)
+        finally:
+            steps.close()
 
     async def _items(self, fetches: AsyncIterator[list[Request]]):
         """The items of ``fetches`` (each a round's or a pass's done requests), one by
@@ -387,45 +432,47 @@ class Driver:
                 metrics.current_actor = actor
                 yield x
 
-    def output_fetches(self) -> AsyncIterator[list[Request]] | None:
+    def output_fetches(self) -> Iterator[list[Request]] | None:
         """The output gather's fetches (its rounds, or its passes), when the plan's
         output is a ``gather_sync`` or ``gather_async`` read as it is; else None.
 
-        :class:`~flowrl.runtime.run.Run` then hands out a fetch's items itself,
-        entering the event loop once per fetch instead of once per item. The
+        Nothing else of the plan runs then, so the gather needs no event loop: its
+        waits block the caller's thread (:meth:`_blocking`), and
+        :class:`~flowrl.runtime.run.Run` hands out a fetch's items itself. The
         requests are sent exactly as when items are taken one by one: a gather
-        submits its next round, or resubmits what a pass served, only when its
-        generator is resumed, and a pass resubmits before it yields."""
+        submits its next round, or resubmits what a pass served, only when the
+        iterator is resumed, and a pass resubmits before it yields."""
         node_id, port = self.program.output
         op = self.ops[node_id]
         if (port or node_id in self.program.runs or op.placement != "driver"
                 or BUILDERS.get(op.op) is not Driver._gather):
             return None
-        fetches = self._fetches(op)
+        fetches = self._blocking(self._fetch_steps(op))
         self.agens.append(fetches)
         return fetches
 
     async def _batch_across_shards(self, op: Op, port: int, st: NodeStats):
-        async for done in self._rounds(op.id, st):
+        async for done in self._awaited(self._round_steps(op.id, st)):
             st.items_out += 1 - sum(len(r.result()[0]) for r in done)
             yield [x for r in done for x in r.result()[0]]
 
-    async def _rounds(self, gather: str, st: NodeStats):
-        """Rounds of one request per live shard; yields each round's done requests.
+    def _round_steps(self, gather: str, st: NodeStats):
+        """Rounds of one request per live shard; yields a :class:`Wait` for each
+        round, then the round's done requests.
 
         The barrier waits for the replacements of lost hosts: a replacement's
-        install is awaited beside the round's other requests, then it is asked
+        install is waited for beside the round's other requests, then it is asked
         for the round's item."""
         live = list(self.shards[gather])
-        submit, wait_all = self.backend.submit, self.backend.wait_all
+        submit = self.backend.submit
         while live:
             requests = [submit(s, 1) for s in live]
             st.depth(len(requests))
             t = perf()
-            await wait_all(requests)
+            yield Wait(requests)
             for req in requests:
                 if req.error is not None:  # a lost host (or a raising one): the slow path
-                    requests = await self._settle_round(requests)
+                    requests = yield from self._settle_round(requests)
                     break
             st.wait_s += perf() - t
             st.depth(0)
@@ -440,12 +487,12 @@ class Driver:
                 st.items_out += produced
                 yield requests
 
-    async def _settle_round(self, requests: list[Request]) -> list[Request]:
+    def _settle_round(self, requests: list[Request]):
         """A waited round with failed requests, finished: each lost host's replacement
-        is installed (awaited beside the others) and asked for the round's item; a
+        is installed (waited for beside the others) and asked for the round's item; a
         shard that cannot be replaced drops out. Other errors are raised by
-        :meth:`recover` (or later by ``result()``)."""
-        backend = self.backend
+        :meth:`recover` (or later by ``result()``). Steps of :meth:`_round_steps`;
+        returns the round's requests."""
         slots: list[Request | None] = list(requests)
         installs: dict[int, Request] = {}  # position -> install of its replacement
         while True:
@@ -454,7 +501,7 @@ class Driver:
                 if k in installs:
                     nxt = self.installed(installs.pop(k))
                     if nxt is True:
-                        slots[k] = backend.submit(req.shard, 1)
+                        slots[k] = self.backend.submit(req.shard, 1)
                         pending.append(slots[k])
                     elif nxt is False:
                         slots[k] = None
@@ -470,14 +517,15 @@ class Driver:
                         pending.append(nxt)
             if not pending:
                 return [r for r in slots if r is not None]
-            await backend.wait_all(pending)
+            yield Wait(pending)
 
     def _aggregator_input(self, op: Op, port: int, st: NodeStats):
-        return self._items(self._passes(op.id, st, 1))
+        return self._items(self._awaited(self._pass_steps(op.id, st, 1)))
 
-    async def _passes(self, gather: str, st: NodeStats, num_async: int):
+    def _pass_steps(self, gather: str, st: NodeStats, num_async: int):
         """Requests as they complete, ``num_async`` in flight per shard, served least
-        recently served shard first; yields each pass's served requests.
+        recently served shard first; yields a :class:`Wait` for each pass, then the
+        pass's served requests.
 
         Each pass waits until some shard has answered (the backend's ``wait_any``
         marks every answered request done), then serves one done request per shard,
@@ -488,7 +536,7 @@ class Driver:
         another however fast that one answers.
 
         A lost host's replacement starts while the other shards keep being served:
-        its install is one more awaited request, and its pulls begin once it is done.
+        its install is one more request waited for, and its pulls begin once it is done.
         A failure while serving (an error a shard raised, a loss that cannot be
         recovered) is raised once the requests served before it in that pass are out.
         """
@@ -498,14 +546,14 @@ class Driver:
         for s in self.shards[gather]:
             inflight[id(s)] = deque(backend.submit(s, 1) for _ in range(num_async))
         served = dict.fromkeys(inflight)    # shard ids, least recently served first
-        submit, wait_any = backend.submit, backend.wait_any
+        submit = backend.submit
         while inflight or starting:
             queues: list = list(inflight.values())
             if starting:
                 queues += [(r,) for r in starting.values()]
             st.depth(sum(map(len, queues)))
             t = perf()
-            await wait_any(queues)  # returns at once when one is done already
+            yield Wait(queues=queues)  # done at once when one is done already
             st.wait_s += perf() - t
             if starting:
                 for sid, req in list(starting.items()):
@@ -587,6 +635,19 @@ BUILDERS = {
     "concurrently": Driver._concurrently,
     "duplicate": Driver._duplicate,
 }
+
+
+class Wait:
+    """A step of a gather (:meth:`Driver._round_steps`, :meth:`Driver._pass_steps`):
+    wait until every one of ``requests`` is done (a round's wait), or until the
+    first request of one of ``queues`` is (a pass's; see ``Backend.wait_any``)."""
+
+    __slots__ = ("requests", "queues")
+
+    def __init__(self, requests: list[Request] | None = None,
+                 queues: list[Sequence[Request]] | None = None) -> None:
+        self.requests = requests
+        self.queues = queues
 
 
 class SyncOutput:

@@ -76,12 +76,12 @@ class LocalBackend(Backend):
                 except Exception as e:  # noqa: BLE001 - surfaced by result()
                     head.set_error(e)
 
-    async def wait_all(self, requests: list[Request]) -> None:
+    def wait_all(self, requests: list[Request]) -> None:
         for req in requests:
             if not req.done:
                 self._run_through(req)
 
-    async def wait_any(self, queues: list[Sequence[Request]]) -> None:
+    def wait_any(self, queues: list[Sequence[Request]]) -> None:
         for q in queues:
             if not q[0].done:
                 self._run_through(q[0])

@@ -29,10 +29,13 @@ Policy:
   to 0.85-0.95x the items/s of a hand-written Ray loop
   (``benchmarks/ray_overhead.py``, docs/benchmarks.md "Runtime overhead"). Any
   other pull is ``host.flowrl_pull.remote(key, n)``.
-  Nothing sleeps or polls: whatever blocks goes through
-  :func:`~flowrl.runtime.context.call_blocking`.
+  Nothing sleeps or polls. The waits block the calling thread (``remote_waits``):
+  on the driver's event loop they run through
+  :func:`~flowrl.runtime.context.call_blocking`, elsewhere directly (see
+  ``driver.py``).
   ``wait_any`` (async gathers) first sweeps every pending ref without blocking
-  (``ray.wait(timeout=0)``); only if no shard's oldest request is ready does it
+  (``ray.wait(timeout=0)``, which ``poll_any`` does alone); only if no shard's
+  oldest request is ready does it
   block, in one ``ray.wait`` for one of those oldest requests, and collect what it
   returned. Every ready result a sweep finds is fetched with one ``ray.get`` and
   marked done, so the driver sees every shard that has answered and can serve
@@ -92,7 +95,6 @@ from flowrl.runtime.backend import Backend, Request, Shard, host_lost
 # One start-wait bound and one ensure_ray for every backend user (re-exported here).
 from flowrl.runtime.calls import (INIT_DEFAULTS, START_WAIT_S, Calls,  # noqa: F401
                                   ensure_ray, lost_error)
-from flowrl.runtime.context import call_blocking
 
 #: Actor options of the hosts the runtime creates for item sources.
 ITEM_HOST_OPTIONS = {"num_cpus": 0}
@@ -157,18 +159,6 @@ def translate_error(shard: Shard, e: BaseException) -> BaseException:
         return e
     err.__cause__ = e
     return err
-
-
-def _wait_all(refs: list, timeout: float | None) -> None:
-    ray.wait(refs, num_returns=len(refs), timeout=timeout)
-
-
-def _get_within(refs: list, timeout: float | None) -> list:
-    return ray.get(refs, timeout=timeout)
-
-
-def _wait_one(refs: list, timeout: float | None) -> tuple[list, list]:
-    return ray.wait(refs, num_returns=1, timeout=timeout)
 
 
 def stuck_error(labels: list[str], timeout: float) -> WorkerError:
@@ -319,7 +309,9 @@ class RayBackend(Backend):
             method = self._methods[shard] = shard.host.flowrl_pull
         return RayRequest(shard, n, method.remote(shard.key, n))
 
-    async def wait_all(self, requests: list[Request]) -> None:
+    remote_waits = True
+
+    def wait_all(self, requests: list[Request]) -> None:
         pending = [r for r in requests if not r.done]
         if not pending:
             return
@@ -327,7 +319,7 @@ class RayBackend(Backend):
         # Requests of a round were submitted just now: waiting and fetching is one
         # blocking ray.get (a non-blocking ray.wait first would almost never help).
         try:
-            values = await call_blocking(_get_within, refs, self._time_left(pending))
+            values = ray.get(refs, timeout=self._time_left(pending))
         except GetTimeoutError:
             # The stuck shards' requests fail (the driver restarts or raises); the rest
             # are collected.
@@ -336,7 +328,7 @@ class RayBackend(Backend):
             self._collect([r for r in pending if not r.done])
             return
         except Exception:  # noqa: BLE001 - some failed: let all finish, resolve one by one
-            await call_blocking(_wait_all, refs, self._time_left(pending))
+            ray.wait(refs, num_returns=len(refs), timeout=self._time_left(pending))
             self._collect(pending)
             return
         now = _monotonic()
@@ -346,37 +338,48 @@ class RayBackend(Backend):
             r.ref = None
             replied[r.shard] = now
 
-    async def wait_any(self, queues: list[Sequence[Request]]) -> None:
+    def poll_any(self, queues: list[Sequence[Request]]) -> bool:
+        """A non-blocking sweep of every pending request (see :meth:`wait_any`)."""
+        self._sweep([r for q in queues for r in q if not r.done])
+        self._fail_overdue(queues)
+        return any(q[0].done for q in queues)
+
+    def wait_any(self, queues: list[Sequence[Request]]) -> None:
         """Return once some shard's oldest pending request is done, with every ready
         one marked done.
 
-        A non-blocking sweep first; only if it leaves no shard's oldest request
-        done, one bounded blocking wait for one of them, which is collected (the
-        shards that answered meanwhile are seen by the next call's sweep).
-        Replies can be processed out of order, so a request is only marked done
-        once every earlier request to its shard is (requests to a shard complete
-        in submission order). A shard whose oldest request has waited
+        A non-blocking sweep first (:meth:`poll_any`); only if it leaves no shard's
+        oldest request done, one bounded blocking wait for one of them, which is
+        collected (the shards that answered meanwhile are seen by the next call's
+        sweep). Replies can be processed out of order, so a request is only marked
+        done once every earlier request to its shard is (requests to a shard
+        complete in submission order). A shard whose oldest request has waited
         ``remote_timeout_s`` has all its pending requests failed (lost host).
         """
-        pending = [r for q in queues for r in q if not r.done]
-        heads = [q[0] for q in queues if not q[0].done]
-        self._sweep(pending)
-        if not any(q[0].done for q in queues):
-            while True:
-                left = self._time_left(heads)
-                if left == 0.0:  # a head has waited remote_timeout_s: its shard is stuck
-                    break
-                first, _ = await call_blocking(_wait_one, [r.ref for r in heads], left)
-                if first:
-                    # A head has no pending request before it: collect it as it is (a
-                    # second sweep here cost one more ray.wait per blocking pass; what
-                    # else became ready meanwhile is swept on the next pass)
-                    self._collect([r for r in heads if r.ref in first])
-                    break
-        if self.remote_timeout_s is not None:
-            stuck = self._stuck([r for r in heads if not r.done])
-            if stuck:
-                self._fail_stuck(pending, stuck)
+        if self.poll_any(queues):
+            return
+        heads = [q[0] for q in queues]
+        while True:
+            left = self._time_left(heads)
+            if left == 0.0:  # a head has waited remote_timeout_s: its shard is stuck
+                break
+            first, _ = ray.wait([r.ref for r in heads], num_returns=1, timeout=left)
+            if first:
+                # A head has no pending request before it: collect it as it is (a
+                # second sweep here cost one more ray.wait per blocking pass; what
+                # else became ready meanwhile is swept on the next pass)
+                self._collect([r for r in heads if r.ref in first])
+                break
+        self._fail_overdue(queues)
+
+    def _fail_overdue(self, queues: list[Sequence[Request]]) -> None:
+        """Fail every pending request of the shards whose oldest request (not done) has
+        waited ``remote_timeout_s``."""
+        if self.remote_timeout_s is None:
+            return
+        stuck = self._stuck([q[0] for q in queues if not q[0].done])
+        if stuck:
+            self._fail_stuck([r for q in queues for r in q if not r.done], stuck)
 
     def _sweep(self, requests: list[RayRequest]) -> None:
         """Collect, without blocking, every one of ``requests`` (each shard's in

@@ -157,8 +157,8 @@ class Run:
                         sync.busy.s += perf() - t
                 if self._fetches is None:
                     return self._res.in_loop(anext(self._out))
-                while not fetched:  # the output gather's next round or pass
-                    fetched.extend(fetched_items(self._res.in_loop(anext(self._fetches))))
+                while not fetched:  # the output gather's next round or pass (no loop)
+                    fetched.extend(fetched_items(next(self._fetches)))
             except (StopIteration, StopAsyncIteration):
                 self.stop()
                 raise StopIteration from None
