@@ -27,8 +27,10 @@ Policy:
   arguments, since each argument is serialized by the driver and read by the
   actor: with the run's key gone from the call, the gathers moved from 0.72-0.91x
   to 0.85-0.95x the items/s of a hand-written Ray loop
-  (``benchmarks/ray_overhead.py``, docs/benchmarks.md "Runtime overhead"). Any
-  other pull is ``host.flowrl_pull.remote(key, n)``.
+  (``benchmarks/ray_overhead.py``, docs/benchmarks.md "Runtime overhead"). Its
+  reply is the item alone, not ``([item], False)``, for the same reason (the
+  request wraps it on the driver). Any other pull is
+  ``host.flowrl_pull.remote(key, n)``.
   Nothing sleeps or polls. The waits block the calling thread (``remote_waits``):
   on the driver's event loop they run through
   :func:`~flowrl.runtime.context.call_blocking`, elsewhere directly (see
@@ -89,7 +91,7 @@ from ray.exceptions import (GetTimeoutError, ObjectLostError, RayActorError, Ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from flowrl.errors import ConfigError, FlowError, OperatorError, WorkerError
-from flowrl.runtime.shard_host import ItemsHost
+from flowrl.runtime.shard_host import ItemsHost, StreamEnd
 from flowrl.runtime.aggregator import AggregatorHost
 from flowrl.runtime.backend import Backend, Request, Shard, host_lost
 # One start-wait bound and one ensure_ray for every backend user (re-exported here).
@@ -115,14 +117,22 @@ def remote_class(cls: type) -> Any:
 
 class RayRequest(Request):
     """A request whose result is the object ``ref`` of a host call: a pull
-    (``flowrl_next`` or ``flowrl_pull``), or a replacement's ``flowrl_install``."""
+    (``flowrl_next`` or ``flowrl_pull``), or a replacement's ``flowrl_install``.
+    ``bare``: the reply is ``flowrl_next``'s, one item or :data:`STREAM_END`, which
+    the result holds as a pull's ``(items, ended)``."""
 
-    __slots__ = ("ref", "sent")
+    __slots__ = ("ref", "sent", "bare")
 
-    def __init__(self, shard: Shard, n: int, ref: ray.ObjectRef):
+    def __init__(self, shard: Shard, n: int, ref: ray.ObjectRef, bare: bool = False):
         super().__init__(shard, n)
         self.ref = ref
         self.sent = _monotonic()
+        self.bare = bare
+
+    def set_result(self, value: Any) -> None:
+        if self.bare:
+            value = ([], True) if value.__class__ is StreamEnd else ([value], False)
+        super().set_result(value)
 
 
 def _died(e: BaseException) -> str:
@@ -303,7 +313,7 @@ class RayBackend(Backend):
         if n == 1:  # the gathers' usual request
             nxt = self._next.get(shard)
             if nxt is not None:
-                return RayRequest(shard, 1, nxt.remote())
+                return RayRequest(shard, 1, nxt.remote(), bare=True)
         method = self._methods.get(shard)
         if method is None:
             method = self._methods[shard] = shard.host.flowrl_pull

@@ -12,7 +12,8 @@ runs a run's stage (install, pull, uninstall) it is the *current host*:
 
 The first run installed on a host with no other run becomes its *default* until
 that run uninstalls: ``flowrl_install`` returns True for it, and ``flowrl_next()``
-pulls one item of its stream with no arguments at all. On Ray the driver pulls a
+pulls one item of its stream with no arguments at all and returns the item itself
+(:data:`STREAM_END` once the stream has ended). On Ray the driver pulls a
 default run that way, since every argument of an actor call is serialized and
 read again (see "Requests" in ``runtime/ray_backend.py``); other runs name their
 key in ``flowrl_pull``.
@@ -32,9 +33,11 @@ False
 >>> h.flowrl_pull("run-1", 2)
 ([0, 10], False)
 >>> h.flowrl_next(), h.flowrl_pull("run-2", 2)
-(([20], False), ([0, 1], False))
+(20, ([0, 1], False))
 >>> h.flowrl_pull("run-1", 10)
 ([30, 40], True)
+>>> h.flowrl_next()
+STREAM_END
 >>> h.flowrl_uninstall("run-1")
 >>> try:
 ...     h.flowrl_next()
@@ -89,6 +92,19 @@ def current_host() -> "ShardHost":
     return host
 
 
+class StreamEnd:
+    """The type of :data:`STREAM_END` (a Ray reply is a copy: test its type)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "STREAM_END"
+
+
+#: What :meth:`ShardHost.flowrl_next` returns once its run's stream has ended.
+STREAM_END = StreamEnd()
+
+
 class ShardHost:
     """Mixin for shard sources; subclasses implement :meth:`shard_items`."""
 
@@ -140,16 +156,24 @@ class ShardHost:
             CURRENT_HOST.reset(token)
         return items, False
 
-    def flowrl_next(self) -> tuple[list[Any], bool]:
-        """``flowrl_pull`` of one item of the default run (see :meth:`flowrl_install`).
+    def flowrl_next(self) -> Any:
+        """The next item of the default run (see :meth:`flowrl_install`), or
+        :data:`STREAM_END` once its stream has ended.
 
-        It takes no arguments, so a Ray call of it carries none."""
+        It takes no arguments and returns the item itself, so a Ray call of it
+        carries none and its reply is the item alone: an item wrapped as
+        ``([item], False)`` costs serializing and reading the wrapping too."""
         key = self.__dict__.get("_flowrl_default")
         if key is None:
             raise FlowError(f"{type(self).__name__}.flowrl_next(): this host has no default "
                             "run (none installed, or the first one has stopped); pull a "
                             "run by its key with flowrl_pull(key)")
-        return self.flowrl_pull(key)
+        stream = self._flowrl_streams()[key]
+        token = CURRENT_HOST.set(self)
+        try:
+            return next(stream, STREAM_END)
+        finally:
+            CURRENT_HOST.reset(token)
 
     def flowrl_uninstall(self, key: str) -> None:
         """Drop run ``key``'s stream; other runs on this host are untouched (a default
