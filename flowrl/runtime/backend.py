@@ -135,10 +135,11 @@ class Backend:
         event loop."""
         raise TypeError(f"{type(self).__name__} must implement wait_all")
 
-    def wait_any(self, queues: list[Sequence[Request]]) -> None:
+    def wait_any(self, queues: list[Sequence[Request]], polled: bool = False) -> None:
         """Return once the first request of some queue is done, with every first
         request that is ready by then marked done (the driver chooses among them).
-        Blocks as :meth:`wait_all` does.
+        Blocks as :meth:`wait_all` does. ``polled``: :meth:`poll_any` has just
+        found none done (a backend may skip repeating its work).
 
         ``queues`` holds one queue per shard with a pending request: that shard's
         pending requests in submission order (the order they complete in).

@@ -404,7 +404,7 @@ class Driver:
                 elif not remote:
                     backend.wait_any(step.queues)
                 elif not backend.poll_any(step.queues):  # nothing ready yet: block, off the loop
-                    await call_blocking(backend.wait_any, step.queues)
+                    await call_blocking(backend.wait_any, step.queues, True)
         finally:
             steps.close()
 

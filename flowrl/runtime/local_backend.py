@@ -81,7 +81,7 @@ class LocalBackend(Backend):
             if not req.done:
                 self._run_through(req)
 
-    def wait_any(self, queues: list[Sequence[Request]]) -> None:
+    def wait_any(self, queues: list[Sequence[Request]], polled: bool = False) -> None:
         for q in queues:
             if not q[0].done:
                 self._run_through(q[0])

@@ -354,11 +354,12 @@ class RayBackend(Backend):
         self._fail_overdue(queues)
         return any(q[0].done for q in queues)
 
-    def wait_any(self, queues: list[Sequence[Request]]) -> None:
+    def wait_any(self, queues: list[Sequence[Request]], polled: bool = False) -> None:
         """Return once some shard's oldest pending request is done, with every ready
         one marked done.
 
-        A non-blocking sweep first (:meth:`poll_any`); only if it leaves no shard's
+        A non-blocking sweep first (:meth:`poll_any`, skipped when ``polled``: the
+        caller's own just found nothing ready); only if it leaves no shard's
         oldest request done, one bounded blocking wait for one of them, which is
         collected (the shards that answered meanwhile are seen by the next call's
         sweep). Replies can be processed out of order, so a request is only marked
@@ -366,7 +367,7 @@ class RayBackend(Backend):
         complete in submission order). A shard whose oldest request has waited
         ``remote_timeout_s`` has all its pending requests failed (lost host).
         """
-        if self.poll_any(queues):
+        if not polled and self.poll_any(queues):
             return
         heads = [q[0] for q in queues]
         while True:
