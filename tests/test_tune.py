@@ -299,10 +299,14 @@ def test_restoring_a_killed_experiment_continues_each_trial_from_its_checkpoint(
     rows = progress(result.path)
     iterations = [r["training_iteration"] for r in rows]
     # the restored run starts at its checkpoint's iteration + 1 (Tune counts
-    # iterations_since_restore from 1 again), never at 1, and so do the counters
-    restarts = [r for r in rows if r["iterations_since_restore"] == 1]
-    assert len(restarts) == 2 and restarts[1]["training_iteration"] >= 2, iterations
-    assert iterations.count(1) == 1 and iterations[-1] == 6
+    # iterations_since_restore from 1 again), never at 1, and so do the counters. The
+    # rows of the killed run are there only if Tune's background upload of the trial's
+    # files (driver_artifacts to storage_path) finished before the kill: under load
+    # it may not have (a CI run lost iterations 1-2), so only the restored rows count
+    starts = [k for k, r in enumerate(rows) if r["iterations_since_restore"] == 1]
+    assert 1 <= len(starts) <= 2 and iterations.count(1) <= 1, iterations
+    restored = iterations[starts[-1]:]
+    assert restored[0] >= 2 and restored == list(range(restored[0], 7)), iterations
     for r in rows:
         assert r["timesteps_total"] == 128 * r["training_iteration"]
 

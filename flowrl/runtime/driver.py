@@ -388,8 +388,9 @@ class Driver:
 
     async def _awaited(self, steps: Iterator[Any]):
         """The fetches of gather ``steps``, each wait awaited on the run's loop: a
-        remote wait that is not ready at once goes through ``call_blocking`` (on
-        the I/O thread while other tasks share the loop)."""
+        remote wait goes through ``call_blocking`` (on the I/O thread while other
+        tasks share the loop), a pass's only once its sweep found nothing ready;
+        an in-process backend's waits run the hosts right here."""
         backend = self.backend
         remote = backend.remote_waits
         try:

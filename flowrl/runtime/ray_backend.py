@@ -214,6 +214,7 @@ class RayBackend(Backend):
     """Shard hosts as Ray actors; see the module docstring for the policy."""
 
     name = "ray"
+    remote_waits = True
 
     def __init__(self, remote_timeout_s: float | None = None) -> None:
         ensure_ray()
@@ -318,8 +319,6 @@ class RayBackend(Backend):
         if method is None:
             method = self._methods[shard] = shard.host.flowrl_pull
         return RayRequest(shard, n, method.remote(shard.key, n))
-
-    remote_waits = True
 
     def wait_all(self, requests: list[Request]) -> None:
         pending = [r for r in requests if not r.done]
