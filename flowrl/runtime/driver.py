@@ -387,23 +387,21 @@ class Driver:
         return self._pass_steps(op.id, st, op.params["num_async"])
 
     async def _awaited(self, steps: Iterator[Any]):
-        """The fetches of gather ``steps``, each wait awaited on the run's loop: a
-        remote wait goes through ``call_blocking`` (on the I/O thread while other
-        tasks share the loop), a pass's only once its sweep found nothing ready;
-        an in-process backend's waits run the hosts right here."""
+        """The fetches of gather ``steps`` on the run's loop. An in-process backend's
+        waits run the hosts right here (:meth:`_blocking`); a remote wait goes
+        through ``call_blocking`` (on the I/O thread while other tasks share the
+        loop), a pass's only once its sweep found nothing ready."""
         backend = self.backend
-        remote = backend.remote_waits
+        if not backend.remote_waits:
+            for fetch in self._blocking(steps):
+                yield fetch
+            return
         try:
             for step in steps:
                 if step.__class__ is not Wait:
                     yield step
                 elif step.queues is None:
-                    if remote:
-                        await call_blocking(backend.wait_all, step.requests)
-                    else:
-                        backend.wait_all(step.requests)
-                elif not remote:
-                    backend.wait_any(step.queues)
+                    await call_blocking(backend.wait_all, step.requests)
                 elif not backend.poll_any(step.queues):  # nothing ready yet: block, off the loop
                     await call_blocking(backend.wait_any, step.queues, True)
         finally:
