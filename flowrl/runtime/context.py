@@ -3,9 +3,9 @@
 Policy: the driver pipeline is a tree of async iterators on one asyncio event
 loop per run; ``next(run)`` runs the output iterator's ``__anext__()`` to
 completion on that loop (``loop.run_until_complete``; a plan that is one run of
-a synchronous source, or a gather alone, needs no loop: see ``driver.py``), so every operator,
-including a user's ``async def`` operator or async-generator source, runs inside
-a task of the running loop and may await anything. A blocking call (a Ray wait)
+a synchronous source, or a gather alone, needs no loop: see ``driver.py``), so
+every operator, including a user's ``async def`` operator or async-generator
+source, runs inside a task of the running loop and may await anything. A blocking call (a Ray wait)
 is awaited through :func:`call_blocking`: while some other task exists on the
 loop (a polled input, a user coroutine) it runs on the run's executor thread, so
 the loop stays free for them; while the calling task is the loop's only one,

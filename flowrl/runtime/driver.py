@@ -392,11 +392,11 @@ class Driver:
         through ``call_blocking`` (on the I/O thread while other tasks share the
         loop), a pass's only once its sweep found nothing ready."""
         backend = self.backend
-        if not backend.remote_waits:
-            for fetch in self._blocking(steps):
-                yield fetch
-            return
         try:
+            if not backend.remote_waits:
+                for fetch in self._blocking(steps):
+                    yield fetch
+                return
             for step in steps:
                 if step.__class__ is not Wait:
                     yield step
