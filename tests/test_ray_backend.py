@@ -331,6 +331,53 @@ def test_an_async_gather_blocks_at_most_once_per_item(ray_session, monkeypatch):
             assert i == len(waits) - 1 or waits[i + 1][2] == 0, i
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_replys_reference_is_dropped_once_its_shard_was_sent_the_next_request(
+        ray_session, monkeypatch, mode):
+    """Dropping a reply's Ray reference costs the driver tens of microseconds, so a
+    gather keeps it until the request that follows on that shard is sent (a
+    round: the next round; a pass: the resubmission) and drops it then, while the
+    hosts work: never right after the reply came, never kept for good. Jittery
+    hosts make replies sometimes ready, sometimes not."""
+    from flowrl.runtime.ray_backend import RayBackend, RayRequest
+
+    remote = ray_session.remote(num_cpus=0)(Jittery)
+    hosts = [remote.remote(0, 1), remote.remote(1000, 2)]
+    ray_session.get([h.flowrl_ping.remote() for h in hosts])
+    sent: list = []      # every request, in the order it was sent
+    dropped: list = []   # (request, requests sent before it was released)
+    real_submit, real_release = RayBackend.submit, RayRequest.release
+
+    def submit(self, shard, n):
+        req = real_submit(self, shard, n)
+        sent.append(req)
+        return req
+
+    def release(self):
+        assert self.done and self.ref is not None, "a reply's reference dropped before its release"
+        dropped.append((self, len(sent)))
+        real_release(self)
+
+    monkeypatch.setattr(RayBackend, "submit", submit)
+    monkeypatch.setattr(RayRequest, "release", release)
+    gather = flowrl.from_actors(hosts)
+    out = gather.gather_sync() if mode == "sync" else gather.gather_async(num_async=2)
+    try:
+        with Plan(out).compile(backend="ray") as run:
+            assert len(run.take(60)) == 60
+    finally:
+        for h in hosts:
+            ray_session.kill(h)
+    assert len(dropped) >= 50
+    for req, sent_before in dropped:
+        later = sent[sent.index(req) + 1:sent_before]
+        assert any(r.shard is req.shard for r in later), "released before its shard's next request"
+        assert req.ref is None
+    # and nothing is held longer: every reply but the last few was released
+    replied = [r for r in sent if r.done]
+    assert len(replied) - len(dropped) <= 2 * len(hosts)
+
+
 def test_an_async_gather_serves_every_shard_under_a_slow_consumer(ray_session):
     """The issue's recipe: three shards, num_async=1, a consumer slower than them.
 

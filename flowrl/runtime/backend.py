@@ -78,6 +78,12 @@ class Request:
             raise self._error
         return self._value
 
+    def release(self) -> None:
+        """Let go of what the backend still holds for this done request (a Ray
+        object reference); its result stays. The driver calls it once it has sent
+        the requests that follow, so that the cost falls while the hosts work on
+        those (``runtime/ray_backend.py``, "Requests"). In-process: nothing."""
+
 
 class Backend:
     """Base class; see :class:`~flowrl.runtime.local_backend.LocalBackend`."""

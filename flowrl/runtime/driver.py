@@ -464,8 +464,11 @@ class Driver:
         for the round's item."""
         live = list(self.shards[gather])
         submit = self.backend.submit
+        previous: list[Request] = []
         while live:
             requests = [submit(s, 1) for s in live]
+            for req in previous:  # while the hosts work on this round (Request.release)
+                req.release()
             st.depth(len(requests))
             t = perf()
             yield Wait(requests)
@@ -481,6 +484,7 @@ class Driver:
                 produced += len(items)
                 if not ended:
                     live.append(req.shard)
+            previous = requests
             if produced:
                 st.items_in += produced
                 st.items_out += produced
@@ -592,6 +596,8 @@ class Driver:
                     done.append(req)
             except Exception as e:  # what the pass served before the failure comes first
                 failure = e
+            for req in done:  # now that their shards are busy again (Request.release)
+                req.release()
             produced = sum(len(r.result()[0]) for r in done)
             if produced:
                 st.items_in += produced
