@@ -350,6 +350,21 @@ def measure(system: str, mode: str, actors, n: int, k: int,
         ray.get([a.ping.remote() for a in actors])  # actor calls run in order: a drain
 
 
+def ref_drop_us(actor, n: int = 1000) -> float:
+    """Median driver time, microseconds, of dropping the last reference to a completed
+    actor call's reply (what the gathers release once the shard's next request is
+    sent; runtime/ray_backend.py "Requests")."""
+    import ray
+    times = []
+    for _ in range(n):
+        ref = actor.sample.remote()
+        ray.get(ref)
+        t = time.perf_counter()
+        del ref
+        times.append(time.perf_counter() - t)
+    return statistics.median(times) * 1e6
+
+
 def child(args) -> None:
     import warnings
     warnings.filterwarnings("ignore", category=DeprecationWarning)
@@ -362,6 +377,8 @@ def child(args) -> None:
         actors = [ray.remote(num_cpus=cpus)(cls).remote(d) for d in delays]
         ray.get([a.ping.remote() for a in actors])
         cpu = cpu_meter()  # after the actors: their workers are in the tree it reads
+        if args.child == PAIRED:
+            result[f"ref_drop_us:{layout}"] = ref_drop_us(actors[0])
         figs: dict[tuple[str, str], list[tuple[float, float, float, float]]] = {
             (s, m): [] for s in systems for m in MODES}
         for rep in range(args.reps):
@@ -410,6 +427,7 @@ def report_paired(runs: list[dict]) -> None:
     figs += [f"{what}:flowrl:{k}" for k in keys for what in ("cpu_us", "driver_us")]
     figs += [f"cpu:flowrl/{h}:{k}" for k in keys for h in HAND]
     figs += [f"hand-asyncio/hand-wait:{k}" for k in keys]
+    figs += [f"ref_drop_us:{lay}" for lay in LAYOUTS]
     (group,) = harness.summarize(runs, figs) or [None]
     if group is None:
         print("no valid paired run")
@@ -456,6 +474,12 @@ def report_paired(runs: list[dict]) -> None:
                   "GCS, raylet) and the driver alone; flowrl's session CPU per item over "
                   "each hand loop's, within a round (below 1.00x: flowrl costs less), "
                   f"median [min-max] over {group.n} runs")
+    drops = [f"{lay} {harness.fmt_figure(group.figures.get(f'ref_drop_us:{lay}'), '{:.1f}')}"
+             for lay in LAYOUTS if group.figures.get(f"ref_drop_us:{lay}")]
+    if drops:
+        print("\ndropping the last reference to a completed actor call's reply, driver "
+              f"microseconds (median of 1,000; median [min-max] over {group.n} runs): "
+              + ", ".join(drops))
 
 
 def take_defaults(args: argparse.Namespace) -> None:

@@ -33,9 +33,10 @@ Policy:
   ``host.flowrl_pull.remote(key, n)``. A done request keeps its object
   reference until the driver has sent the request that follows on its shard
   (the next round, or a pass's resubmission) and releases it
-  (``Request.release``): dropping a reference costs the driver about 18 us of
-  Ray's reference counting (``benchmarks/ray_overhead.py``), which then falls
-  while the hosts work, not between a reply and the next request.
+  (``Request.release``): dropping the last reference to a reply costs the
+  driver about 16 us of Ray's reference counting (``benchmarks/ray_overhead.py
+  --paired`` measures it), which then falls while the hosts work, not between a
+  reply and the next request.
   Nothing sleeps or polls. The waits block the calling thread (``remote_waits``):
   on the driver's event loop they run through
   :func:`~flowrl.runtime.context.call_blocking`, elsewhere directly (see
