@@ -34,7 +34,7 @@ Policy:
   reference until the driver has sent the request that follows on its shard
   (the next round, or a pass's resubmission) and releases it
   (``Request.release``): dropping the last reference to a reply costs the
-  driver about 16 us of Ray's reference counting (``benchmarks/ray_overhead.py
+  driver 16-19 us of Ray's reference counting (``benchmarks/ray_overhead.py
   --paired`` measures it), which then falls while the hosts work, not between a
   reply and the next request.
   Nothing sleeps or polls. The waits block the calling thread (``remote_waits``):
