@@ -354,7 +354,8 @@ def test_a_replys_reference_is_dropped_once_its_shard_was_sent_the_next_request(
         return req
 
     def release(self):
-        assert self.done and self.ref is not None, "a reply's reference dropped before its release"
+        assert self.done and self.ref is not None, (
+            "a reply's reference dropped before its release")
         dropped.append((self, len(sent)))
         real_release(self)
 
@@ -371,7 +372,8 @@ def test_a_replys_reference_is_dropped_once_its_shard_was_sent_the_next_request(
     assert len(dropped) >= 50
     for req, sent_before in dropped:
         later = sent[sent.index(req) + 1:sent_before]
-        assert any(r.shard is req.shard for r in later), "released before its shard's next request"
+        assert any(r.shard is req.shard for r in later), (
+            "released before its shard's next request")
         assert req.ref is None
     # and nothing is held longer: every reply but the last few was released
     replied = [r for r in sent if r.done]

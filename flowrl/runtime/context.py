@@ -5,13 +5,13 @@ loop per run; ``next(run)`` runs the output iterator's ``__anext__()`` to
 completion on that loop (``loop.run_until_complete``; a plan that is one run of
 a synchronous source, or a gather alone, needs no loop: see ``driver.py``), so
 every operator, including a user's ``async def`` operator or async-generator
-source, runs inside a task of the running loop and may await anything. A blocking call (a Ray wait)
-is awaited through :func:`call_blocking`: while some other task exists on the
-loop (a polled input, a user coroutine) it runs on the run's executor thread, so
-the loop stays free for them; while the calling task is the loop's only one,
-nothing else could run meanwhile, and the call runs right there (no thread hop
-per wait). An input that is
-polled (``Concurrently``) gets a real task for its outstanding ``__anext__``
+source, runs inside a task of the running loop and may await anything. A
+blocking call (a Ray wait) is awaited through :func:`call_blocking`: while some
+other task exists on the loop (a polled input, a user coroutine) it runs on the
+run's executor thread, so the loop stays free for them; while the calling task
+is the loop's only one, nothing else could run meanwhile, and the call runs
+right there (no thread hop per wait). An input that is polled
+(``Concurrently``) gets a real task for its outstanding ``__anext__``
 (:class:`Pull`); those tasks are the run's background tasks, cancelled when it
 stops.
 

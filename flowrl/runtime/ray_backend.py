@@ -33,7 +33,7 @@ Policy:
   ``host.flowrl_pull.remote(key, n)``. A done request keeps its object
   reference until the driver has sent the request that follows on its shard
   (the next round, or a pass's resubmission) and releases it
-  (``Request.release``): dropping the last reference to a reply costs the
+  (``Request.release``; a failed request lets go at once): dropping the last reference to a reply costs the
   driver 16-19 us of Ray's reference counting (``benchmarks/ray_overhead.py
   --paired`` measures it), which then falls while the hosts work, not between a
   reply and the next request.
@@ -445,7 +445,7 @@ class RayBackend(Backend):
         for r in requests:
             if r.shard in shards and not r.done:
                 r.set_error(stuck_error([r.shard.label], self.remote_timeout_s))
-                r.ref = None
+                r.release()  # a failed request is not served: nothing releases it later
 
     def _collect(self, requests: list[RayRequest]) -> None:
         """Fetch the (ready) results of ``requests`` with one ``ray.get``.
@@ -471,7 +471,7 @@ class RayBackend(Backend):
                 except Exception as e:  # noqa: BLE001 - surfaced by result()
                     r.set_error(stuck_error([r.shard.label], limit)
                                 if isinstance(e, GetTimeoutError) else translate_error(r.shard, e))
-                r.ref = None
+                    r.release()  # as in _fail_stuck; a result's reference waits for the driver
             return
         for r, v in zip(requests, values):
             r.set_result(v)
